@@ -1,0 +1,35 @@
+# gpusched — every target creates and uses the virtualenv at .venv.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: venv demo test lint typecheck bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[test]"
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+## demo: the main job end to end on embedded defaults
+demo: $(STAMP)
+	$(PY) -m tasks.demo
+
+## test: lint, type-check the core, run the whole suite
+test: $(STAMP) lint typecheck
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+
+typecheck: $(STAMP)
+	$(PY) -m mypy scheduler_core
+
+bench: $(STAMP)
+	$(PY) bench/bench_schedule.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,372 @@
+"""Contract 1 wire models: GPUStack rows in, the scheduling result out.
+
+Inbound models accept GPUStack's Worker / Model / ModelInstance rows as they
+are: unknown fields are ignored, wrong types are rejected, legacy aliases are
+honoured. They are never mutated by the core.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+
+#: Worker states GPUStack knows (``WorkerStateEnum``); only ``ready`` is schedulable.
+WORKER_STATES = frozenset(
+    {
+        "not_ready",
+        "ready",
+        "unreachable",
+        "pending",
+        "provisioning",
+        "initializing",
+        "deleting",
+        "error",
+        "maintenance",
+    }
+)
+
+#: Model categories GPUStack knows (``CategoryEnum``).
+MODEL_CATEGORIES = frozenset(
+    {"llm", "embedding", "image", "reranker", "speech_to_text", "text_to_speech", "unknown"}
+)
+
+#: Scheduling policies this build implements.
+POLICIES = ("gpustack",)
+
+
+class _Row(BaseModel):
+    """Base for inbound rows: ignore unknown fields, never mutate after parsing."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+
+# --------------------------------------------------------------------------- workers
+
+
+class MemoryInfo(_Row):
+    """``MemoryInfo``: totals in bytes; ``allocated`` is deprecated and optional."""
+
+    total: int = 0
+    used: int | None = None
+    utilization_rate: float | None = None
+    is_unified_memory: bool = False
+    allocated: int | None = None
+
+
+class GPUDevice(_Row):
+    """One GPU of a worker (``GPUDeviceStatus``). ``index`` is unique per ``type`` only."""
+
+    uuid: str | None = None
+    name: str | None = None
+    vendor: str | None = None
+    type: str | None = None
+    index: int | None = None
+    device_index: int | None = None
+    device_chip_index: int | None = None
+    arch_family: str | None = None
+    compute_capability: str | None = None
+    memory: MemoryInfo | None = None
+
+
+class WorkerStatus(_Row):
+    """The scheduling-relevant part of ``WorkerStatus``."""
+
+    memory: MemoryInfo | None = None
+    gpu_devices: list[GPUDevice] | None = None
+
+
+class SystemReserved(_Row):
+    """Reserved bytes; ``memory``/``gpu_memory`` are GPUStack's legacy key names."""
+
+    ram: int = Field(default=0, validation_alias=AliasChoices("ram", "memory"))
+    vram: int = Field(default=0, validation_alias=AliasChoices("vram", "gpu_memory"))
+
+
+class Worker(_Row):
+    """A GPUStack ``Worker`` row."""
+
+    id: int
+    name: str
+    ip: str | None = None
+    ifname: str | None = None
+    advertise_address: str | None = None
+    hostname: str | None = None
+    cluster_id: int | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    state: str = "not_ready"
+    system_reserved: SystemReserved | None = None
+    status: WorkerStatus | None = None
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _null_labels(cls, value: Any) -> Any:
+        return {} if value is None else value
+
+    @field_validator("state")
+    @classmethod
+    def _known_state(cls, value: str) -> str:
+        state = value.lower()
+        if state not in WORKER_STATES:
+            raise ValueError(f"unknown worker state {value!r}")
+        return state
+
+
+# --------------------------------------------------------------------------- models
+
+
+class GPUSelector(_Row):
+    """Manual GPU selection: ``gpu_ids`` are ``<worker_name>:<type>:<index>``."""
+
+    gpu_ids: list[str] | None = None
+    gpus_per_replica: int | None = Field(default=None, ge=1)
+
+
+class ExtendedKVCache(_Row):
+    """Extended KV cache settings, the only source of RAM claims for SGLang."""
+
+    enabled: bool = False
+    ram_ratio: float | None = 1.2
+    ram_size: float | None = None
+    chunk_size: int | None = None
+
+
+class LoraEntry(_Row):
+    """A LoRA adapter; its size comes from ``weight_bytes`` or a ``local_path`` folder."""
+
+    name: str | None = None
+    weight_bytes: int | None = Field(default=None, ge=0)
+    local_path: str | None = None
+    huggingface_repo_id: str | None = None
+
+
+class ModelSpec(_Row):
+    """A GPUStack ``Model`` row plus gpusched's hub-free model facts."""
+
+    id: int | None = None
+    name: str = ""
+    cluster_id: int | None = None
+    backend: str = "SGLang"
+    backend_version: str | None = None
+    backend_parameters: list[str] = Field(default_factory=list)
+    categories: list[str] = Field(default_factory=list)
+    replicas: int = Field(default=1, ge=0)
+    placement_strategy: Literal["spread", "binpack"] = "spread"
+    distributed_inference_across_workers: bool | None = None
+    worker_selector: dict[str, str] | None = None
+    gpu_selector: GPUSelector | None = None
+    extended_kv_cache: ExtendedKVCache | None = None
+    lora_list: list[LoraEntry] | None = None
+    env: dict[str, str] | None = None
+    source: str | None = None
+    huggingface_repo_id: str | None = None
+    model_scope_model_id: str | None = None
+    local_path: str | None = None
+    hf_config: dict[str, Any] | None = None
+    weight_bytes: int | None = Field(default=None, ge=0)
+
+    @field_validator("backend_parameters", "categories", mode="before")
+    @classmethod
+    def _null_list(cls, value: Any) -> Any:
+        return [] if value is None else value
+
+    @field_validator("backend")
+    @classmethod
+    def _sglang_only(cls, value: str) -> str:
+        if value.lower() != "sglang":
+            raise ValueError(f"backend {value!r} is not supported; gpusched places SGLang models")
+        return "SGLang"
+
+    @field_validator("categories")
+    @classmethod
+    def _known_categories(cls, value: list[str]) -> list[str]:
+        for category in value:
+            if category not in MODEL_CATEGORIES:
+                raise ValueError(f"unknown category {category!r}")
+        return value
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_strings(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {
+                key: str(item) if isinstance(item, int | float) and not isinstance(item, bool)
+                else item
+                for key, item in value.items()
+            }
+        return value
+
+
+# --------------------------------------------------------------------------- instances
+
+
+class ComputedResourceClaim(_Row):
+    """A resource claim: ``vram`` maps GPU index to bytes."""
+
+    vram: dict[int, int] | None = None
+    ram: int | None = None
+    vram_utilization: float | None = None
+    estimated_vram: int | None = None
+    is_unified_memory: bool | None = None
+
+
+class SubordinateWorker(_Row):
+    """``ModelInstanceSubordinateWorker``: a follower node of a distributed instance."""
+
+    worker_id: int | None = None
+    worker_name: str | None = None
+    worker_ip: str | None = None
+    worker_ifname: str | None = None
+    total_gpus: int | None = None
+    gpu_type: str | None = None
+    gpu_indexes: list[int] | None = None
+    computed_resource_claim: ComputedResourceClaim | None = None
+
+
+class DistributedServers(_Row):
+    """``DistributedServers``: only the subordinate workers matter for placement."""
+
+    mode: str | None = None
+    subordinate_workers: list[SubordinateWorker] | None = None
+
+
+class ModelInstance(_Row):
+    """A GPUStack ``ModelInstance`` row that holds resources."""
+
+    id: int | None = None
+    name: str | None = None
+    model_id: int | None = None
+    model_name: str | None = None
+    backend: str | None = None
+    state: str | None = None
+    worker_id: int | None = None
+    worker_name: str | None = None
+    gpu_type: str | None = None
+    gpu_indexes: list[int] | None = None
+    computed_resource_claim: ComputedResourceClaim | None = None
+    distributed_servers: DistributedServers | None = None
+
+
+class ScheduleRequest(_Row):
+    """A scheduling request (Contract 1).
+
+    ``workers``/``model_instances`` may be omitted only when a service supplies
+    the cluster state; the pure core rejects a request without ``workers``.
+    """
+
+    request_id: str | None = Field(default=None, min_length=1, max_length=200)
+    policy: str = "gpustack"
+    model: ModelSpec
+    workers: list[Worker] | None = None
+    model_instances: list[ModelInstance] | None = None
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        if value not in POLICIES:
+            raise ValueError(f"unknown policy {value!r}; expected one of {list(POLICIES)}")
+        return value
+
+
+# --------------------------------------------------------------------------- result
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ClaimOut(_Out):
+    """A claim as the result reports it (``vram`` keys are GPU indexes as strings)."""
+
+    vram: dict[str, int]
+    ram: int | None = None
+    vram_utilization: float | None = None
+    estimated_vram: int | None = None
+
+
+class SubordinateOut(_Out):
+    """A follower node of a distributed candidate."""
+
+    worker_id: int
+    worker_name: str
+    worker_ip: str | None = None
+    worker_ifname: str | None = None
+    gpu_type: str | None = None
+    gpu_indexes: list[int]
+    total_gpus: int
+    computed_resource_claim: ClaimOut
+
+
+class CandidateOut(_Out):
+    """One placement candidate."""
+
+    worker_id: int
+    worker_name: str
+    worker_ip: str | None = None
+    gpu_type: str | None = None
+    gpu_indexes: list[int]
+    computed_resource_claim: ClaimOut
+    overcommit: bool = False
+    score: float | None = None
+    subordinate_workers: list[SubordinateOut] | None = None
+
+
+class EventOut(_Out):
+    """A recorded scheduling event."""
+
+    level: str
+    action: str
+    message: str
+    reason: str | None = None
+
+
+class EstimateOut(_Out):
+    """What the model needs: VRAM/RAM claims and the fraction per GPU type."""
+
+    vram_bytes: int
+    ram_bytes: int
+    mem_fraction_static: dict[str, float]
+    weight_bytes: int | None = None
+    weight_source: str
+
+
+class LaunchNodeOut(_Out):
+    """Launch arguments for one node of a distributed placement."""
+
+    worker_id: int
+    worker_name: str
+    node_rank: int
+    backend_parameters: list[str]
+
+
+class LaunchOut(_Out):
+    """How to launch the selected candidate."""
+
+    backend_parameters: list[str]
+    nodes: list[LaunchNodeOut] | None = None
+    diffusion: dict[str, Any] | None = None
+
+
+class ErrorOut(_Out):
+    """Why a request was rejected."""
+
+    code: str
+    message: str
+    field: str | None = None
+
+
+class ScheduleResult(_Out):
+    """The scheduling decision (Contract 1)."""
+
+    request_id: str
+    status: Literal["scheduled", "unschedulable", "rejected"]
+    policy: str = "gpustack"
+    candidates: list[CandidateOut] = Field(default_factory=list)
+    selected: int | None = None
+    messages: list[str] = Field(default_factory=list)
+    filter_messages: list[str] = Field(default_factory=list)
+    state_message: str | None = None
+    events: list[EventOut] = Field(default_factory=list)
+    estimate: EstimateOut | None = None
+    launch: LaunchOut | None = None
+    error: ErrorOut | None = None

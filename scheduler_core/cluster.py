@@ -1,0 +1,275 @@
+"""A per-decision view of the cluster: workers, their GPUs and what is allocatable.
+
+Allocatable memory follows GPUStack's ``policies/utils.py`` exactly
+(total − Σ claims of bound instances − reserved, reserved counted per GPU),
+with one deliberate difference: every lookup is keyed by GPU *type* as well as
+index, so ``cuda:0`` and ``rocm:0`` on one mixed worker never collide and no
+worker copy shares GPU lists with another (GPUStack's shallow-copy bug).
+
+The view is built once per decision in O(instances + workers × GPUs) and
+memoises allocatable resources per ``(worker id, GPU type)``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+from scheduler_core._schemas import ModelInstance, SubordinateWorker, Worker
+
+#: GPUStack's memory-balance rule: a GPU joins a group when the group's smallest
+#: allocatable is at least 0.9 × its own (SGLang's "memory capacity is unbalanced" check).
+MEMORY_BALANCE_RATIO = 0.9
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    """One GPU. ``total`` is 0 when the device reports no memory."""
+
+    type: str | None
+    index: int | None
+    total: int
+    vendor: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerView:
+    """An immutable worker with the GPUs a strategy may consider."""
+
+    id: int
+    name: str
+    ip: str | None
+    ifname: str | None
+    cluster_id: int | None
+    labels: Mapping[str, str]
+    state: str
+    reserved_ram: int
+    reserved_vram: int
+    ram_total: int
+    is_unified_memory: bool
+    gpus: tuple[Gpu, ...]
+
+    def of_type(self, gpu_type: str | None) -> WorkerView:
+        """A copy holding only this worker's GPUs of ``gpu_type`` (its own tuple)."""
+        return replace(self, gpus=tuple(g for g in self.gpus if g.type == gpu_type))
+
+    def with_gpus(self, gpus: Iterable[Gpu]) -> WorkerView:
+        """A copy holding exactly ``gpus``."""
+        return replace(self, gpus=tuple(gpus))
+
+
+@dataclass(frozen=True, slots=True)
+class Allocatable:
+    """Allocatable RAM and per-GPU-index VRAM of one worker for one GPU type."""
+
+    ram: int
+    vram: Mapping[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSlot:
+    """A GPU with the allocatable VRAM it had when the slot was taken."""
+
+    worker: WorkerView
+    gpu: Gpu
+    allocatable: int
+
+
+def worker_view(worker: Worker) -> WorkerView:
+    """Convert a validated GPUStack worker row into a :class:`WorkerView`."""
+    status = worker.status
+    reserved = worker.system_reserved
+    memory = status.memory if status else None
+    gpus = tuple(
+        Gpu(
+            type=device.type,
+            index=device.index,
+            total=device.memory.total if device.memory else 0,
+            vendor=device.vendor,
+            name=device.name,
+        )
+        for device in ((status.gpu_devices if status else None) or ())
+    )
+    return WorkerView(
+        id=worker.id,
+        name=worker.name,
+        ip=worker.ip,
+        ifname=worker.ifname,
+        cluster_id=worker.cluster_id,
+        labels=MappingProxyType(dict(worker.labels)),
+        state=worker.state,
+        reserved_ram=reserved.ram if reserved else 0,
+        reserved_vram=reserved.vram if reserved else 0,
+        ram_total=memory.total if memory else 0,
+        is_unified_memory=bool(memory and memory.is_unified_memory),
+        gpus=gpus,
+    )
+
+
+def _counts_for_type(instance_type: str | None, gpu_type: str | None) -> bool:
+    return gpu_type is None or instance_type is None or instance_type == gpu_type
+
+
+class ClusterState:
+    """Instances indexed by the workers they occupy, plus memoised allocatable resources."""
+
+    __slots__ = ("_bound", "_cache", "_workers", "instances")
+
+    def __init__(self, workers: Sequence[WorkerView], instances: Sequence[ModelInstance]) -> None:
+        self._workers = {worker.id: worker for worker in workers}
+        self.instances = tuple(instances)
+        self._bound: dict[int, list[ModelInstance]] = defaultdict(list)
+        for instance in self.instances:
+            for worker_id in _occupied_workers(instance):
+                self._bound[worker_id].append(instance)
+        self._cache: dict[tuple[int, str | None], Allocatable] = {}
+
+    def instances_on(self, worker_id: int) -> Sequence[ModelInstance]:
+        """Instances bound to the worker as main or as subordinate, in input order."""
+        return self._bound.get(worker_id, ())
+
+    def allocatable(self, worker: WorkerView, gpu_type: str | None) -> Allocatable:
+        """GPUStack's ``get_worker_allocatable_resource`` for ``gpu_type`` (None: all types).
+
+        Computed from the worker's full GPU list whatever copy is passed in.
+        """
+        key = (worker.id, gpu_type)
+        cached = self._cache.get(key)
+        if cached is None:
+            full = self._workers.get(worker.id, worker)
+            cached = self._cache[key] = self._compute(full, gpu_type)
+        return cached
+
+    def _compute(self, worker: WorkerView, gpu_type: str | None) -> Allocatable:
+        used_ram, used_vram = self._allocated(worker.id, gpu_type)
+        vram: dict[int, int] = {}
+        for gpu in worker.gpus:
+            if gpu.index is None or not gpu.total:
+                continue
+            if gpu_type is not None and gpu.type != gpu_type:
+                continue
+            free = gpu.total - used_vram.get(gpu.index, 0) - worker.reserved_vram
+            vram[gpu.index] = max(free, 0)
+        ram = max(worker.ram_total - used_ram - worker.reserved_ram, 0)
+        if worker.is_unified_memory:
+            ram = max(ram - worker.reserved_vram - sum(used_vram.values()), 0)
+            if 0 in vram:  # GPUStack caps index 0 only (UMA devices have one GPU)
+                vram[0] = min(ram, vram[0])
+        return Allocatable(ram=ram, vram=MappingProxyType(vram))
+
+    def _allocated(self, worker_id: int, gpu_type: str | None) -> tuple[int, dict[int, int]]:
+        """GPUStack's ``compute_worker_allocated``: claims of the bound instances.
+
+        Subordinate RAM is not counted and a subordinate claim counts only when
+        the *main* instance's type matches, as upstream does.
+        """
+        ram = 0
+        vram: dict[int, int] = defaultdict(int)
+        for instance in self.instances_on(worker_id):
+            claim = instance.computed_resource_claim
+            if instance.worker_id == worker_id and _counts_for_type(instance.gpu_type, gpu_type):
+                ram += (claim.ram or 0) if claim else 0
+                claimed = (claim.vram or {}) if claim else {}
+                for index in instance.gpu_indexes or ():
+                    vram[index] += claimed.get(index, 0)
+            for sub in _subordinates(instance):
+                sub_claim = sub.computed_resource_claim
+                if sub.worker_id != worker_id or not sub_claim:
+                    continue
+                if gpu_type is None or instance.gpu_type == gpu_type:
+                    for index, amount in (sub_claim.vram or {}).items():
+                        vram[index] += amount
+        return ram, vram
+
+
+def _subordinates(instance: ModelInstance) -> Sequence[SubordinateWorker]:
+    servers = instance.distributed_servers
+    return (servers.subordinate_workers or ()) if servers else ()
+
+
+def _occupied_workers(instance: ModelInstance) -> list[int]:
+    workers: list[int] = []
+    if instance.worker_id is not None:
+        workers.append(instance.worker_id)
+    for sub in _subordinates(instance):
+        if sub.worker_id is not None and sub.worker_id not in workers:
+            workers.append(sub.worker_id)
+    return workers
+
+
+def ram_not_enough(ram_claim: int, allocatable: Allocatable) -> bool:
+    """GPUStack's ``ram_not_enough``: a positive RAM claim exceeds allocatable RAM."""
+    return ram_claim > 0 and allocatable.ram < ram_claim
+
+
+def group_workers_by_gpu_type(
+    workers: Sequence[WorkerView],
+) -> dict[str | None, list[WorkerView]]:
+    """Bucket workers by GPU type; each entry holds a copy with that type's GPUs only.
+
+    GPU-less workers go under ``None``. Types appear in first-seen order.
+    """
+    buckets: dict[str | None, list[WorkerView]] = {}
+    for worker in workers:
+        if not worker.gpus:
+            buckets.setdefault(None, []).append(worker)
+            continue
+        for gpu_type in dict.fromkeys(g.type for g in worker.gpus):
+            buckets.setdefault(gpu_type, []).append(worker.of_type(gpu_type))
+    return buckets
+
+
+def sort_workers_by_gpu_count(workers: Iterable[WorkerView]) -> list[WorkerView]:
+    """Workers by GPU count, most first; stable (GPUStack sorts in place, we copy)."""
+    return sorted(workers, key=lambda w: len(w.gpus), reverse=True)
+
+
+def group_gpus_by_memory(
+    workers: Sequence[WorkerView],
+    cluster: ClusterState,
+    ram_claim: int,
+    gpu_type: str | None,
+) -> list[list[GpuSlot]]:
+    """GPUStack's ``group_worker_gpu_by_memory``: fixed partition of GPUs by free VRAM.
+
+    Workers short of RAM are skipped; GPUs without an index, without memory or
+    with nothing allocatable are left out. Slots are sorted ascending by
+    allocatable and cut greedily: a GPU joins the current group while the
+    group's first (smallest) member has at least 0.9 × its allocatable.
+    """
+    slots: list[GpuSlot] = []
+    for worker in workers:
+        allocatable = cluster.allocatable(worker, gpu_type)
+        if ram_not_enough(ram_claim, allocatable):
+            continue
+        for gpu in worker.gpus:
+            free = allocatable.vram.get(gpu.index, 0) if gpu.index is not None else 0
+            if gpu.index is not None and gpu.total and free > 0:
+                slots.append(GpuSlot(worker, gpu, free))
+    slots.sort(key=lambda slot: slot.allocatable)
+    groups: list[list[GpuSlot]] = []
+    for slot in slots:
+        if groups and groups[-1][0].allocatable >= slot.allocatable * MEMORY_BALANCE_RATIO:
+            groups[-1].append(slot)
+        else:
+            groups.append([slot])
+    return groups
+
+
+def sort_gpu_indexes_by_allocatable_rate(
+    worker: WorkerView, allocatable: Mapping[int, int], gpu_type: str | None
+) -> list[int]:
+    """Indexes of the worker's GPUs, most free (allocatable/total) first; stable.
+
+    GPUs of another type rate 0, as upstream.
+    """
+    def rate(gpu: Gpu) -> float:
+        if gpu.type != gpu_type or not gpu.total or gpu.index is None:
+            return 0.0
+        return allocatable.get(gpu.index, 0) / gpu.total
+
+    ordered = sorted(worker.gpus, key=rate, reverse=True)
+    return [gpu.index for gpu in ordered if gpu.index is not None]

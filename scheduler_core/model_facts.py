@@ -1,0 +1,666 @@
+"""Model facts without a hub: ``ModelParameters`` from config.json, weights from a folder.
+
+Two pure readers feed the placement engine:
+
+* :func:`model_parameters_from_config` derives GPUStack's ``ModelParameters``
+  (``ModelParameters.from_model_pretrained_config``) from a plain config.json
+  dict, following the rules in the design memo §2.1.
+* :func:`read_local_model` reads a local model folder: config.json,
+  diffusers' model_index.json and the weight size from
+  ``model.safetensors.index.json`` or safetensors headers (memo §3.2, §3.3,
+  §8 item 4). Tensor data is never loaded.
+
+Both report bad input as a ``ValueError`` subclass that carries a ``field``.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from scheduler_core._safetensors import (
+    MAX_HEADER_BYTES,
+    ModelFolderError,
+    SafetensorsHeader,
+    read_safetensors_header,
+)
+
+__all__ = [
+    "SOURCE_DIFFUSERS",
+    "SOURCE_FILE_SIZES",
+    "SOURCE_HEADERS",
+    "SOURCE_INDEX",
+    "SOURCE_UNKNOWN",
+    "LocalModelFacts",
+    "ModelConfigError",
+    "ModelFolderError",
+    "ModelParameters",
+    "SafetensorsHeader",
+    "model_parameters_from_config",
+    "read_local_model",
+    "read_safetensors_header",
+]
+
+# --------------------------------------------------------------------------- config.json
+
+#: Error-field prefix for config.json keys (the model's HF config).
+_CONFIG_FIELD = "hf_config"
+
+#: Sub-configs that may hold the decoder, in ``PretrainedConfig.get_text_config`` order.
+_TEXT_CONFIG_PATHS: tuple[tuple[str, ...], ...] = (
+    ("text_config",),
+    ("llm_config",),
+    ("language_config",),
+    ("thinker_config", "text_config"),
+)
+
+#: Where a positive ``num_attention_heads`` is looked up when the text config lacks
+#: one (GPUStack's fallback order, memo §2.1 step 5); ``()`` is the root.
+_HEAD_FALLBACK_PATHS: tuple[tuple[str, ...], ...] = (
+    ("llm_config",),
+    ("text_config",),
+    (),
+    ("thinker_config", "text_config"),
+)
+
+#: Context-length keys, the minimum wins (GPUStack ``utils/hub.py: get_max_model_len``).
+_MAX_LEN_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "model_max_length",
+    "max_target_positions",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
+
+#: ``get_max_model_len`` default when no context-length key exists.
+_DEFAULT_MAX_MODEL_LEN = 2048
+
+#: RoPE types whose ``max_position_embeddings`` already includes the extension
+#: (``get_max_model_len``: no factor applied).
+_UNSCALED_ROPE_TYPES = frozenset({"su", "longrope", "llama3"})
+
+#: MoE expert-count aliases, first present wins (memo §2.1 step 5); the field's own
+#: name comes first because step 4 copies it verbatim.
+_MOE_EXPERT_KEYS = ("moe_num_experts", "n_routed_experts", "num_local_experts", "num_experts")
+_MOE_SHARED_EXPERT_KEYS = ("moe_num_shared_experts", "n_shared_experts", "num_shared_experts")
+
+#: ``ModelParameters.torch_dtype`` default (GPUStack dataclass default).
+_DEFAULT_TORCH_DTYPE = "bfloat16"
+
+#: Longest value excerpt quoted in an error message.
+_EXCERPT_CHARS = 40
+
+
+class ModelConfigError(ValueError):
+    """A config.json value has the wrong type or an impossible value.
+
+    Attributes:
+        field: dotted path of the value inside the config, for example
+            ``hf_config.text_config.num_attention_heads``.
+        message: what is wrong with it.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class ModelParameters:
+    """GPUStack's ``ModelParameters``: the decoder-side hyperparameters of a model.
+
+    Mapping-valued fields are read-only deep copies of the config, so a
+    ``ModelParameters`` shares nothing mutable with its input; they are left
+    out of ``hash()`` (equality still compares them).
+    """
+
+    architectures: tuple[str, ...] = ()
+    derived_max_seq_len: int | None = None
+    num_hidden_layers: int | None = None
+    hidden_size: int | None = None
+    vocab_size: int | None = None
+    num_attention_heads: int | None = None
+    num_key_value_heads: int = 1
+    n_group: int | None = None
+    head_dim: int | None = None
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    qk_nope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    torch_dtype: str = _DEFAULT_TORCH_DTYPE
+    quantize: str | None = None
+    quantization_config: Mapping[str, Any] | None = field(default=None, hash=False)
+    moe_num_experts: int | None = None
+    moe_num_shared_experts: int | None = None
+    moe_intermediate_size: int | None = None
+    is_multimodel: bool = False
+    vision_config: Mapping[str, Any] | None = field(default=None, hash=False)
+    vision_num_attention_heads: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Section:
+    """One JSON object of the config together with its dotted path (for error fields)."""
+
+    values: Mapping[str, Any]
+    path: str
+
+    def field_name(self, key: str) -> str:
+        return f"{self.path}.{key}"
+
+    def has(self, key: str) -> bool:
+        return self.values.get(key) is not None
+
+    def section(self, key: str) -> _Section | None:
+        """The sub-object under ``key``; None when absent or null.
+
+        Raises:
+            ModelConfigError: the value is not a JSON object.
+        """
+        value = self.values.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, Mapping):
+            raise ModelConfigError(
+                self.field_name(key), f"expected an object, got {_excerpt(value)}"
+            )
+        return _Section(value, self.field_name(key))
+
+    def descend(self, keys: tuple[str, ...]) -> _Section | None:
+        """Follow ``keys`` through nested objects; None as soon as one is absent."""
+        section: _Section | None = self
+        for key in keys:
+            if section is None:
+                return None
+            section = section.section(key)
+        return section
+
+    def integer(self, key: str) -> int | None:
+        return _as_int(self.values.get(key), self.field_name(key))
+
+    def positive_int(self, key: str) -> int | None:
+        """The integer under ``key`` when it is > 0; None when absent or not positive."""
+        value = self.integer(key)
+        return value if value is not None and value > 0 else None
+
+    def positive_number(self, key: str) -> float | None:
+        return _as_positive_number(self.values.get(key), self.field_name(key))
+
+    def text(self, key: str) -> str | None:
+        value = self.values.get(key)
+        if value is None or isinstance(value, str):
+            return value
+        raise ModelConfigError(self.field_name(key), f"expected a string, got {_excerpt(value)}")
+
+    def frozen_copy(self) -> Mapping[str, Any]:
+        return MappingProxyType(copy.deepcopy(dict(self.values)))
+
+
+def _excerpt(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= _EXCERPT_CHARS else text[: _EXCERPT_CHARS - 3] + "..."
+
+
+def _as_int(value: object, field_name: str) -> int | None:
+    """None stays None; ints and integral floats become ints; anything else raises."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    raise ModelConfigError(field_name, f"expected an integer, got {_excerpt(value)}")
+
+
+def _as_positive_number(value: object, field_name: str) -> float | None:
+    """None stays None; finite numbers > 0 pass; anything else raises."""
+    if value is None:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if math.isfinite(value) and value > 0:
+            return value
+    raise ModelConfigError(field_name, f"expected a positive number, got {_excerpt(value)}")
+
+
+def model_parameters_from_config(
+    config: Mapping[str, Any] | None, *, is_llm: bool
+) -> ModelParameters:
+    """Derive GPUStack's ``ModelParameters`` from a config.json dict (memo §2.1).
+
+    The text (decoder) sub-config is the first of ``text_config``,
+    ``llm_config``, ``language_config`` and ``thinker_config.text_config`` that
+    is an object with ``num_attention_heads``; otherwise the root. Every field
+    is read from it, with these exceptions:
+
+    * ``architectures`` comes from the root (the served model), falling back to
+      the text sub-config only when the root has none.
+    * ``torch_dtype`` (also read from transformers v5's ``dtype``) and
+      ``quantization_config`` describe the whole checkpoint and fall back to
+      the root.
+    * ``is_multimodel``, ``vision_config`` and ``vision_num_attention_heads``
+      come from the root ``vision_config``; ``derived_max_seq_len`` is always
+      computed (see :func:`_max_model_len`).
+    * ``num_attention_heads`` is a positive int or None; when the text config
+      has none, ``llm_config``, ``text_config``, the root and
+      ``thinker_config.text_config`` are tried in that order.
+    * ``head_dim`` defaults to ``hidden_size // num_attention_heads``.
+    * MoE counts fall back to the aliases ``n_routed_experts``,
+      ``num_local_experts``, ``num_experts`` / ``n_shared_experts``,
+      ``num_shared_experts``. A per-modality list (ERNIE-4.5-VL's
+      ``[text, vision]``) yields its first, text-side entry.
+
+    A plain dict carries no class defaults, so absent keys stay None (for
+    example ``num_key_value_heads`` is then 1, as in GPUStack). The input is
+    never mutated; the function is pure.
+
+    Args:
+        config: the parsed config.json, or None when the model has none.
+        is_llm: the model is in the LLM category (empty categories count).
+            GPUStack raises for an LLM only when ``get_text_config`` yields
+            None, which a dict config cannot do (the root is the fallback), so
+            the flag does not change the result; it is kept so callers state
+            the category, as upstream does.
+
+    Returns:
+        The derived parameters; ``ModelParameters()`` when ``config`` is None
+        (whatever the category: the caller decides whether a config-less
+        model can be placed).
+
+    Raises:
+        ModelConfigError: the config is not an object, or a value has the
+            wrong type or an impossible value (a non-positive context length).
+    """
+    if config is None:
+        return ModelParameters()
+    if not isinstance(config, Mapping):
+        raise ModelConfigError(_CONFIG_FIELD, f"expected an object, got {_excerpt(config)}")
+    root = _Section(config, _CONFIG_FIELD)
+    text = _text_section(root)
+    heads = _num_attention_heads(root, text)
+    hidden_size = text.integer("hidden_size")
+    vision = root.section("vision_config")
+    return ModelParameters(
+        architectures=_architectures(root, text),
+        derived_max_seq_len=_max_model_len(text),
+        num_hidden_layers=text.integer("num_hidden_layers"),
+        hidden_size=hidden_size,
+        vocab_size=text.integer("vocab_size"),
+        num_attention_heads=heads,
+        num_key_value_heads=_with_default(text.integer("num_key_value_heads"), 1),
+        n_group=text.integer("n_group"),
+        head_dim=_head_dim(text, hidden_size, heads),
+        q_lora_rank=text.integer("q_lora_rank"),
+        kv_lora_rank=text.integer("kv_lora_rank"),
+        qk_rope_head_dim=text.integer("qk_rope_head_dim"),
+        qk_nope_head_dim=text.integer("qk_nope_head_dim"),
+        v_head_dim=text.integer("v_head_dim"),
+        torch_dtype=_torch_dtype(root, text),
+        quantize=text.text("quantize"),
+        quantization_config=_quantization_config(root, text),
+        moe_num_experts=_first_moe_int(text, _MOE_EXPERT_KEYS),
+        moe_num_shared_experts=_first_moe_int(text, _MOE_SHARED_EXPERT_KEYS),
+        moe_intermediate_size=_first_moe_int(text, ("moe_intermediate_size",)),
+        is_multimodel=vision is not None,
+        vision_config=None if vision is None else vision.frozen_copy(),
+        vision_num_attention_heads=None if vision is None else _vision_heads(vision),
+    )
+
+
+def _with_default(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
+def _text_section(root: _Section) -> _Section:
+    """``get_text_config`` for a dict: the first sub-config with heads, else the root."""
+    for keys in _TEXT_CONFIG_PATHS:
+        section = root.descend(keys)
+        if section is not None and section.has("num_attention_heads"):
+            return section
+    return root
+
+
+def _num_attention_heads(root: _Section, text: _Section) -> int | None:
+    """The text config's positive head count, else GPUStack's fallback chain."""
+    fallbacks = (root.descend(keys) for keys in _HEAD_FALLBACK_PATHS)  # lazy: stop at a hit
+    for section in itertools.chain((text,), fallbacks):
+        heads = None if section is None else section.positive_int("num_attention_heads")
+        if heads is not None:
+            return heads
+    return None
+
+
+def _vision_heads(vision: _Section) -> int | None:
+    """Vision heads (``num_attention_heads`` or ``num_heads``) plus InternViT dummy heads."""
+    heads = vision.positive_int("num_attention_heads") or vision.positive_int("num_heads")
+    if heads is None:
+        return None
+    dummy_heads = vision.integer("num_dummy_heads") or 0
+    return heads + max(dummy_heads, 0)
+
+
+def _head_dim(text: _Section, hidden_size: int | None, heads: int | None) -> int | None:
+    explicit = text.integer("head_dim")
+    if explicit is not None or hidden_size is None or heads is None:
+        return explicit
+    return hidden_size // heads
+
+
+def _architectures(root: _Section, text: _Section) -> tuple[str, ...]:
+    for section in (root, text):
+        value = section.values.get("architectures")
+        if value is None:
+            continue
+        names = value if isinstance(value, list | tuple) else None
+        if names is None or not all(isinstance(name, str) for name in names):
+            raise ModelConfigError(
+                section.field_name("architectures"),
+                f"expected a list of strings, got {_excerpt(value)}",
+            )
+        return tuple(names)
+    return ()
+
+
+def _torch_dtype(root: _Section, text: _Section) -> str:
+    for section in (text, root):
+        for key in ("torch_dtype", "dtype"):
+            value = section.text(key)
+            if value is not None:
+                return value
+    return _DEFAULT_TORCH_DTYPE
+
+
+def _quantization_config(root: _Section, text: _Section) -> Mapping[str, Any] | None:
+    for section in (text, root):
+        found = section.section("quantization_config")
+        if found is not None:
+            return found.frozen_copy()
+    return None
+
+
+def _first_moe_int(text: _Section, keys: tuple[str, ...]) -> int | None:
+    """The first present key among ``keys``; a list value yields its first entry."""
+    for key in keys:
+        value = text.values.get(key)
+        if isinstance(value, list | tuple) and value:
+            return _as_int(value[0], f"{text.field_name(key)}[0]")
+        if value is not None:
+            return _as_int(value, text.field_name(key))
+    return None
+
+
+def _max_model_len(text: _Section) -> int:
+    """GPUStack's ``get_max_model_len`` on the text config.
+
+    The minimum of the context-length keys present (default 2048), then RoPE
+    scaling from ``rope_scaling`` (or transformers v5's ``rope_parameters``):
+    types ``su``, ``longrope`` and ``llama3`` are left alone; any other type
+    multiplies by ``factor`` (1.0 when absent, as for ``default``/``mrope``);
+    ``yarn`` first restarts from ``original_max_position_embeddings`` (kept
+    as is when that key is absent, matching transformers' default).
+    """
+    lengths = [value for key in _MAX_LEN_KEYS if (value := text.positive_number(key)) is not None]
+    derived = min(lengths) if lengths else _DEFAULT_MAX_MODEL_LEN
+    rope = text.section("rope_scaling") or text.section("rope_parameters")
+    if rope is None:
+        return int(derived)
+    rope_type = rope.text("rope_type") or rope.text("type")
+    if rope_type in _UNSCALED_ROPE_TYPES:
+        return int(derived)
+    if rope_type == "yarn":
+        derived = rope.positive_number("original_max_position_embeddings") or derived
+    return int(derived * (rope.positive_number("factor") or 1.0))
+
+
+# --------------------------------------------------------------------------- local folders
+
+#: Sharded-checkpoint index written by ``transformers``' ``save_pretrained``.
+_INDEX_FILE = "model.safetensors.index.json"
+
+#: Mistral's single-file duplicate of the sharded weights (GPUStack ``utils/hub.py``
+#: excludes it to avoid double counting).
+_CONSOLIDATED_FILE = "consolidated.safetensors"
+
+#: Pickle weight formats GPUStack also counts; read by on-disk size only.
+_PICKLE_SUFFIXES = frozenset({".bin", ".pt", ".pth"})
+
+#: model_index.json key that marks a diffusers pipeline.
+_DIFFUSERS_MARKER = "_diffusers_version"
+
+#: Largest JSON file we parse; real configs and indexes are a few MiB at most.
+_MAX_JSON_BYTES = MAX_HEADER_BYTES
+
+#: ``weight_source`` values.
+SOURCE_INDEX = "safetensors_index"
+SOURCE_HEADERS = "safetensors_headers"
+SOURCE_FILE_SIZES = "file_sizes"
+SOURCE_DIFFUSERS = "diffusers_components"
+SOURCE_UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class LocalModelFacts:
+    """What a local model folder says about itself, read without loading tensors.
+
+    Attributes:
+        path: the folder, as given.
+        config: root config.json (read-only), None when absent.
+        model_index: diffusers model_index.json (read-only; a list file is
+            reduced to its first element), None when absent.
+        is_diffusers: model_index.json is present and has ``_diffusers_version``.
+        weight_bytes: total weight size in bytes; None when unknown.
+        weight_source: how ``weight_bytes`` was found: ``safetensors_index``,
+            ``safetensors_headers``, ``file_sizes``, ``diffusers_components``
+            or ``unknown``.
+    """
+
+    path: str
+    config: Mapping[str, Any] | None = field(hash=False)
+    model_index: Mapping[str, Any] | None = field(hash=False)
+    is_diffusers: bool
+    weight_bytes: int | None
+    weight_source: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Weights:
+    size: int | None
+    source: str
+
+
+_UNKNOWN_WEIGHTS = _Weights(None, SOURCE_UNKNOWN)
+
+
+def read_local_model(path: str | Path) -> LocalModelFacts:
+    """Read config.json, model_index.json and the weight size of a model folder.
+
+    Weight size, for a plain folder (and for each diffusers component):
+
+    1. ``model.safetensors.index.json`` with an integer ``metadata.total_size``;
+    2. else the declared sizes (:func:`read_safetensors_header`) of every
+       ``*.safetensors`` file at the top level, sorted by name, without
+       ``consolidated.safetensors`` -- unless that is the only one, as in
+       Mistral-format-only folders;
+    3. else the on-disk size of ``.bin``/``.pt``/``.pth`` files. Pickle files
+       are never opened (headers-only policy) and never added to safetensors,
+       so a folder with both formats is counted once;
+    4. else unknown (None).
+
+    A diffusers folder sums rule 1-3 over every component: a key of
+    model_index.json not starting with ``_`` whose value is a
+    ``["library", "Class"]`` list and whose sub-folder exists. Weights are
+    unknown when no component has any.
+
+    Only file metadata, JSON files and safetensors headers are read; the
+    result is deterministic (sorted iteration) and the folder is not modified.
+
+    Args:
+        path: the model folder.
+
+    Returns:
+        The folder facts.
+
+    Raises:
+        ModelFolderError: the folder is missing or not a directory, or
+            config.json, model_index.json, an index file or a safetensors
+            header cannot be read or is invalid.
+    """
+    folder = Path(path)
+    if not folder.is_dir():
+        problem = "is not a directory" if folder.exists() else "does not exist"
+        raise ModelFolderError(f"model folder {folder} {problem}")
+    config = _read_config(folder / "config.json")
+    model_index = _read_model_index(folder / "model_index.json")
+    is_diffusers = model_index is not None and _DIFFUSERS_MARKER in model_index
+    if model_index is not None and is_diffusers:
+        weights = _diffusers_weights(folder, model_index)
+    else:
+        weights = _folder_weights(folder)
+    return LocalModelFacts(
+        path=str(folder),
+        config=config,
+        model_index=model_index,
+        is_diffusers=is_diffusers,
+        weight_bytes=weights.size,
+        weight_source=weights.source,
+    )
+
+
+def _read_json(file: Path) -> object:
+    """Parse a JSON file (bounded by ``_MAX_JSON_BYTES``)."""
+    try:
+        with file.open("rb") as stream:
+            raw = stream.read(_MAX_JSON_BYTES + 1)
+    except OSError as exc:
+        raise ModelFolderError(f"cannot read {file}: {exc.strerror or exc}") from None
+    if len(raw) > _MAX_JSON_BYTES:
+        raise ModelFolderError(f"{file} is larger than {_MAX_JSON_BYTES} bytes")
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ModelFolderError(
+            f"{file} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise ModelFolderError(f"{file} is not valid JSON text") from None
+
+
+def _is_present(file: Path) -> bool:
+    """Whether ``file`` exists; only a regular file may.
+
+    Raises:
+        ModelFolderError: it exists but is not a regular file (a directory, or a
+            FIFO that would block the read).
+    """
+    if not file.exists():
+        return False
+    if not file.is_file():
+        raise ModelFolderError(f"{file} is not a regular file")
+    return True
+
+
+def _read_object(file: Path) -> dict[str, Any] | None:
+    """A JSON-object file, or None when the file does not exist."""
+    if not _is_present(file):
+        return None
+    document = _read_json(file)
+    if not isinstance(document, dict):
+        raise ModelFolderError(f"{file} is not a JSON object")
+    return document
+
+
+def _read_config(file: Path) -> Mapping[str, Any] | None:
+    document = _read_object(file)
+    return None if document is None else MappingProxyType(document)
+
+
+def _read_model_index(file: Path) -> Mapping[str, Any] | None:
+    """model_index.json; a list document stands for its first element (GPUStack rule)."""
+    if not _is_present(file):
+        return None
+    document = _read_json(file)
+    if isinstance(document, list):
+        if not document:
+            raise ModelFolderError(f"{file} is an empty list")
+        document = document[0]
+    if not isinstance(document, dict):
+        raise ModelFolderError(f"{file} is not a JSON object or a list of objects")
+    return MappingProxyType(document)
+
+
+def _folder_weights(folder: Path) -> _Weights:
+    """Weight size of one folder's top level (rules 1-4 of :func:`read_local_model`)."""
+    total_size = _index_total_size(folder / _INDEX_FILE)
+    if total_size is not None:
+        return _Weights(total_size, SOURCE_INDEX)
+    files = _top_level_files(folder)
+    shards = _safetensors_shards(files)
+    if shards:
+        return _Weights(sum(read_safetensors_header(f).file_bytes for f in shards), SOURCE_HEADERS)
+    pickles = [f for f in files if f.suffix in _PICKLE_SUFFIXES]
+    if pickles:
+        return _Weights(sum(_file_size(f) for f in pickles), SOURCE_FILE_SIZES)
+    return _UNKNOWN_WEIGHTS
+
+
+def _index_total_size(file: Path) -> int | None:
+    """``metadata.total_size`` of an index file; None when absent or not an integer."""
+    index = _read_object(file)
+    metadata = None if index is None else index.get("metadata")
+    total = metadata.get("total_size") if isinstance(metadata, dict) else None
+    if isinstance(total, int) and not isinstance(total, bool) and total >= 0:
+        return total
+    return None
+
+
+def _top_level_files(folder: Path) -> list[Path]:
+    """Regular files (symlinks followed) directly in ``folder``, sorted by name."""
+    try:
+        entries = sorted(folder.iterdir(), key=lambda entry: entry.name)
+    except OSError as exc:
+        raise ModelFolderError(f"cannot list {folder}: {exc.strerror or exc}") from None
+    return [entry for entry in entries if entry.is_file()]
+
+
+def _safetensors_shards(files: list[Path]) -> list[Path]:
+    """The safetensors files to count; consolidated.safetensors only when alone."""
+    shards = [f for f in files if f.suffix == ".safetensors"]
+    without_consolidated = [f for f in shards if f.name != _CONSOLIDATED_FILE]
+    return without_consolidated or shards
+
+
+def _file_size(file: Path) -> int:
+    try:
+        return file.stat().st_size
+    except OSError as exc:
+        raise ModelFolderError(f"cannot stat {file}: {exc.strerror or exc}") from None
+
+
+def _diffusers_weights(folder: Path, model_index: Mapping[str, Any]) -> _Weights:
+    """Sum of the component folders' weights (memo §3.3 component rule)."""
+    sizes: list[int] = []
+    for key in sorted(model_index):
+        component = folder / key
+        if _is_component(key, model_index[key]) and component.is_dir():
+            size = _folder_weights(component).size
+            if size is not None:
+                sizes.append(size)
+    return _Weights(sum(sizes), SOURCE_DIFFUSERS) if sizes else _UNKNOWN_WEIGHTS
+
+
+def _is_component(key: str, value: object) -> bool:
+    """A diffusers component entry: ``"name": ["library", "Class"]`` with a plain name."""
+    is_plain_name = key not in {"", ".", ".."} and "/" not in key and "\\" not in key
+    return is_plain_name and not key.startswith("_") and isinstance(value, list | tuple)

@@ -1,0 +1,164 @@
+"""Candidate scoring (GPUStack ``policies/scorers/placement_scorer.py``) and the pick.
+
+Scores are in 0–100 (``GPUSTACK_SCHEDULER_SCALE_UP_PLACEMENT_MAX_SCORE``).
+*binpack* prefers candidates whose claims fill the most of what is free;
+*spread* prefers workers and GPUs running fewer instances. The pick is the
+first candidate with the highest score (strict ``>``), GPUStack's tie rule.
+GPUStack's model-file locality scorer (max 5) needs ModelFile rows the
+request does not carry, so it contributes nothing here.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from scheduler_core._schemas import ModelInstance
+from scheduler_core.cluster import Allocatable, ClusterState, WorkerView
+from scheduler_core.strategies._base import Candidate, Claim
+
+#: GPUStack's scale-up placement max score.
+MAX_SCORE = 100.0
+#: Binpack resource weights (``ResourceWeight(vram=2, ram=1)``).
+_VRAM_WEIGHT, _RAM_WEIGHT = 2, 1
+#: Binpack weights of the leader vs each subordinate worker.
+_LEADER_WEIGHT, _SUBORDINATE_WEIGHT = 5, 1
+
+
+def _ratio(claimed: float | None, free: float | None) -> float:
+    if claimed and free and claimed > 0 and free > 0:
+        return claimed / free * MAX_SCORE
+    return 0.0
+
+
+def _binpack_node(claim: Claim, indexes: Sequence[int], allocatable: Allocatable) -> float:
+    ram = _ratio(claim.ram, allocatable.ram)
+    if not indexes:
+        return ram
+    return max(
+        (_RAM_WEIGHT * ram + _VRAM_WEIGHT * _ratio(claim.vram.get(i), allocatable.vram.get(i)))
+        / (_RAM_WEIGHT + _VRAM_WEIGHT)
+        for i in indexes
+    )
+
+
+def binpack_score(candidate: Candidate, cluster: ClusterState) -> float:
+    """How tightly the candidate fills its GPUs; leader weighs 5, each follower 1."""
+    leader = _binpack_node(
+        candidate.claim,
+        candidate.gpu_indexes,
+        cluster.allocatable(candidate.worker, candidate.gpu_type),
+    )
+    if not candidate.subordinates:
+        return leader
+    followers = sum(
+        _binpack_node(sub.claim, sub.gpu_indexes, cluster.allocatable(sub.worker, candidate.gpu_type))
+        for sub in candidate.subordinates
+    )
+    n = len(candidate.subordinates)
+    # GPUStack multiplies the *sum* by n (so several tight followers can exceed 100).
+    return (_LEADER_WEIGHT * leader + followers * n * _SUBORDINATE_WEIGHT) / (
+        _LEADER_WEIGHT + _SUBORDINATE_WEIGHT * n
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Load:
+    """Instance counts: per worker and per (worker, GPU type, index); this model vs others."""
+
+    worker_current: Mapping[int, int]
+    worker_other: Mapping[int, int]
+    gpu_current: Mapping[tuple[int, str | None, int], int]
+    gpu_other: Mapping[tuple[int, str | None, int], int]
+
+
+def _placements(instance: ModelInstance) -> Iterable[tuple[int, str | None, list[int]]]:
+    if instance.worker_id is not None:
+        yield instance.worker_id, instance.gpu_type, list(instance.gpu_indexes or ())
+    servers = instance.distributed_servers
+    for sub in (servers.subordinate_workers or ()) if servers else ():
+        if sub.worker_id is not None:
+            yield sub.worker_id, sub.gpu_type or instance.gpu_type, list(sub.gpu_indexes or ())
+
+
+def _load(instances: Iterable[ModelInstance], model_id: int | None) -> _Load:
+    counts: dict[bool, tuple[dict[int, int], dict[tuple[int, str | None, int], int]]] = {
+        True: (defaultdict(int), defaultdict(int)),
+        False: (defaultdict(int), defaultdict(int)),
+    }
+    for instance in instances:
+        same = model_id is not None and instance.model_id == model_id
+        per_worker, per_gpu = counts[same]
+        for worker_id, gpu_type, indexes in _placements(instance):
+            per_worker[worker_id] += len(indexes) or 1  # a CPU instance counts once
+            for index in indexes:
+                per_gpu[(worker_id, gpu_type, index)] += 1
+    return _Load(counts[True][0], counts[False][0], counts[True][1], counts[False][1])
+
+
+def _inverse(value: float, low: float, high: float) -> float:
+    return 1.0 if high <= low else 1.0 - (value - low) / (high - low)
+
+
+def _worker_score(worker: WorkerView, load: _Load, workers: Sequence[int]) -> float:
+    currents = [load.worker_current.get(w, 0) for w in workers]
+    others = [load.worker_other.get(w, 0) for w in workers]
+    current = load.worker_current.get(worker.id, 0)
+    other_inv = _inverse(load.worker_other.get(worker.id, 0), min(others), max(others))
+    current_inv = _inverse(current, min(currents), max(currents))
+    if 0 in currents:
+        if current == 0:
+            return 0.85 + 0.15 * other_inv
+        return 0.45 + 0.35 * current_inv + 0.20 * other_inv
+    return 0.50 + 0.25 * current_inv + 0.15 * other_inv
+
+
+def _gpu_score(candidate: Candidate, load: _Load) -> float:
+    scores = [
+        1.0
+        / (
+            1
+            + load.gpu_current.get((candidate.worker.id, candidate.gpu_type, i), 0)
+            + 0.2 * load.gpu_other.get((candidate.worker.id, candidate.gpu_type, i), 0)
+        )
+        for i in candidate.gpu_indexes
+    ]
+    return sum(scores) / len(scores)
+
+
+def spread_scores(
+    candidates: Sequence[Candidate], instances: Iterable[ModelInstance], model_id: int | None
+) -> list[float]:
+    """Spread scores: fewer instances on the worker and on its GPUs score higher."""
+    load = _load(instances, model_id)
+    workers = list(dict.fromkeys(c.worker.id for c in candidates))
+    scores: list[float] = []
+    for candidate in candidates:
+        worker = _worker_score(candidate.worker, load, workers) * MAX_SCORE
+        if not candidate.gpu_indexes:
+            scores.append(worker)
+            continue
+        scores.append(0.85 * worker + 0.15 * _gpu_score(candidate, load) * MAX_SCORE)
+    return scores
+
+
+def score_candidates(
+    candidates: Sequence[Candidate], strategy: str, cluster: ClusterState, model_id: int | None
+) -> list[Candidate]:
+    """New candidates carrying their placement score (inputs are not mutated)."""
+    if strategy == "binpack":
+        scores = [binpack_score(c, cluster) for c in candidates]
+    else:
+        scores = spread_scores(candidates, cluster.instances, model_id)
+    return [replace(c, score=s) for c, s in zip(candidates, scores, strict=True)]
+
+
+def pick_highest(candidates: Sequence[Candidate]) -> int | None:
+    """Index of the first candidate with the highest score (GPUStack: strict ``>``)."""
+    best: int | None = None
+    for position, candidate in enumerate(candidates):
+        score = candidate.score or 0.0
+        if best is None or score > (candidates[best].score or 0.0):
+            best = position
+    return best

@@ -1,0 +1,293 @@
+"""GPUStack's SGLang resource-fit selector, as one decision over a snapshot.
+
+Order of work (``SGLangResourceFitSelector``): derive the GPU count from the
+backend parameters and the manual selection, validate the arguments against
+the model's hyperparameters, compute ``--mem-fraction-static`` per GPU type,
+estimate the claims, record the default message, then run the strategies in
+order; the first that yields candidates wins.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from scheduler_core._schemas import ModelSpec
+from scheduler_core._units import byte_to_gib
+from scheduler_core.cluster import (
+    ClusterState,
+    WorkerView,
+    group_workers_by_gpu_type,
+    sort_workers_by_gpu_count,
+)
+from scheduler_core.errors import RequestError
+from scheduler_core.events import Action, Event, Level, list_message
+from scheduler_core.mem_fraction import FractionFlags, ManualSelection, MemFractionCalculator
+from scheduler_core.model_facts import ModelParameters
+from scheduler_core.params import BackendParameters, ParameterError
+from scheduler_core.strategies import DEFAULT_STRATEGIES
+from scheduler_core.strategies._base import (
+    Candidate,
+    Selection,
+    Strategy,
+    tp_divisibility_problem,
+)
+
+#: GPUStack's gpu id format ``<worker_name>:<type>:<index>`` (``utils/gpu.py``).
+GPU_ID_PATTERN = re.compile(r"^(?P<worker_name>.+):(?P<device>[^:]+):(?P<gpu_index>\d+)$")
+#: Env switch that lets a manual selection differ from the world size.
+SKIP_GPU_COUNT_CHECK_ENV = "GPUSTACK_SKIP_GPU_COUNT_CHECK"
+_TRUTHY_ENV = frozenset({"1", "true", "yes", "on"})
+
+_TP = ("tp-size", "tensor-parallel-size")
+_PP = ("pp-size", "pipeline-parallel-size")
+_DP = ("dp-size", "data-parallel-size")
+_PARAMS_FIELD = "model.backend_parameters"
+_INIT_CONTEXT = "Failed to initialize SGLang candidates selector"
+_FIND_CONTEXT = "Failed to find candidate"
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What the selector derives from the model before looking at GPUs."""
+
+    params: BackendParameters
+    manual: ManualSelection
+    selected_workers: tuple[str, ...]
+    gpu_count: int | None
+    param_fraction: float
+    check_vision_tp: bool
+
+
+def _positive(value: int | None, flag: str) -> int | None:
+    if value is not None and value <= 0:
+        raise RequestError(
+            _PARAMS_FIELD, f"--{flag} must be a positive integer.", "invalid_backend_parameters"
+        )
+    return value
+
+
+def world_size(params: BackendParameters) -> tuple[int | None, list[str]]:
+    """``tp × pp × dp`` from the flags (dp ignored under ``--enable-dp-attention``)."""
+    tp = _positive(params.find_int(_TP), _TP[0])
+    pp = _positive(params.find_int(_PP), _PP[0])
+    dp = _positive(params.find_int(_DP), _DP[0])
+    if params.find_bool(["enable-dp-attention"]):
+        dp = None  # DP attention reuses the TP group's GPUs
+    size, strategies = 1, []
+    for name, value in (("tp", tp), ("pp", pp), ("dp", dp)):
+        if value:
+            strategies.append(name)
+            size *= value
+    return (size, strategies) if strategies else (None, [])
+
+
+def _manual_selection(model: ModelSpec) -> tuple[ManualSelection, tuple[str, ...]]:
+    selector = model.gpu_selector
+    by_type: dict[str, dict[str, list[int]]] = {}
+    seen: set[str] = set()
+    for position, gpu_id in enumerate((selector.gpu_ids if selector else None) or ()):
+        match = GPU_ID_PATTERN.match(gpu_id)
+        field = f"model.gpu_selector.gpu_ids.{position}"
+        if match is None:
+            raise RequestError(field, f"Invalid GPU id {gpu_id!r}: expected <worker_name>:<type>:<index>.")
+        if gpu_id in seen:
+            raise RequestError(field, f"GPU id {gpu_id!r} is selected twice.")
+        seen.add(gpu_id)
+        per_worker = by_type.setdefault(match["device"], {})
+        per_worker.setdefault(match["worker_name"], []).append(int(match["gpu_index"]))
+    frozen = {t: {w: sorted(ix) for w, ix in per.items()} for t, per in by_type.items()}
+    workers = tuple(dict.fromkeys(w for per in frozen.values() for w in per))
+    manual = ManualSelection(
+        by_type=frozen,
+        gpus_per_replica=selector.gpus_per_replica if selector else None,
+        active=selector is not None,
+    )
+    return manual, workers
+
+
+def _skip_gpu_count_check(model: ModelSpec) -> bool:
+    value = (model.env or {}).get(SKIP_GPU_COUNT_CHECK_ENV, "")
+    return bool(model.gpu_selector and model.gpu_selector.gpu_ids) and (
+        value.strip().lower() in _TRUTHY_ENV
+    )
+
+
+def _gpu_count(model: ModelSpec, params: BackendParameters, selected: int) -> int | None:
+    """GPUStack's ``_set_gpu_count``: manual count, else the world size."""
+    selector = model.gpu_selector
+    count = (selector.gpus_per_replica or selected) if selected and selector else None
+    size, strategies = world_size(params)
+    if not size:
+        return count
+    if count and count != size:
+        if _skip_gpu_count_check(model):
+            return count
+        raise RequestError(
+            _PARAMS_FIELD,
+            f"Model {model.name} has {'/'.join(strategies)} set, but the selected gpu count "
+            f"({count}) does not match the world size ({size}).",
+            "gpu_count_mismatch",
+            _INIT_CONTEXT,
+        )
+    return size
+
+
+def build_plan(model: ModelSpec) -> Plan:
+    """Everything derived from the model alone (GPUStack's selector constructor).
+
+    Raises:
+        RequestError: malformed flags or GPU ids, or a GPU count that contradicts tp/pp/dp.
+    """
+    params = BackendParameters(model.backend_parameters)
+    manual, workers = _manual_selection(model)
+    selected = sum(len(ix) for per in manual.by_type.values() for ix in per.values())
+    try:
+        count = _gpu_count(model, params, selected)
+        fraction = params.find_float(["mem-fraction-static"]) or 0.0
+    except ParameterError as error:
+        raise RequestError(error.field, str(error), "invalid_backend_parameters") from None
+    check_vision = not model.backend_parameters or not params.find_bool(["language-only"])
+    return Plan(params, manual, workers, count, fraction, check_vision)
+
+
+def _argument_error(message: str) -> RequestError:
+    return RequestError(_PARAMS_FIELD, message, "invalid_backend_parameters", _FIND_CONTEXT)
+
+
+def _validate_parallelism(params: BackendParameters, model_params: ModelParameters) -> None:
+    tp = params.find_int(_TP) or 1
+    heads = model_params.num_attention_heads
+    if heads and heads % tp != 0:
+        raise _argument_error(
+            f"Total number of attention heads ({heads}) must be divisible by tp-size ({tp})."
+        )
+    pp = params.find_int(_PP) or 1
+    nnodes_value = params.find(["nnodes"])
+    nnodes = int(nnodes_value) if nnodes_value else 1
+    if nnodes <= 0:
+        raise _argument_error("--nnodes must be a positive integer.")
+    if (tp * pp) % nnodes != 0:
+        raise _argument_error(f"tp-size {tp * pp} must be divisible by nnodes")
+
+
+def validate_arguments(plan: Plan, model_params: ModelParameters) -> None:
+    """GPUStack's ``_validate_and_set_arguments`` checks, texts verbatim.
+
+    Raises:
+        RequestError: the flags contradict each other or the model.
+    """
+    params = plan.params
+    try:
+        _validate_parallelism(params, model_params)
+        mixed_chunk = params.find_strtobool(["enable-mixed-chunk"])
+        pp = params.find_int(_PP) or 1
+        dp = params.find_int(_DP) or 1
+        nnodes_value = params.find(["nnodes"])
+        nnodes = int(nnodes_value) if nnodes_value else 1
+    except (ParameterError, ValueError) as error:
+        if isinstance(error, RequestError):
+            raise
+        raise _argument_error(str(error)) from None
+    speculative = params.find(["speculative-algorithm"])
+    if pp > 1 and (speculative is not None or mixed_chunk):
+        raise _argument_error(
+            "Pipeline parallelism is not compatible with overlap schedule, speculative "
+            "decoding, mixed chunked prefill."
+        )
+    if dp > 1 and nnodes != 1 and not params.find_bool(["enable-dp-attention"]):
+        raise _argument_error("multi-node data parallel is not supported unless dp attention!")
+    if speculative is not None and mixed_chunk:
+        raise _argument_error("enable_mixed_chunk is required for speculative decoding")
+    tp_problem = tp_divisibility_problem(
+        model_params, plan.check_vision_tp, params.find_int(_TP) or 1
+    )
+    if tp_problem:
+        raise _argument_error(tp_problem + " Consider adjusting your tp-size value.")
+
+
+def fractions_by_type(
+    plan: Plan,
+    workers: Sequence[WorkerView],
+    cluster: ClusterState,
+    model_params: ModelParameters,
+) -> dict[str | None, float]:
+    """GPUStack's ``cal_mem_fraction_static``: one fraction per GPU type present.
+
+    Under manual selection only the selected types get one. The ``"*"`` entry
+    (0) is GPUStack's fallback key; GPU-less workers form type ``None``.
+    """
+    flags = FractionFlags.from_parameters(plan.params)
+    by_type = group_workers_by_gpu_type(workers)
+    valid = set(plan.manual.by_type) if plan.manual.by_type else set(by_type)
+    fractions: dict[str | None, float] = {"*": 0.0}
+    for gpu_type, workers_of_type in by_type.items():
+        if gpu_type not in valid:
+            continue
+        if plan.param_fraction > 0:
+            fractions[gpu_type] = plan.param_fraction
+            continue
+        calculator = MemFractionCalculator(
+            flags, plan.manual, gpu_type, cluster, model_params.vision_config
+        )
+        fractions[gpu_type] = calculator.fraction(workers_of_type)
+    return fractions
+
+
+def default_message(selection: Selection) -> str:
+    """The estimate headline GPUStack shows first."""
+    head = f"The model requires approximately {byte_to_gib(selection.vram_claim)} GiB of VRAM"
+    if selection.ram_claim > 0:
+        head += f" and {byte_to_gib(selection.ram_claim)} GiB of RAM"
+    lines = [head + "."]
+    highest = max(selection.mfs_by_type.values()) if selection.mfs_by_type else 0
+    if highest != 0 and not selection.is_diffusion:
+        lines.append(
+            f"With --mem-fraction-static={highest}, all GPUs combined need to provide at least "
+            f"{byte_to_gib(int(selection.vram_claim / highest))} GiB of total VRAM and each GPU "
+            f"needs {int(highest * 100)}% of allocatable VRAM."
+        )
+    return list_message(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorOutcome:
+    """Candidates in selector order, GPUStack's messages, the events, the deciding stage."""
+
+    candidates: tuple[Candidate, ...]
+    messages: tuple[str, ...]
+    events: tuple[Event, ...]
+    stage: str | None
+
+
+def _set_messages(selection: Selection) -> None:
+    if not selection.messages:
+        selection.messages.append(selection.events.assemble_message())
+
+
+def run_strategies(
+    selection: Selection,
+    workers: Sequence[WorkerView],
+    strategies: Sequence[Strategy] = DEFAULT_STRATEGIES,
+) -> SelectorOutcome:
+    """Record the default message and run the strategies; first non-empty result wins."""
+    selection.events.add(Level.INFO, Action.DEFAULT, default_message(selection))
+    ordered = sort_workers_by_gpu_count(workers)
+    for strategy in strategies:
+        if strategy.skip(selection):
+            continue
+        candidates = strategy(selection, ordered)
+        if len(candidates) == 1 and candidates[0].overcommit:
+            _set_messages(selection)
+        if candidates:
+            return SelectorOutcome(
+                tuple(candidates), tuple(selection.messages), selection.events.events, strategy.name
+            )
+    _set_messages(selection)
+    return SelectorOutcome((), tuple(selection.messages), selection.events.events, None)
+
+
+def fraction_summary(fractions: Mapping[str | None, float]) -> dict[str, float]:
+    """Fractions keyed by real GPU types only (drops ``"*"`` and the GPU-less ``None``)."""
+    return {t: f for t, f in fractions.items() if t is not None and t != "*"}

@@ -1,0 +1,1 @@
+"""gpusched service: Celery app and tasks, Redis state, CLI."""

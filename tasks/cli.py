@@ -1,0 +1,54 @@
+"""The ``gpusched`` command line.
+
+Subcommands are registered by small modules so offline commands never import
+Celery or Redis: ``schedule``/``tune`` run in process on embedded defaults;
+the service commands (``submit``, ``worker``, ``cluster``, ``replay``) live in
+:mod:`tasks.cli_service`.
+
+Exit codes: 0 success (including ``unschedulable``), 2 bad input or a
+rejected request (one line on stderr), 1 a service failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from tasks import cli_offline
+
+
+class UsageError(Exception):
+    """Bad command-line input; printed as one line, exit code 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full ``gpusched`` parser with every registered subcommand."""
+    parser = argparse.ArgumentParser(prog="gpusched", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    cli_offline.register(commands)
+    try:
+        from tasks import cli_service
+    except ImportError:  # service extras missing: offline commands still work
+        pass
+    else:
+        cli_service.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.handler(args)
+    except cli_offline.CliError as error:
+        print(f"gpusched: {error}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
