@@ -2,8 +2,9 @@
 
 Public API::
 
-    from scheduler_core import schedule
+    from scheduler_core import schedule, tune
     result = schedule({"model": {...}, "workers": [...], "model_instances": [...]})
+    plan = tune({"explicit_args": {...}, "platform": {...}, "pipeline": {...}})
 """
 
 from __future__ import annotations
@@ -20,10 +21,13 @@ from scheduler_core._schemas import (
     ScheduleResult,
     Worker,
 )
-from scheduler_core.schedule import canonical_json, schedule
+from scheduler_core.diffusion import TuneRequest, TuneResult, tune
+from scheduler_core.schedule import DEFAULT_CHAIN, Chain, canonical_json, schedule
 
 __all__ = [
+    "DEFAULT_CHAIN",
     "CandidateOut",
+    "Chain",
     "ErrorOut",
     "EstimateOut",
     "EventOut",
@@ -32,7 +36,10 @@ __all__ = [
     "ModelSpec",
     "ScheduleRequest",
     "ScheduleResult",
+    "TuneRequest",
+    "TuneResult",
     "Worker",
     "canonical_json",
     "schedule",
+    "tune",
 ]

@@ -155,9 +155,7 @@ def _data_offsets(entry: object, key: str, name: str) -> tuple[int, int]:
         and offsets[0] <= offsets[1]
     ):
         return int(offsets[0]), int(offsets[1])
-    raise ModelFolderError(
-        f"{name} has a corrupt header: tensor {key!r} lacks a valid data_offsets pair"
-    )
+    raise ModelFolderError(f"{name} has a corrupt header: tensor {key!r} lacks a valid data_offsets pair")
 
 
 def _is_offset(value: object) -> bool:

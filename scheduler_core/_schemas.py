@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 #: Worker states GPUStack knows (``WorkerStateEnum``); only ``ready`` is schedulable.
 WORKER_STATES = frozenset(
@@ -97,6 +97,16 @@ class Worker(_Row):
     state: str = "not_ready"
     system_reserved: SystemReserved | None = None
     status: WorkerStatus | None = None
+    # Memo of the core's immutable view of this (frozen) row; never serialised.
+    _view: Any = PrivateAttr(default=None)
+
+    def view_cache(self) -> Any:
+        """The memoised core view of this row, if one was built."""
+        return self._view
+
+    def remember_view(self, view: Any) -> None:
+        """Memoise the core view (the row itself is frozen, so the view never goes stale)."""
+        self._view = view
 
     @field_validator("labels", mode="before")
     @classmethod
@@ -190,8 +200,7 @@ class ModelSpec(_Row):
     def _env_strings(cls, value: Any) -> Any:
         if isinstance(value, dict):
             return {
-                key: str(item) if isinstance(item, int | float) and not isinstance(item, bool)
-                else item
+                key: str(item) if isinstance(item, int | float) and not isinstance(item, bool) else item
                 for key, item in value.items()
             }
         return value

@@ -53,8 +53,9 @@ class WorkerView:
     gpus: tuple[Gpu, ...]
 
     def of_type(self, gpu_type: str | None) -> WorkerView:
-        """A copy holding only this worker's GPUs of ``gpu_type`` (its own tuple)."""
-        return replace(self, gpus=tuple(g for g in self.gpus if g.type == gpu_type))
+        """This worker restricted to its GPUs of ``gpu_type`` (itself when all GPUs are of it)."""
+        gpus = tuple(g for g in self.gpus if g.type == gpu_type)
+        return self if len(gpus) == len(self.gpus) else replace(self, gpus=gpus)
 
     def with_gpus(self, gpus: Iterable[Gpu]) -> WorkerView:
         """A copy holding exactly ``gpus``."""
@@ -79,7 +80,16 @@ class GpuSlot:
 
 
 def worker_view(worker: Worker) -> WorkerView:
-    """Convert a validated GPUStack worker row into a :class:`WorkerView`."""
+    """The :class:`WorkerView` of a validated worker row, memoised on the (frozen) row."""
+    cached = worker.view_cache()
+    if isinstance(cached, WorkerView):
+        return cached
+    view = _build_view(worker)
+    worker.remember_view(view)
+    return view
+
+
+def _build_view(worker: Worker) -> WorkerView:
     status = worker.status
     reserved = worker.system_reserved
     memory = status.memory if status else None
@@ -266,6 +276,7 @@ def sort_gpu_indexes_by_allocatable_rate(
 
     GPUs of another type rate 0, as upstream.
     """
+
     def rate(gpu: Gpu) -> float:
         if gpu.type != gpu_type or not gpu.total or gpu.index is None:
             return 0.0

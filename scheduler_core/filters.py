@@ -83,9 +83,7 @@ class LabelFilter:
         selector = model.worker_selector
         if not selector:
             return FilterOutcome(tuple(workers))
-        kept = tuple(
-            w for w in workers if all(w.labels.get(k) == v for k, v in selector.items())
-        )
+        kept = tuple(w for w in workers if all(w.labels.get(k) == v for k, v in selector.items()))
         message = f"Matched {len(kept)}/{len(workers)} workers by label selector: {selector}."
         return FilterOutcome(kept, (message,), "label_mismatch")
 

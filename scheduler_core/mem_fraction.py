@@ -214,9 +214,7 @@ class MemFractionCalculator:
             if not worker.gpus:
                 continue
             selected = self._selected_indexes(worker)
-            totals.extend(
-                gpu.total for gpu in worker.gpus if selected is None or gpu.index in selected
-            )
+            totals.extend(gpu.total for gpu in worker.gpus if selected is None or gpu.index in selected)
         return min(totals) if totals else 0
 
     def _selected_indexes(self, worker: WorkerView) -> Sequence[int] | None:

@@ -174,9 +174,7 @@ class _Section:
         if value is None:
             return None
         if not isinstance(value, Mapping):
-            raise ModelConfigError(
-                self.field_name(key), f"expected an object, got {_excerpt(value)}"
-            )
+            raise ModelConfigError(self.field_name(key), f"expected an object, got {_excerpt(value)}")
         return _Section(value, self.field_name(key))
 
     def descend(self, keys: tuple[str, ...]) -> _Section | None:
@@ -235,9 +233,7 @@ def _as_positive_number(value: object, field_name: str) -> float | None:
     raise ModelConfigError(field_name, f"expected a positive number, got {_excerpt(value)}")
 
 
-def model_parameters_from_config(
-    config: Mapping[str, Any] | None, *, is_llm: bool
-) -> ModelParameters:
+def model_parameters_from_config(config: Mapping[str, Any] | None, *, is_llm: bool) -> ModelParameters:
     """Derive GPUStack's ``ModelParameters`` from a config.json dict (memo §2.1).
 
     The text (decoder) sub-config is the first of ``text_config``,

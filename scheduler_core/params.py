@@ -101,9 +101,7 @@ class BackendParameters:
         try:
             return int(value)
         except ValueError:
-            raise ParameterError(
-                f"Invalid value for --{names[0]}: {value!r} is not an integer."
-            ) from None
+            raise ParameterError(f"Invalid value for --{names[0]}: {value!r} is not an integer.") from None
 
     def find_float(self, names: Sequence[str]) -> float | None:
         """The float value of the first matching flag (None when absent or bare).
@@ -117,9 +115,7 @@ class BackendParameters:
         try:
             return float(value)
         except ValueError:
-            raise ParameterError(
-                f"Invalid value for --{names[0]}: {value!r} is not a number."
-            ) from None
+            raise ParameterError(f"Invalid value for --{names[0]}: {value!r} is not a number.") from None
 
     def find_bool(self, names: Sequence[str]) -> bool:
         """GPUStack's ``find_bool_parameter``: bare flag is True, 0/false/no/off/f/n False."""

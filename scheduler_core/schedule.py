@@ -8,25 +8,19 @@ rejected`` with an error naming the field.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
-from scheduler_core._schemas import (
-    CandidateOut,
-    ClaimOut,
-    ErrorOut,
-    EstimateOut,
-    EventOut,
-    LaunchOut,
-    ScheduleRequest,
-    ScheduleResult,
-    SubordinateOut,
-)
-from scheduler_core.cluster import ClusterState, WorkerView, worker_view
+from scheduler_core._render import ClaimMemo, candidate_out, estimate_out, event_out
+from scheduler_core._schemas import ErrorOut, LaunchOut, ScheduleRequest, ScheduleResult
+from scheduler_core.cluster import ClusterState, WorkerView, sort_workers_by_gpu_count, worker_view
+from scheduler_core.diffusion_launch import explicit_diffusion_args, plan_diffusion_launch
 from scheduler_core.errors import RequestError
 from scheduler_core.estimate import (
     ModelFacts,
@@ -35,8 +29,8 @@ from scheduler_core.estimate import (
     model_ram_claim,
     resolve_model_facts,
 )
-from scheduler_core.events import Event, list_message
-from scheduler_core.filters import run_filters
+from scheduler_core.events import list_message
+from scheduler_core.filters import DEFAULT_FILTERS, WorkerFilter, run_filters
 from scheduler_core.launch import launch_arguments
 from scheduler_core.model_facts import (
     ModelConfigError,
@@ -48,17 +42,33 @@ from scheduler_core.scoring import pick_highest, score_candidates
 from scheduler_core.sglang import (
     SelectorOutcome,
     build_plan,
-    fraction_summary,
     fractions_by_type,
     run_strategies,
     validate_arguments,
 )
-from scheduler_core.strategies._base import Candidate, Claim, Selection
+from scheduler_core.strategies import DEFAULT_STRATEGIES
+from scheduler_core.strategies._base import Candidate, Selection, Strategy
 
 #: GPUStack's state-message header for an instance that could not be placed.
 NO_SUITABLE_WORKERS = "No suitable workers.\nDetails:\n"
 #: GPUStack's text when the selector produced no message of its own.
 NO_RESOURCE_FIT = "No workers meet the resource requirements."
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """The plugin chain a decision runs: worker filters, then strategies in order.
+
+    The default is GPUStack's chain; a deployment may drop or reorder plugins
+    (``policy: gpustack`` parity holds only for the default).
+    """
+
+    filters: tuple[WorkerFilter, ...] = DEFAULT_FILTERS
+    strategies: tuple[Strategy, ...] = DEFAULT_STRATEGIES
+
+
+#: GPUStack's chain.
+DEFAULT_CHAIN = Chain()
 
 
 def canonical_json(value: Any) -> str:
@@ -94,11 +104,14 @@ def _validation_rejection(request_id: str, error: ValidationError) -> ScheduleRe
     return _rejected(request_id, "invalid_request", message, field)
 
 
-def schedule(request: ScheduleRequest | Mapping[str, Any] | Any) -> ScheduleResult:
+def schedule(
+    request: ScheduleRequest | Mapping[str, Any] | Any, *, chain: Chain = DEFAULT_CHAIN
+) -> ScheduleResult:
     """Decide where the request's model runs (Contract 1).
 
     Args:
         request: a :class:`ScheduleRequest` or its JSON-shaped dict.
+        chain: the filters and strategies to run (GPUStack's by default).
 
     Returns:
         ``scheduled`` with candidates, ``selected`` and launch arguments;
@@ -106,16 +119,22 @@ def schedule(request: ScheduleRequest | Mapping[str, Any] | Any) -> ScheduleResu
         ``rejected`` with an error naming the field for invalid input. Never raises.
     """
     request_id = _request_id(request)
+    collecting = gc.isenabled()
+    gc.disable()  # a decision allocates many short-lived objects; cyclic GC only slows it
     try:
-        parsed = (
-            request
-            if isinstance(request, ScheduleRequest)
-            else ScheduleRequest.model_validate(request)
-        )
+        return _schedule(request, request_id, chain)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _schedule(request: Any, request_id: str, chain: Chain) -> ScheduleResult:
+    try:
+        parsed = request if isinstance(request, ScheduleRequest) else ScheduleRequest.model_validate(request)
     except ValidationError as error:
         return _validation_rejection(request_id, error)
     try:
-        return _decide(parsed, request_id)
+        return _decide(parsed, request_id, chain)
     except RequestError as error:
         return _rejected(request_id, error.code, error.message, error.field)
     except Exception as error:  # the contract is "never raises": report, don't crash
@@ -151,20 +170,21 @@ def _model_facts(request: ScheduleRequest) -> tuple[ModelFacts, list[str], Model
         )
     except ModelConfigError as error:
         raise RequestError(
-            error.field,
-            f"Failed to parse model {model.name} hyperparameters: {error}",
+            f"model.{error.field}",
+            f"Failed to parse model {model.name} hyperparameters: {error.message}",
             "invalid_model_config",
         ) from None
     return facts, categories, params
 
 
-def _decide(request: ScheduleRequest, request_id: str) -> ScheduleResult:
+def _decide(request: ScheduleRequest, request_id: str, chain_: Chain) -> ScheduleResult:
     views = _snapshot(request)
     model = request.model
     plan = build_plan(model)
     facts, categories, model_params = _model_facts(request)
     validate_arguments(plan, model_params)
-    chain = run_filters(model, views)
+    diffusion_args = explicit_diffusion_args(model.backend_parameters) if "image" in categories else None
+    chain = run_filters(model, views, chain_.filters)
     if not chain.workers:
         block = list_message(chain.messages) + "\n" if chain.messages else ""
         return ScheduleResult(
@@ -188,10 +208,37 @@ def _decide(request: ScheduleRequest, request_id: str) -> ScheduleResult:
         selected_workers=plan.selected_workers,
         check_vision_tp=plan.check_vision_tp,
     )
+    # GPUStack computes fractions before sorting; order does not change a minimum.
+    ordered = sort_workers_by_gpu_count(chain.workers)
     if not selection.is_diffusion:
-        selection.mfs_by_type = fractions_by_type(plan, chain.workers, cluster, model_params)
-    outcome = run_strategies(selection, chain.workers)
-    return _result(request, request_id, selection, facts, chain.messages, outcome)
+        selection.mfs_by_type = fractions_by_type(plan, selection, ordered)
+    outcome = run_strategies(selection, ordered, chain_.strategies)
+    result = _result(request, request_id, selection, facts, chain.messages, outcome)
+    if diffusion_args is None or result.selected is None:
+        return result
+    return _with_diffusion_plan(result, selection, facts, outcome.candidates[result.selected], diffusion_args)
+
+
+def _with_diffusion_plan(
+    result: ScheduleResult,
+    selection: Selection,
+    facts: ModelFacts,
+    chosen: Candidate,
+    diffusion_args: dict[str, Any],
+) -> ScheduleResult:
+    """Add the diffusion auto-tuner's launch plan for the chosen GPUs (Contract 2 integration)."""
+    plan = plan_diffusion_launch(selection.model, facts, chosen, selection.cluster, diffusion_args)
+    if plan is None or result.launch is None:
+        return result
+    # SGLang diffusion sizes itself from --num-gpus and the tuned flags: the LLM launch
+    # flags (--tp-size from the GPU count, --mem-fraction-static) do not apply.
+    launch = LaunchOut.model_construct(
+        backend_parameters=[*selection.model.backend_parameters, *plan.cli_flags],
+        nodes=None,
+        diffusion=plan.summary,
+    )
+    events = [*result.events, *(event_out(e) for e in plan.events)]
+    return result.model_copy(update={"launch": launch, "events": events})
 
 
 def _result(
@@ -203,10 +250,10 @@ def _result(
     outcome: SelectorOutcome,
 ) -> ScheduleResult:
     model = request.model
-    scored = score_candidates(
-        outcome.candidates, model.placement_strategy, selection.cluster, model.id
-    )
-    chosen = pick_highest(scored)
+    candidates = outcome.candidates
+    scores = score_candidates(candidates, model.placement_strategy, selection.cluster, model.id)
+    chosen = pick_highest(scores)
+    claims: ClaimMemo = {}
     block = list_message(filter_messages) + "\n" if filter_messages else ""
     messages = list(outcome.messages)
     launch: LaunchOut | None = None
@@ -215,70 +262,18 @@ def _result(
         messages = messages or [NO_RESOURCE_FIT]
         state_message = NO_SUITABLE_WORKERS + block + "".join(messages)
     else:
-        launch = launch_arguments(model.backend_parameters, scored[chosen])
-        if not scored[chosen].overcommit:
-            messages = []
+        launch = launch_arguments(model.backend_parameters, candidates[chosen])
+        if not candidates[chosen].overcommit:
+            messages = []  # GPUStack assembles messages only on failure or overcommit
     return ScheduleResult(
         request_id=request_id,
         status="scheduled" if chosen is not None else "unschedulable",
-        candidates=[_candidate_out(c) for c in scored],
+        candidates=[candidate_out(c, s, claims) for c, s in zip(candidates, scores, strict=True)],
         selected=chosen,
         messages=messages,
         filter_messages=list(filter_messages),
         state_message=state_message,
-        events=[_event_out(e) for e in outcome.events],
-        estimate=_estimate_out(selection, facts),
+        events=[event_out(e) for e in outcome.events],
+        estimate=estimate_out(selection, facts),
         launch=launch,
-    )
-
-
-def _claim_out(claim: Claim) -> ClaimOut:
-    return ClaimOut(
-        vram={str(index): amount for index, amount in claim.vram.items()},
-        ram=claim.ram,
-        vram_utilization=claim.vram_utilization,
-        estimated_vram=claim.estimated_vram,
-    )
-
-
-def _candidate_out(candidate: Candidate) -> CandidateOut:
-    subordinates = [
-        SubordinateOut(
-            worker_id=sub.worker.id,
-            worker_name=sub.worker.name,
-            worker_ip=sub.worker.ip,
-            worker_ifname=sub.worker.ifname,
-            gpu_type=sub.gpu_type,
-            gpu_indexes=list(sub.gpu_indexes),
-            total_gpus=len(sub.gpu_indexes),
-            computed_resource_claim=_claim_out(sub.claim),
-        )
-        for sub in candidate.subordinates
-    ]
-    return CandidateOut(
-        worker_id=candidate.worker.id,
-        worker_name=candidate.worker.name,
-        worker_ip=candidate.worker.ip,
-        gpu_type=candidate.gpu_type,
-        gpu_indexes=list(candidate.gpu_indexes),
-        computed_resource_claim=_claim_out(candidate.claim),
-        overcommit=candidate.overcommit,
-        score=candidate.score,
-        subordinate_workers=subordinates or None,
-    )
-
-
-def _event_out(event: Event) -> EventOut:
-    return EventOut(
-        level=event.level.value, action=event.action, message=event.message, reason=event.reason
-    )
-
-
-def _estimate_out(selection: Selection, facts: ModelFacts) -> EstimateOut:
-    return EstimateOut(
-        vram_bytes=selection.vram_claim,
-        ram_bytes=selection.ram_claim,
-        mem_fraction_static=fraction_summary(selection.mfs_by_type),
-        weight_bytes=facts.weight_bytes,
-        weight_source=facts.weight_source,
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from scheduler_core._schemas import ModelInstance
 from scheduler_core.cluster import Allocatable, ClusterState, WorkerView
@@ -101,13 +101,26 @@ def _inverse(value: float, low: float, high: float) -> float:
     return 1.0 if high <= low else 1.0 - (value - low) / (high - low)
 
 
-def _worker_score(worker: WorkerView, load: _Load, workers: Sequence[int]) -> float:
+@dataclass(frozen=True, slots=True)
+class _Ranges:
+    """Min/max instance counts over the candidates' workers (the spread normalisation)."""
+
+    current: tuple[int, int]
+    other: tuple[int, int]
+    any_worker_without_model: bool
+
+
+def _ranges(load: _Load, workers: Sequence[int]) -> _Ranges:
     currents = [load.worker_current.get(w, 0) for w in workers]
     others = [load.worker_other.get(w, 0) for w in workers]
+    return _Ranges((min(currents), max(currents)), (min(others), max(others)), 0 in currents)
+
+
+def _worker_score(worker: WorkerView, load: _Load, ranges: _Ranges) -> float:
     current = load.worker_current.get(worker.id, 0)
-    other_inv = _inverse(load.worker_other.get(worker.id, 0), min(others), max(others))
-    current_inv = _inverse(current, min(currents), max(currents))
-    if 0 in currents:
+    other_inv = _inverse(load.worker_other.get(worker.id, 0), *ranges.other)
+    current_inv = _inverse(current, *ranges.current)
+    if ranges.any_worker_without_model:
         if current == 0:
             return 0.85 + 0.15 * other_inv
         return 0.45 + 0.35 * current_inv + 0.20 * other_inv
@@ -131,11 +144,17 @@ def spread_scores(
     candidates: Sequence[Candidate], instances: Iterable[ModelInstance], model_id: int | None
 ) -> list[float]:
     """Spread scores: fewer instances on the worker and on its GPUs score higher."""
+    if not candidates:
+        return []
     load = _load(instances, model_id)
-    workers = list(dict.fromkeys(c.worker.id for c in candidates))
+    ranges = _ranges(load, list(dict.fromkeys(c.worker.id for c in candidates)))
+    per_worker: dict[int, float] = {}  # the worker term is the same for all its candidates
     scores: list[float] = []
     for candidate in candidates:
-        worker = _worker_score(candidate.worker, load, workers) * MAX_SCORE
+        worker = per_worker.get(candidate.worker.id)
+        if worker is None:
+            worker = _worker_score(candidate.worker, load, ranges) * MAX_SCORE
+            per_worker[candidate.worker.id] = worker
         if not candidate.gpu_indexes:
             scores.append(worker)
             continue
@@ -145,20 +164,17 @@ def spread_scores(
 
 def score_candidates(
     candidates: Sequence[Candidate], strategy: str, cluster: ClusterState, model_id: int | None
-) -> list[Candidate]:
-    """New candidates carrying their placement score (inputs are not mutated)."""
+) -> list[float]:
+    """The placement score of each candidate, in candidate order."""
     if strategy == "binpack":
-        scores = [binpack_score(c, cluster) for c in candidates]
-    else:
-        scores = spread_scores(candidates, cluster.instances, model_id)
-    return [replace(c, score=s) for c, s in zip(candidates, scores, strict=True)]
+        return [binpack_score(c, cluster) for c in candidates]
+    return spread_scores(candidates, cluster.instances, model_id)
 
 
-def pick_highest(candidates: Sequence[Candidate]) -> int | None:
-    """Index of the first candidate with the highest score (GPUStack: strict ``>``)."""
+def pick_highest(scores: Sequence[float]) -> int | None:
+    """Index of the first highest score (GPUStack: strict ``>``), None when there is none."""
     best: int | None = None
-    for position, candidate in enumerate(candidates):
-        score = candidate.score or 0.0
-        if best is None or score > (candidates[best].score or 0.0):
+    for position, score in enumerate(scores):
+        if best is None or score > scores[best]:
             best = position
     return best

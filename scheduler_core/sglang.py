@@ -10,17 +10,12 @@ order; the first that yields candidates wins.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from scheduler_core._schemas import ModelSpec
 from scheduler_core._units import byte_to_gib
-from scheduler_core.cluster import (
-    ClusterState,
-    WorkerView,
-    group_workers_by_gpu_type,
-    sort_workers_by_gpu_count,
-)
+from scheduler_core.cluster import WorkerView
 from scheduler_core.errors import RequestError
 from scheduler_core.events import Action, Event, Level, list_message
 from scheduler_core.mem_fraction import FractionFlags, ManualSelection, MemFractionCalculator
@@ -109,9 +104,7 @@ def _manual_selection(model: ModelSpec) -> tuple[ManualSelection, tuple[str, ...
 
 def _skip_gpu_count_check(model: ModelSpec) -> bool:
     value = (model.env or {}).get(SKIP_GPU_COUNT_CHECK_ENV, "")
-    return bool(model.gpu_selector and model.gpu_selector.gpu_ids) and (
-        value.strip().lower() in _TRUTHY_ENV
-    )
+    return bool(model.gpu_selector and model.gpu_selector.gpu_ids) and (value.strip().lower() in _TRUTHY_ENV)
 
 
 def _gpu_count(model: ModelSpec, params: BackendParameters, selected: int) -> int | None:
@@ -200,18 +193,13 @@ def validate_arguments(plan: Plan, model_params: ModelParameters) -> None:
         raise _argument_error("multi-node data parallel is not supported unless dp attention!")
     if speculative is not None and mixed_chunk:
         raise _argument_error("enable_mixed_chunk is required for speculative decoding")
-    tp_problem = tp_divisibility_problem(
-        model_params, plan.check_vision_tp, params.find_int(_TP) or 1
-    )
+    tp_problem = tp_divisibility_problem(model_params, plan.check_vision_tp, params.find_int(_TP) or 1)
     if tp_problem:
         raise _argument_error(tp_problem + " Consider adjusting your tp-size value.")
 
 
 def fractions_by_type(
-    plan: Plan,
-    workers: Sequence[WorkerView],
-    cluster: ClusterState,
-    model_params: ModelParameters,
+    plan: Plan, selection: Selection, workers: Sequence[WorkerView]
 ) -> dict[str | None, float]:
     """GPUStack's ``cal_mem_fraction_static``: one fraction per GPU type present.
 
@@ -219,7 +207,7 @@ def fractions_by_type(
     (0) is GPUStack's fallback key; GPU-less workers form type ``None``.
     """
     flags = FractionFlags.from_parameters(plan.params)
-    by_type = group_workers_by_gpu_type(workers)
+    by_type = selection.workers_by_type(workers)
     valid = set(plan.manual.by_type) if plan.manual.by_type else set(by_type)
     fractions: dict[str | None, float] = {"*": 0.0}
     for gpu_type, workers_of_type in by_type.items():
@@ -229,7 +217,7 @@ def fractions_by_type(
             fractions[gpu_type] = plan.param_fraction
             continue
         calculator = MemFractionCalculator(
-            flags, plan.manual, gpu_type, cluster, model_params.vision_config
+            flags, plan.manual, gpu_type, selection.cluster, selection.model_params.vision_config
         )
         fractions[gpu_type] = calculator.fraction(workers_of_type)
     return fractions
@@ -271,13 +259,15 @@ def run_strategies(
     workers: Sequence[WorkerView],
     strategies: Sequence[Strategy] = DEFAULT_STRATEGIES,
 ) -> SelectorOutcome:
-    """Record the default message and run the strategies; first non-empty result wins."""
+    """Record the default message and run the strategies; first non-empty result wins.
+
+    ``workers`` must already be sorted by GPU count (:func:`sort_workers_by_gpu_count`).
+    """
     selection.events.add(Level.INFO, Action.DEFAULT, default_message(selection))
-    ordered = sort_workers_by_gpu_count(workers)
     for strategy in strategies:
         if strategy.skip(selection):
             continue
-        candidates = strategy(selection, ordered)
+        candidates = strategy(selection, workers)
         if len(candidates) == 1 and candidates[0].overcommit:
             _set_messages(selection)
         if candidates:
@@ -286,8 +276,3 @@ def run_strategies(
             )
     _set_messages(selection)
     return SelectorOutcome((), tuple(selection.messages), selection.events.events, None)
-
-
-def fraction_summary(fractions: Mapping[str | None, float]) -> dict[str, float]:
-    """Fractions keyed by real GPU types only (drops ``"*"`` and the GPU-less ``None``)."""
-    return {t: f for t, f in fractions.items() if t is not None and t != "*"}

@@ -30,9 +30,7 @@ def params(config: dict[str, Any] | None) -> ModelParameters:
 
 def write_safetensors(path: Path, data_bytes: int, *, with_data: bool = True) -> int:
     """Write a one-tensor safetensors file; return its declared size."""
-    header = json.dumps(
-        {"w": {"dtype": "U8", "shape": [data_bytes], "data_offsets": [0, data_bytes]}}
-    )
+    header = json.dumps({"w": {"dtype": "U8", "shape": [data_bytes], "data_offsets": [0, data_bytes]}})
     raw = header.encode()
     body = b"\0" * data_bytes if with_data else b""
     path.write_bytes(struct.pack("<Q", len(raw)) + raw + body)
@@ -353,9 +351,7 @@ def test_deepseek_v3_mla_and_moe_fields() -> None:
     ],
     ids=["mixtral", "qwen-moe", "alias-order", "ernie-vl-list", "dense"],
 )
-def test_moe_expert_aliases(
-    config: dict[str, Any], experts: int | None, shared: int | None
-) -> None:
+def test_moe_expert_aliases(config: dict[str, Any], experts: int | None, shared: int | None) -> None:
     result = params(config)
 
     assert (result.moe_num_experts, result.moe_num_shared_experts) == (experts, shared)
@@ -601,9 +597,7 @@ def test_index_total_size_wins_over_headers(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("total_size", [None, "16GB", 1.5e9, True, -1])
-def test_index_without_integer_total_size_falls_back_to_headers(
-    tmp_path: Path, total_size: object
-) -> None:
+def test_index_without_integer_total_size_falls_back_to_headers(tmp_path: Path, total_size: object) -> None:
     write_index(tmp_path, total_size)
     declared = write_safetensors(tmp_path / "model.safetensors", 64)
 
@@ -620,10 +614,7 @@ def test_index_without_metadata_falls_back_to_headers(tmp_path: Path) -> None:
 
 
 def test_headers_of_all_root_shards_are_summed(tmp_path: Path) -> None:
-    sizes = [
-        write_safetensors(tmp_path / f"model-0000{i}-of-00003.safetensors", 100 * i)
-        for i in (1, 2, 3)
-    ]
+    sizes = [write_safetensors(tmp_path / f"model-0000{i}-of-00003.safetensors", 100 * i) for i in (1, 2, 3)]
     (tmp_path / "sub").mkdir()
     write_safetensors(tmp_path / "sub" / "extra.safetensors", 1000)
 
@@ -694,9 +685,7 @@ def test_corrupt_shard_names_the_file(tmp_path: Path) -> None:
         read_local_model(tmp_path)
 
 
-@pytest.mark.parametrize(
-    "name", ["config.json", "model_index.json", "model.safetensors.index.json"]
-)
+@pytest.mark.parametrize("name", ["config.json", "model_index.json", "model.safetensors.index.json"])
 @pytest.mark.parametrize(
     ("content", "problem"),
     [
@@ -706,9 +695,7 @@ def test_corrupt_shard_names_the_file(tmp_path: Path) -> None:
     ],
     ids=["syntax", "encoding", "empty"],
 )
-def test_invalid_json_files_are_named(
-    tmp_path: Path, name: str, content: bytes, problem: str
-) -> None:
+def test_invalid_json_files_are_named(tmp_path: Path, name: str, content: bytes, problem: str) -> None:
     (tmp_path / name).write_bytes(content)
 
     with pytest.raises(ModelFolderError, match=f"{name} {problem}") as caught:
@@ -725,9 +712,7 @@ def test_json_that_is_not_an_object_is_rejected(tmp_path: Path, name: str) -> No
         read_local_model(tmp_path)
 
 
-@pytest.mark.parametrize(
-    "name", ["config.json", "model_index.json", "model.safetensors.index.json"]
-)
+@pytest.mark.parametrize("name", ["config.json", "model_index.json", "model.safetensors.index.json"])
 def test_json_path_that_is_not_a_file_is_named(tmp_path: Path, name: str) -> None:
     (tmp_path / name).mkdir()
 
@@ -812,9 +797,7 @@ def test_model_index_list_uses_first_element(tmp_path: Path) -> None:
     assert facts.weight_bytes == expected
 
 
-@pytest.mark.parametrize(
-    ("document", "problem"), [([], "is an empty list"), ([3], "is not a JSON")]
-)
+@pytest.mark.parametrize(("document", "problem"), [([], "is an empty list"), ([3], "is not a JSON")])
 def test_bad_model_index_list_is_rejected(tmp_path: Path, document: object, problem: str) -> None:
     write_json(tmp_path / "model_index.json", document)
 

@@ -48,9 +48,7 @@ def write_raw(path: Path, header: bytes, *, declared: int | None = None) -> Path
 
 def test_reads_sizes_and_counts_tensors_skipping_metadata(tmp_path: Path) -> None:
     file = tmp_path / "model.safetensors"
-    declared = write_safetensors(
-        file, {"b.weight": (16, 48), "a.weight": (0, 16)}, metadata={"format": "pt"}
-    )
+    declared = write_safetensors(file, {"b.weight": (16, 48), "a.weight": (0, 16)}, metadata={"format": "pt"})
 
     header = read_safetensors_header(file)
 
@@ -126,9 +124,7 @@ def test_header_longer_than_file_is_truncated(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("declared", [2**64 - 1, 2**40, _safetensors.MAX_HEADER_BYTES + 1])
-def test_huge_declared_header_length_is_rejected_without_reading(
-    tmp_path: Path, declared: int
-) -> None:
+def test_huge_declared_header_length_is_rejected_without_reading(tmp_path: Path, declared: int) -> None:
     file = write_raw(tmp_path / "huge.safetensors", b"{}", declared=declared)
 
     with pytest.raises(ModelFolderError, match=r"exceeds the \d+-byte limit") as caught:
@@ -223,13 +219,9 @@ _extents = st.dictionaries(
 )
 
 
-@settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(extents=_extents)
-def test_property_declared_size_matches_header(
-    tmp_path: Path, extents: dict[str, tuple[int, int]]
-) -> None:
+def test_property_declared_size_matches_header(tmp_path: Path, extents: dict[str, tuple[int, int]]) -> None:
     file = tmp_path / "prop.safetensors"
     declared = write_safetensors(file, extents, with_data=False)
 
@@ -240,13 +232,9 @@ def test_property_declared_size_matches_header(
     assert header.data_bytes == max((end for _, end in extents.values()), default=0)
 
 
-@settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(content=st.binary(max_size=64))
-def test_property_arbitrary_bytes_parse_or_raise_folder_error(
-    tmp_path: Path, content: bytes
-) -> None:
+def test_property_arbitrary_bytes_parse_or_raise_folder_error(tmp_path: Path, content: bytes) -> None:
     file = tmp_path / "fuzz.safetensors"
     file.write_bytes(content)
 

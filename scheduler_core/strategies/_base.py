@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from scheduler_core._schemas import ModelSpec
-from scheduler_core.cluster import ClusterState, Gpu, WorkerView
+from scheduler_core.cluster import ClusterState, Gpu, WorkerView, group_workers_by_gpu_type
 from scheduler_core.estimate import computed_ram_claim
 from scheduler_core.events import EventCollector
 from scheduler_core.mem_fraction import ManualSelection
@@ -49,7 +49,6 @@ class Candidate:
     gpu_indexes: tuple[int, ...]
     claim: Claim
     overcommit: bool = False
-    score: float | None = None
     subordinates: tuple[Subordinate, ...] = ()
 
 
@@ -80,6 +79,15 @@ class Selection:
     events: EventCollector = field(default_factory=EventCollector)
     messages: list[str] = field(default_factory=list)
     multi_gpu: MultiGpuTracker = field(default_factory=MultiGpuTracker)
+    _by_type: dict[int, dict[str | None, list[WorkerView]]] = field(default_factory=dict)
+
+    def workers_by_type(self, workers: Sequence[WorkerView]) -> dict[str | None, list[WorkerView]]:
+        """``group_workers_by_gpu_type(workers)``, computed once per worker list per decision."""
+        key = id(workers)
+        grouped = self._by_type.get(key)
+        if grouped is None:
+            grouped = self._by_type[key] = group_workers_by_gpu_type(workers)
+        return grouped
 
     @property
     def is_diffusion(self) -> bool:
@@ -155,9 +163,7 @@ class Selection:
         )
 
 
-def tp_divisibility_problem(
-    params: ModelParameters, check_vision: bool, tp: int | None
-) -> str | None:
+def tp_divisibility_problem(params: ModelParameters, check_vision: bool, tp: int | None) -> str | None:
     """GPUStack's ``_check_tp_size_divisibility``: the first failing rule's text.
 
     None when ``tp`` is 0/None or every known size divides evenly. KV heads are
@@ -167,10 +173,7 @@ def tp_divisibility_problem(
         return None
     heads = params.num_attention_heads
     if heads and heads % tp != 0:
-        return (
-            f"Total number of attention heads ({heads}) must be divisible by "
-            f"tensor parallel size ({tp})."
-        )
+        return f"Total number of attention heads ({heads}) must be divisible by tensor parallel size ({tp})."
     vision_heads = params.vision_num_attention_heads
     if check_vision and vision_heads and vision_heads % tp != 0:
         return (

@@ -65,9 +65,7 @@ def _selected_count(selection: Selection) -> int:
     return sum(len(ix) for per_type in selection.manual.by_type.values() for ix in per_type.values())
 
 
-def _selected_copies(
-    selection: Selection, workers: Sequence[WorkerView], gpu_type: str
-) -> list[WorkerView]:
+def _selected_copies(selection: Selection, workers: Sequence[WorkerView], gpu_type: str) -> list[WorkerView]:
     """Copies of the selected workers holding only their selected GPUs of this type,
     most-free GPU first; workers with more selected GPUs first (stable)."""
     selected = selection.manual.by_type[gpu_type]
@@ -96,16 +94,12 @@ def _candidates(
             for worker in workers:
                 for gpu in worker.gpus:
                     assert gpu.index is not None
-                    candidates.extend(
-                        _single_worker(selection, worker, gpu_type, [gpu.index], 1, request)
-                    )
+                    candidates.extend(_single_worker(selection, worker, gpu_type, [gpu.index], 1, request))
         return candidates
     for gpu_type, workers in copies.items():
         for worker in workers:
             indexes = [g.index for g in worker.gpus if g.index is not None]
-            candidates.extend(
-                _single_worker(selection, worker, gpu_type, indexes, gpu_count, request)
-            )
+            candidates.extend(_single_worker(selection, worker, gpu_type, indexes, gpu_count, request))
     if candidates:
         return candidates
     for gpu_type, workers in copies.items():

@@ -17,7 +17,6 @@ from scheduler_core.cluster import (
     GpuSlot,
     WorkerView,
     group_gpus_by_memory,
-    group_workers_by_gpu_type,
     ram_not_enough,
     sort_workers_by_gpu_count,
 )
@@ -38,17 +37,13 @@ class MultiWorkerMultiGpu:
 
     def skip(self, selection: Selection) -> bool:
         """Skipped under manual selection, without distributed inference, for diffusion."""
-        return bool(selection.selected_workers) or not selection.distributed or (
-            selection.is_diffusion
-        )
+        return bool(selection.selected_workers) or not selection.distributed or (selection.is_diffusion)
 
     def __call__(self, selection: Selection, workers: Sequence[WorkerView]) -> list[Candidate]:
         """At most one distributed candidate per GPU type."""
         candidates: list[Candidate] = []
-        for gpu_type, workers_of_type in group_workers_by_gpu_type(workers).items():
-            groups = group_gpus_by_memory(
-                workers_of_type, selection.cluster, selection.ram_claim, gpu_type
-            )
+        for gpu_type, workers_of_type in selection.workers_by_type(workers).items():
+            groups = group_gpus_by_memory(workers_of_type, selection.cluster, selection.ram_claim, gpu_type)
             if any(_gate_passes(selection, group, gpu_type) for group in groups):
                 candidates.extend(_auto_select(selection, workers_of_type, gpu_type))
         return candidates
@@ -58,9 +53,7 @@ def _gate_passes(selection: Selection, group: list[GpuSlot], gpu_type: str | Non
     if len(group) <= 1:
         return False
     fraction = selection.fraction(gpu_type)
-    if not selection.is_diffusion and any(
-        slot.allocatable / slot.gpu.total < fraction for slot in group
-    ):
+    if not selection.is_diffusion and any(slot.allocatable / slot.gpu.total < fraction for slot in group):
         return False
     per_worker: dict[int, int] = {}
     for slot in group:
@@ -76,9 +69,7 @@ def _whole_node_fits(selection: Selection, worker: WorkerView, gpu_type: str | N
     if selection.is_diffusion:
         return True
     fraction = selection.fraction(gpu_type)
-    return not any(
-        not gpu.total or gpu_rate(allocatable.vram, gpu) < fraction for gpu in worker.gpus
-    )
+    return not any(not gpu.total or gpu_rate(allocatable.vram, gpu) < fraction for gpu in worker.gpus)
 
 
 def _node_vram(selection: Selection, worker: WorkerView, gpu_type: str | None) -> int:
@@ -123,8 +114,8 @@ def _record_failure(
     lines: list[str] = []
     if combination:
         names = [worker.name for worker in combination]
-        shown = str(names) if len(names) <= 3 else (
-            str(names[:3]).rstrip("]") + f"...(more {len(names) - 3})]"
+        shown = (
+            str(names) if len(names) <= 3 else (str(names[:3]).rstrip("]") + f"...(more {len(names) - 3})]")
         )
         message = f"The optimal combination {shown} provides {byte_to_gib(vram)} GiB of allocatable VRAM."
         skipped = bucket_size - len(combination)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from scheduler_core._units import byte_to_gib
-from scheduler_core.cluster import WorkerView, group_workers_by_gpu_type, ram_not_enough
+from scheduler_core.cluster import WorkerView, ram_not_enough
 from scheduler_core.events import Action, Level, list_message
 from scheduler_core.strategies._base import Candidate, Selection
 
@@ -29,19 +29,18 @@ class SingleWorkerSingleGpu:
         if selection.gpu_count is not None and selection.gpu_count > 1:
             return []
         candidates: list[Candidate] = []
-        for gpu_type, workers_of_type in group_workers_by_gpu_type(workers).items():
+        for gpu_type, workers_of_type in selection.workers_by_type(workers).items():
             for worker in workers_of_type:
                 candidates.extend(_worker_candidates(selection, worker, gpu_type))
         return candidates
 
 
-def _worker_candidates(
-    selection: Selection, worker: WorkerView, gpu_type: str | None
-) -> list[Candidate]:
+def _worker_candidates(selection: Selection, worker: WorkerView, gpu_type: str | None) -> list[Candidate]:
     allocatable = selection.cluster.allocatable(worker, gpu_type)
     if ram_not_enough(selection.ram_claim, allocatable) or not worker.gpus:
         return []
     fraction = selection.fraction(gpu_type)
+    utilization = selection.mfs(gpu_type)
     diffusion = selection.is_diffusion
     largest_vram, largest_rate = 0, 0.0
     candidates: list[Candidate] = []
@@ -56,16 +55,14 @@ def _worker_candidates(
             continue
         if not diffusion and rate < fraction:
             continue
-        utilization = 0.0 if diffusion else fraction
-        request = selection.vram_claim if diffusion else None
-        vram = selection.vram_claims(worker, [gpu.index], utilization, request)
-        claim = selection.claim(vram, selection.mfs(gpu_type))
+        # _get_worker_resource_claim for one GPU: total × fraction, or the whole estimate.
+        amount = selection.vram_claim if diffusion else int(gpu.total * fraction)
+        vram = {gpu.index: amount}
+        claim = selection.claim(vram, utilization)
         candidates.append(Candidate(worker, gpu.type, (gpu.index,), claim))
     if not candidates:
         message = f"The current available GPU only has {byte_to_gib(largest_vram)} GiB allocatable VRAM."
         if fraction != 0 and not diffusion:
             message = message.rstrip(".") + f" ({(largest_rate * 100):.2f}%)."
-        selection.events.add(
-            Level.INFO, Action.AUTO_SINGLE_GPU, list_message(message), "insufficient_vram"
-        )
+        selection.events.add(Level.INFO, Action.AUTO_SINGLE_GPU, list_message(message), "insufficient_vram")
     return candidates

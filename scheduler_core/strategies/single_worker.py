@@ -15,7 +15,6 @@ from scheduler_core.cluster import (
     GpuSlot,
     WorkerView,
     group_gpus_by_memory,
-    group_workers_by_gpu_type,
 )
 from scheduler_core.events import Action, Level, list_message
 from scheduler_core.strategies._base import Candidate, Selection
@@ -33,7 +32,7 @@ class SingleWorkerMultiGpu:
     def __call__(self, selection: Selection, workers: Sequence[WorkerView]) -> list[Candidate]:
         """One candidate per worker that can hold the model on a balanced GPU group."""
         candidates: list[Candidate] = []
-        for gpu_type, workers_of_type in group_workers_by_gpu_type(workers).items():
+        for gpu_type, workers_of_type in selection.workers_by_type(workers).items():
             for worker in workers_of_type:
                 candidates.extend(_worker_candidate(selection, worker, gpu_type))
         return candidates
@@ -56,9 +55,7 @@ def _track_largest(selection: Selection, group: list[GpuSlot], worker: WorkerVie
         tracker.total_gpus = len(worker.gpus)
 
 
-def _greedy_prefix(
-    selection: Selection, group: list[GpuSlot], gpu_type: str | None
-) -> dict[int, int] | None:
+def _greedy_prefix(selection: Selection, group: list[GpuSlot], gpu_type: str | None) -> dict[int, int] | None:
     """Walk the group by free VRAM (desc) until a TP-divisible prefix covers the claim."""
     fraction = selection.fraction(gpu_type)
     claims: dict[int, int] = {}
@@ -79,9 +76,7 @@ def _greedy_prefix(
     return None
 
 
-def _worker_candidate(
-    selection: Selection, worker: WorkerView, gpu_type: str | None
-) -> list[Candidate]:
+def _worker_candidate(selection: Selection, worker: WorkerView, gpu_type: str | None) -> list[Candidate]:
     if len(worker.gpus) < 2:
         return []
     groups = group_gpus_by_memory([worker], selection.cluster, selection.ram_claim, gpu_type)
@@ -108,9 +103,7 @@ def _record_failure(selection: Selection, gpu_type: str | None) -> None:
     else:
         lines = [_capacity_message(selection, gpu_type)]
         reason = "insufficient_vram"
-    selection.events.add(
-        Level.INFO, Action.AUTO_SINGLE_WORKER_MULTI_GPU, list_message(lines), reason
-    )
+    selection.events.add(Level.INFO, Action.AUTO_SINGLE_WORKER_MULTI_GPU, list_message(lines), reason)
 
 
 def _capacity_message(selection: Selection, gpu_type: str | None) -> str:
@@ -126,9 +119,7 @@ def _capacity_message(selection: Selection, gpu_type: str | None) -> str:
     if fraction != 0:
         effective: float = 0
         if tracker.total_gpus > 0:
-            effective = byte_to_gib(
-                int(tracker.vram * fraction * tracker.satisfied / tracker.total_gpus)
-            )
+            effective = byte_to_gib(int(tracker.vram * fraction * tracker.satisfied / tracker.total_gpus))
         message = (
             message.rstrip(".")
             + f", {tracker.satisfied}/{tracker.total_gpus} of GPUs meet the VRAM utilization"

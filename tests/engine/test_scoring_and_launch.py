@@ -1,0 +1,171 @@
+"""Placement scoring (binpack / spread), the pick, and launch arguments."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+import pytest
+from builders import GIB, H100, RTX_4090, instance, model, request, uniform_worker
+
+from scheduler_core import schedule
+from scheduler_core.cluster import ClusterState, Gpu, WorkerView
+from scheduler_core.launch import launch_arguments, parallelism
+from scheduler_core.scoring import binpack_score, pick_highest
+from scheduler_core.strategies import Candidate, Claim, Subordinate
+
+CLAIM_4090 = 22_060_864_634  # int(4090 total × 0.848)
+
+
+def two_workers(strategy):
+    workers = [uniform_worker(1, "a", 1, RTX_4090), uniform_worker(2, "b", 1, RTX_4090)]
+    busy = [instance(1, 1, {0: 2 * GIB}, model_id=42)]
+    return schedule(request(model(placement_strategy=strategy), workers, busy))
+
+
+def test_binpack_prefers_the_fuller_gpu():
+    """Rule: binpack = max over GPUs of (1·ram% + 2·vram%)/3 with vram% = claim/allocatable·100."""
+    result = two_workers("binpack")
+    scores = [c.score for c in result.candidates]
+    assert scores == pytest.approx(
+        [2 * (CLAIM_4090 / (RTX_4090 - 2 * GIB) * 100) / 3, 2 * (CLAIM_4090 / RTX_4090 * 100) / 3], rel=1e-12
+    )
+    assert result.selected == 0
+
+
+def test_spread_prefers_the_emptier_worker():
+    """Rule: spread: no worker runs this model → 0.85 + 0.15·inv(others); GPU term 1/(1+cur+0.2·oth).
+
+    a: worker 0.85, GPU 1/1.2 → 0.85·85 + 0.15·83.33 = 84.75; b: 100.
+    """
+    result = two_workers("spread")
+    assert [c.score for c in result.candidates] == pytest.approx([84.75, 100.0], rel=1e-12)
+    assert result.selected == 1
+
+
+def test_spread_when_every_candidate_worker_runs_the_model():
+    """Rule: all candidate workers host the model → 0.50 + 0.25·inv(cur) + 0.15·inv(oth) (ceiling 0.90)."""
+    workers = [uniform_worker(1, "a", 2, H100), uniform_worker(2, "b", 2, H100)]
+    busy = [
+        instance(1, 1, {0: GIB}, model_id=1),
+        instance(2, 2, {0: GIB}, model_id=1),
+        instance(3, 2, {1: GIB}, model_id=1),
+    ]
+    result = schedule(request(model(placement_strategy="spread"), workers, busy))
+    by_place = {(c.worker_name, tuple(c.gpu_indexes)): c.score for c in result.candidates}
+    # a: cur 1 (lo 1, hi 2) → inv 1; oth 0 → inv 1 → 0.90; GPU1 is free → 1.0; GPU0 has one → 0.5
+    assert by_place[("a", (1,))] == pytest.approx(0.85 * 90 + 0.15 * 100)
+    assert by_place[("a", (0,))] == pytest.approx(0.85 * 90 + 0.15 * 50)
+    assert result.candidates[result.selected].worker_name == "a"
+
+
+def _view(worker_id: int, count: int) -> WorkerView:
+    return WorkerView(
+        id=worker_id,
+        name=f"w{worker_id}",
+        ip=f"10.0.0.{worker_id}",
+        ifname=None,
+        cluster_id=None,
+        labels=MappingProxyType({}),
+        state="ready",
+        reserved_ram=0,
+        reserved_vram=0,
+        ram_total=0,
+        is_unified_memory=False,
+        gpus=tuple(Gpu("cuda", i, 100) for i in range(count)),
+    )
+
+
+def _claim(amount: int, count: int) -> Claim:
+    return Claim(
+        vram=dict.fromkeys(range(count), amount), ram=None, vram_utilization=0.5, estimated_vram=None
+    )
+
+
+def test_binpack_with_subordinates_weights_leader_five_and_multiplies_the_sum():
+    """Rule: (5·leader + Σsubs·n)/(5 + n) — GPUStack multiplies the *sum* by n."""
+    views = [_view(1, 1), _view(2, 1), _view(3, 1)]
+    cluster = ClusterState(views, [])
+    candidate = Candidate(
+        views[0],
+        "cuda",
+        (0,),
+        _claim(60, 1),
+        subordinates=(
+            Subordinate(views[1], "cuda", (0,), _claim(30, 1)),
+            Subordinate(views[2], "cuda", (0,), _claim(90, 1)),
+        ),
+    )
+    leader, s1, s2 = 2 * 60 / 3, 2 * 30 / 3, 2 * 90 / 3
+    assert binpack_score(candidate, cluster) == pytest.approx((5 * leader + (s1 + s2) * 2) / 7)
+
+
+def test_pick_is_first_highest():
+    """Rule: strict '>' scan: ties keep the earliest candidate."""
+    assert pick_highest([50.0, 70.0, 70.0, 10.0]) == 1
+    assert pick_highest([]) is None
+
+
+def test_parallelism_rules():
+    """Rule: one node tp = its GPUs; equal nodes tp = GPUs per node, pp = nodes; unequal → tp 1, pp = all."""
+    views = [_view(1, 4), _view(2, 4), _view(3, 2)]
+    single = Candidate(views[0], "cuda", (0, 1, 2, 3), _claim(1, 4))
+    equal = Candidate(
+        views[0],
+        "cuda",
+        (0, 1, 2, 3),
+        _claim(1, 4),
+        subordinates=(Subordinate(views[1], "cuda", (0, 1, 2, 3), _claim(1, 4)),),
+    )
+    unequal = Candidate(
+        views[0],
+        "cuda",
+        (0, 1, 2, 3),
+        _claim(1, 4),
+        subordinates=(Subordinate(views[2], "cuda", (0, 1), _claim(1, 2)),),
+    )
+    assert [parallelism(c) for c in (single, equal, unequal)] == [(4, 1), (4, 2), (1, 6)]
+
+
+def test_launch_keeps_user_flags_and_adds_only_what_is_missing():
+    """Rule: no derived tp/pp when the user set parallelism; no injected fraction when the user set one."""
+    view = _view(1, 2)
+    candidate = Candidate(view, "cuda", (0, 1), _claim(1, 2))
+    assert launch_arguments(["--tp-size", "2"], candidate).backend_parameters == [
+        "--tp-size",
+        "2",
+        "--mem-fraction-static",
+        "0.5",
+    ]
+    assert launch_arguments(["--mem-fraction-static=0.7"], candidate).backend_parameters == [
+        "--mem-fraction-static=0.7",
+        "--tp-size",
+        "2",
+    ]
+
+
+def test_launch_for_distributed_candidate_respects_user_dist_init_addr():
+    """Rule: per-node --nnodes/--node-rank; a user --dist-init-addr is kept as given."""
+    views = [_view(1, 2), _view(2, 2)]
+    candidate = Candidate(
+        views[0],
+        "cuda",
+        (0, 1),
+        _claim(1, 2),
+        subordinates=(Subordinate(views[1], "cuda", (0, 1), _claim(1, 2)),),
+    )
+    launch = launch_arguments(["--dist-init-addr", "10.9.9.9:5000"], candidate)
+    assert [n.node_rank for n in launch.nodes] == [0, 1]
+    assert launch.nodes[1].backend_parameters == [
+        "--dist-init-addr",
+        "10.9.9.9:5000",
+        "--tp-size",
+        "2",
+        "--pp-size",
+        "2",
+        "--mem-fraction-static",
+        "0.5",
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "1",
+    ]
