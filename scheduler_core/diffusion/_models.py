@@ -1,0 +1,154 @@
+"""Request and result models of the diffusion auto-tuner (DESIGN.md Contract 2).
+
+Unknown top-level (and nested platform/env/pipeline) fields are ignored;
+wrong types raise ``pydantic.ValidationError`` (a ``ValueError``) whose
+message names the field. ``explicit_args`` keeps *every* key it receives as
+"explicitly set" — unknown names too — while only known names carry values.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+
+from ._deployments import DeploymentConfig
+from ._task_types import TaskType, upper_task_type
+
+#: Platforms whose predicates (is_cuda, is_cpu, is_mps, ...) the flow asks (Contract 2).
+PlatformKind = Literal["cuda", "rocm", "npu", "mps", "cpu"]
+
+#: Accepted ``ltx2_two_stage_device_mode`` values; ``snapshot`` is upstream's alias of original.
+LTX2_DEVICE_MODES = ("original", "resident", "snapshot")
+
+
+def _lower_str(value: object) -> object:
+    return value.lower() if isinstance(value, str) else value
+
+
+def _check_ltx2_mode(value: str | None) -> str | None:
+    # text not given upstream in our notes (upstream's argparse choices reject other values)
+    if value is not None and value not in LTX2_DEVICE_MODES:
+        raise ValueError(f"must be one of {LTX2_DEVICE_MODES}, got {value!r}")
+    return value
+
+
+Ltx2DeviceMode = Annotated[str | None, BeforeValidator(_lower_str), AfterValidator(_check_ltx2_mode)]
+
+
+class ServerArgsInput(BaseModel):
+    """The user's explicit SGLang diffusion ServerArgs, with upstream defaults (§3.2).
+
+    ``explicit_names()`` is the set of keys given, even when equal to the
+    default. Types are strict (no ``"2"`` for an int, no ``1`` for a bool).
+    """
+
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+
+    performance_mode: str | None = "auto"
+    num_gpus: int = Field(default=1, ge=1)
+    base_gpu_id: int = Field(default=0, ge=0)
+    tp_size: int | None = Field(default=None, ge=1)
+    sp_degree: int | None = Field(default=None, ge=1)
+    ulysses_degree: int | None = Field(default=None, ge=1)
+    ring_degree: int | None = Field(default=None, ge=1)
+    enable_cfg_parallel: bool | None = None
+    cfg_parallel_degree: int | None = Field(default=None, ge=1)
+    dp_size: int = Field(default=1, ge=1)
+    use_fsdp_inference: bool | None = None
+    dit_cpu_offload: bool | None = None
+    dit_layerwise_offload: bool | None = None
+    layerwise_offload_components: list[str] | str | None = None
+    dit_offload_prefetch_size: float = Field(default=0.0, ge=0)
+    text_encoder_cpu_offload: bool | None = None
+    image_encoder_cpu_offload: bool | None = None
+    vae_cpu_offload: bool = False
+    enable_torch_compile: bool = False
+    ltx2_two_stage_device_mode: Ltx2DeviceMode = None
+
+    def explicit_names(self) -> frozenset[str]:
+        """Every argument name the user passed, known or not."""
+        extra = self.__pydantic_extra__ or {}
+        return frozenset(self.model_fields_set) | frozenset(extra)
+
+
+class PlatformInfo(BaseModel):
+    """The device platform the deployment runs on (memory in GiB)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Annotated[PlatformKind, BeforeValidator(_lower_str)]
+    device_total_memory_gib: float | None = Field(default=None, ge=0)
+    available_memory_gib_by_device: dict[int, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
+    device_name: str | None = None
+
+
+class EnvFlags(BaseModel):
+    """The SGLang environment variables the flow reads (None = unset)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    SGLANG_CACHE_DIT_ENABLED: bool | None = None
+    SGLANG_LTX2_TWO_STAGE_DEVICE_MODE: Ltx2DeviceMode = None
+
+    @property
+    def cache_dit_enabled(self) -> bool:
+        """Whether cache-dit is on (unset means off)."""
+        return bool(self.SGLANG_CACHE_DIT_ENABLED)
+
+
+class PipelineInfo(BaseModel):
+    """The pipeline being deployed; None flags are derived from the deployment data."""
+
+    model_config = ConfigDict(frozen=True)
+
+    pipeline_config_class: str = Field(min_length=1)
+    task_type: Annotated[TaskType | None, BeforeValidator(upper_task_type)] = None
+    is_wan_family: bool | None = None
+    is_wan2_2_a14b: bool | None = None
+    dmd_denoising_steps_set: bool | None = None
+    model_default_uses_cfg: bool | None = None
+    is_ltx23_two_stage_pipeline: bool | None = None
+
+
+class TuneRequest(BaseModel):
+    """One tuning request (Contract 2). ``deployment_config`` None = look it up by class."""
+
+    model_config = ConfigDict(frozen=True)
+
+    explicit_args: ServerArgsInput = Field(default_factory=ServerArgsInput)
+    platform: PlatformInfo
+    env: EnvFlags = Field(default_factory=EnvFlags)
+    pipeline: PipelineInfo
+    deployment_config: DeploymentConfig | None = None
+
+
+class TuneResult(BaseModel):
+    """Every tuned ServerArgs flag, the explicit names, and why each was set.
+
+    None flags are the ones upstream leaves unset (manual mode skips the
+    defaulting steps). ``logs`` is ordered as the decisions were taken.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    performance_mode: str
+    enable_torch_compile: bool
+    use_fsdp_inference: bool | None
+    dit_cpu_offload: bool | None
+    dit_layerwise_offload: bool | None
+    layerwise_offload_components: list[str] | None
+    text_encoder_cpu_offload: bool | None
+    image_encoder_cpu_offload: bool | None
+    vae_cpu_offload: bool
+    dit_offload_prefetch_size: float
+    enable_cfg_parallel: bool
+    cfg_parallel_degree: int
+    tp_size: int
+    sp_degree: int
+    ulysses_degree: int
+    ring_degree: int
+    ltx2_two_stage_device_mode: str | None
+    num_gpus: int
+    explicit_args: list[str]
+    logs: list[str]

@@ -1,0 +1,95 @@
+"""Diffusion launch planning inside schedule(): the auto-tuner runs on the chosen GPUs."""
+
+from __future__ import annotations
+
+from builders import GIB, H100, MI300X, RTX_4090, gpu, model, request, uniform_worker, worker
+
+from scheduler_core import schedule
+
+
+def z_image(**overrides):
+    row = model(
+        name="z-image",
+        categories=["image"],
+        hf_config=None,
+        huggingface_repo_id="Tongyi-MAI/Z-Image",
+        weight_bytes=19 * GIB,
+    )
+    row.update(overrides)
+    return row
+
+
+def flag(args, name):
+    return args[args.index(name) + 1]
+
+
+def test_two_h100_auto_selects_fsdp_with_cfg_parallel():
+    """Rule: auto-FSDP (Z-Image: >= 40 GiB free, uses CFG, >= 2 GPUs) replaces DiT offload and
+    enables CFG parallel; num_gpus is the candidate's GPU count; no LLM --tp-size/--mem-fraction-static."""
+    selector = {"gpu_ids": ["pair:cuda:0", "pair:cuda:1"]}
+    result = schedule(request(z_image(gpu_selector=selector), [uniform_worker(1, "pair", 2, H100)]))
+    plan = result.launch.diffusion
+    assert plan["pipeline_config_class"] == "ZImagePipelineConfig"
+    assert (plan["num_gpus"], plan["flags"]["use_fsdp_inference"], plan["flags"]["dit_cpu_offload"]) == (
+        2,
+        True,
+        False,
+    )
+    assert (plan["flags"]["enable_cfg_parallel"], plan["flags"]["cfg_parallel_degree"]) == (True, 2)
+    args = result.launch.backend_parameters
+    assert flag(args, "--num-gpus") == "2"
+    assert args.count("--tp-size") == 1 and flag(args, "--tp-size") == "1"  # the tuner's, not GPU count
+    assert "--mem-fraction-static" not in args
+    tuner_events = [e.message for e in result.events if e.action == "diffusion_launch_plan"]
+    assert tuner_events == plan["logs"] and tuner_events
+
+
+def test_small_gpu_offloads_everything_then_goes_layerwise():
+    """Rule: _adjust_offload total < 30 GiB → dit/text/image offload; auto layerwise replaces text/image
+    CPU offload (threshold 45 GiB for image tasks not met, so vae stays in the list)."""
+    result = schedule(request(z_image(), [uniform_worker(1, "desk", 1, RTX_4090)]))
+    flags = result.launch.diffusion["flags"]
+    assert flags["layerwise_offload_components"] == ["text_encoder", "image_encoder", "vae"]
+    assert (flags["dit_cpu_offload"], flags["text_encoder_cpu_offload"], flags["use_fsdp_inference"]) == (
+        True,
+        False,
+        False,
+    )
+
+
+def test_performance_mode_and_explicit_flags_come_from_backend_parameters():
+    """Rule: --performance-mode sets the mode; a flag given by the user is explicit and not re-emitted."""
+    params = ["--performance-mode", "SPEED", "--dit-cpu-offload", "false"]
+    result = schedule(request(z_image(backend_parameters=params), [uniform_worker(1, "big", 1, H100)]))
+    plan = result.launch.diffusion
+    assert plan["performance_mode"] == "speed"
+    assert plan["flags"]["enable_torch_compile"] is True  # speed mode compiles unless explicit
+    assert "dit_cpu_offload" in plan["explicit_args"]
+    assert result.launch.backend_parameters.count("--dit-cpu-offload") == 1
+
+
+def test_invalid_diffusion_flag_is_rejected():
+    """Bad input: a malformed diffusion flag names model.backend_parameters."""
+    bad = z_image(backend_parameters=["--performance-mode", "turbo"])
+    result = schedule(request(bad, [uniform_worker(1, "big", 1, H100)]))
+    assert result.status == "rejected"
+    assert result.error.field == "model.backend_parameters"
+    assert result.error.message == (
+        "Invalid performance_mode='turbo'. Expected one of ('manual', 'auto', 'speed', 'memory')."
+    )
+
+
+def test_unknown_pipeline_falls_back_to_diffusers_generic():
+    """Rule: unknown pipeline → diffusers-generic base config (with the tuner's fallback log)."""
+    unknown = z_image(huggingface_repo_id="someone/private-diffusion")
+    result = schedule(request(unknown, [uniform_worker(1, "big", 1, H100)]))
+    assert result.launch.diffusion["pipeline_config_class"] == "DiffusersGenericPipelineConfig"
+
+
+def test_rocm_gpu_gets_no_cuda_only_layerwise_defaults():
+    """Rule: layerwise defaults only on CUDA; ROCm keeps the CPU-offload pre-defaults."""
+    amd = worker(1, "mi300", [gpu(0, MI300X, type_="rocm", vendor="amd")])
+    result = schedule(request(z_image(), [amd]))
+    flags = result.launch.diffusion["flags"]
+    assert flags["layerwise_offload_components"] is None
+    assert result.launch.diffusion["flags"]["num_gpus"] == 1
