@@ -415,3 +415,79 @@ def test_diffusion_too_large_for_each_gpu_explains_parallel_requirement():
         "- SGLang Diffusion requires each GPU to provide 30.0 GiB of allocatable VRAM when running "
         "in parallel."
     ]
+
+
+# ----------------------------------------------------------------------------- remaining message templates
+
+
+def test_multi_worker_plural_forms():
+    """Rule: 'There are N workers that can provide G GPU' pluralises both nouns independently."""
+    workers = [uniform_worker(i, name, 1, H100) for i, name in ((1, "a"), (2, "b"), (3, "c"), (4, "d"))]
+    busy = [instance(1, 3, {0: 40 * GIB}), instance(2, 4, {0: 40 * GIB})]
+    result = schedule(request(model(weight_bytes=weight_for_estimate(200)), workers, busy))
+    assert (
+        " There are 2 workers that can provide 1 GPU, as the workers in the combination, but some GPUs"
+        " among them fail to meet requirements." in result.messages[0]
+    )
+
+
+def test_manual_overcommit_using_part_of_the_selection():
+    """Rule: when the chosen overcommitted candidate uses fewer GPUs than selected, the message says
+    which ones ('Using worker ... out of N selected devices.'); ties go to the later candidate.
+    Two GPUs selected on one worker make select_tp 2: fraction 0.843, int(4.23 GiB × 0.843) = 3.56 GiB."""
+    selector = {"gpu_ids": ["w:cuda:0", "w:cuda:1"], "gpus_per_replica": 1}
+    busy = [instance(1, 1, {0: 20 * GIB, 1: 20 * GIB})]
+    result = schedule(request(model(gpu_selector=selector), [uniform_worker(1, "w", 2, RTX_4090)], busy))
+    assert result.candidates[0].gpu_indexes == [1]
+    assert result.messages[0].split("\n")[2:] == [
+        "- Manual GPU selection resulted in resource overcommit.",
+        "- Using worker w GPU indexes [1] out of 2 selected devices.",
+        "- Used GPUs provide 4.23 GiB allocatable VRAM, 0/1 of GPUs meet the VRAM utilization ratio, "
+        "providing 3.56 GiB of allocatable VRAM.",
+    ]
+
+
+def _selection_without_fraction(workers, instances):
+    """A decision state for a model without a fraction (GPUStack's non-LLM path, util 0)."""
+    from scheduler_core._schemas import ModelInstance, ModelSpec, Worker
+    from scheduler_core.cluster import ClusterState, worker_view
+    from scheduler_core.mem_fraction import ManualSelection
+    from scheduler_core.model_facts import ModelParameters
+    from scheduler_core.strategies import Selection
+
+    views = [worker_view(Worker.model_validate(w)) for w in workers]
+    cluster = ClusterState(views, [ModelInstance.model_validate(i) for i in instances])
+    manual = ManualSelection(by_type={"cuda": {"w": [0, 1]}}, gpus_per_replica=None, active=True)
+    selection = Selection(
+        model=ModelSpec(name="m", categories=["embedding"]),
+        categories=["embedding"],
+        model_params=ModelParameters(),
+        cluster=cluster,
+        vram_claim=30 * GIB,
+        ram_claim=0,
+        mfs_by_type={"*": 0.0},
+        gpu_count=2,
+        manual=manual,
+        selected_workers=("w",),
+        check_vision_tp=True,
+    )
+    return selection, views
+
+
+def test_overcommit_text_without_a_fraction():
+    """Rule: non-LLM overcommit text: 'Selected GPUs have X GiB of VRAM.' (GPUStack's base selector)."""
+    from scheduler_core.strategies import Candidate, Claim
+    from scheduler_core.strategies.manual import _record_overcommit
+
+    selection, views = _selection_without_fraction([uniform_worker(1, "w", 2, RTX_4090)], [])
+    claim = Claim(vram={0: 1, 1: 1}, ram=None, vram_utilization=0.0, estimated_vram=None)
+    _record_overcommit(selection, Candidate(views[0], "cuda", (0, 1), claim), total_selected=2)
+    assert selection.events.events[-1].message == (
+        "- Manual GPU selection resulted in resource overcommit.\n- Selected GPUs have 48.46 GiB of VRAM."
+    )
+    _record_overcommit(selection, Candidate(views[0], "cuda", (1,), claim), total_selected=2)
+    assert selection.events.events[-1].message == (
+        "- Manual GPU selection resulted in resource overcommit.\n"
+        "- Using worker w GPU indexes [1] out of 2 selected devices.\n"
+        "- Used GPUs provide 24.23 GiB allocatable VRAM."
+    )
