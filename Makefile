@@ -26,10 +26,11 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 
 typecheck: $(STAMP)
-	$(PY) -m mypy scheduler_core
+	$(PY) -m mypy scheduler_core tasks
 
 bench: $(STAMP)
 	$(PY) bench/bench_schedule.py
+	$(PY) bench/bench_service.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -15,7 +15,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from tasks import cli_offline
+from tasks import cli_offline, cli_service
 
 
 class UsageError(Exception):
@@ -27,12 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpusched", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     cli_offline.register(commands)
-    try:
-        from tasks import cli_service
-    except ImportError:  # service extras missing: offline commands still work
-        pass
-    else:
-        cli_service.register(commands)
+    cli_service.register(commands)  # imports Celery/Redis lazily, inside its handlers
     return parser
 
 

@@ -1,0 +1,25 @@
+# gpusched worker image: the placement core, the Celery service and the CLI.
+#   docker build -t gpusched .
+#   docker run --rm -e GPUSCHED_REDIS_URL=redis://redis:6379/0 gpusched worker
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    GPUSCHED_CONFIG_DIR=/app/configs \
+    GPUSCHED_LOG_FORMAT=json
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY scheduler_core ./scheduler_core
+COPY tasks ./tasks
+COPY configs ./configs
+COPY examples ./examples
+# flower serves the monitoring UI in docker-compose.yml; it is not a library dependency.
+RUN pip install . "flower>=2.0,<3" \
+    && useradd --system --uid 10001 --home-dir /app gpusched
+USER gpusched
+
+# The worker runs unprivileged (Celery warns when started as root).
+ENTRYPOINT ["gpusched"]
+CMD ["worker", "--concurrency", "1"]

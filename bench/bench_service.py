@@ -1,0 +1,272 @@
+"""End-to-end service benchmark: decisions/s and submit→result latency.
+
+For 1, 2 and 4 worker processes (each a real ``celery -A tasks.app worker``
+with a one-process prefork pool) on a synthetic 500-worker × 8-GPU cluster:
+apply the cluster to a fresh Redis database, warm the workers up, then keep
+``--inflight`` requests outstanding (closed loop) until ``--requests``
+decisions have been published. Latency is measured from ``submit()`` to the
+result entry on ``gpusched:results`` (read by a separate blocking reader);
+throughput is published results per second of wall time. The reported core
+time is the ``elapsed_ms`` the workers recorded in their decision events
+(the placement core plus the snapshot sync), to separate the core's cost
+from the service's.
+
+    .venv/bin/python bench/bench_service.py                 # 1, 2, 4 workers
+    .venv/bin/python bench/bench_service.py --workers 2 --requests 300 --mix tp4
+
+Needs ``redis-server`` on PATH (a private server on a free port is started)
+unless ``--redis-url`` names one (its database is flushed!).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+GIB = 1 << 30
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+#: A Llama-3-8B-like config (32 heads, GQA 8): divisible by tp 1, 2, 4, 8.
+HF_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "num_hidden_layers": 32,
+    "vocab_size": 128256,
+    "max_position_embeddings": 8192,
+    "torch_dtype": "bfloat16",
+}
+
+#: Request mixes: tensor-parallel size → share of requests.
+MIXES = {
+    "mixed": {1: 0.1, 2: 0.3, 4: 0.4, 8: 0.2},
+    "tp1": {1: 1.0},
+    "tp2": {2: 1.0},
+    "tp4": {4: 1.0},
+    "tp8": {8: 1.0},
+}
+
+
+def cluster(workers: int, gpus: int) -> dict[str, Any]:
+    """A synthetic GPUStack snapshot: ``workers`` ready hosts with ``gpus`` × 80 GiB each."""
+    rows = []
+    for wid in range(1, workers + 1):
+        rows.append({
+            "id": wid, "name": f"node-{wid:04d}", "ip": f"10.{wid // 250}.{wid % 250}.1",
+            "cluster_id": 1, "state": "ready", "labels": {"gpu": "h100", "rack": f"r{wid % 20}"},
+            "system_reserved": {"ram": 0, "vram": 0},
+            "status": {
+                "memory": {"total": 2048 * GIB},
+                "gpu_devices": [
+                    {"uuid": f"GPU-{wid}-{i}", "name": "NVIDIA H100 80GB HBM3", "vendor": "nvidia",
+                     "type": "cuda", "index": i, "memory": {"total": 80 * GIB}}
+                    for i in range(gpus)
+                ],
+            },
+        })
+    return {"workers": rows, "model_instances": []}
+
+
+def request(n: int, tp: int, run: str) -> dict[str, Any]:
+    """One request of tensor-parallel size ``tp`` (small enough that the cluster has room)."""
+    params = [] if tp == 1 else ["--tp-size", str(tp)]
+    return {
+        "request_id": f"{run}-{n:06d}",
+        "model": {
+            "id": 1000 + n, "name": f"llama-8b-tp{tp}", "backend": "SGLang",
+            "backend_parameters": params, "categories": ["llm"], "cluster_id": 1,
+            "hf_config": HF_CONFIG, "weight_bytes": 16 * GIB,
+        },
+    }
+
+
+def plan(total: int, mix: dict[int, float], run: str) -> list[dict[str, Any]]:
+    """``total`` requests with the mix's tp shares, interleaved deterministically."""
+    sizes: list[int] = []
+    for tp, share in sorted(mix.items()):
+        sizes.extend([tp] * round(total * share))
+    sizes = (sizes + [max(mix)] * total)[:total]
+    ordered = sorted(range(total), key=lambda i: (i * 7919) % total)
+    return [request(i, sizes[ordered[i]], run) for i in range(total)]
+
+
+class ResultReader(threading.Thread):
+    """Reads ``gpusched:results`` and timestamps each request's first result."""
+
+    def __init__(self, client: Any, stream: str) -> None:
+        super().__init__(daemon=True)
+        self.client, self.stream = client, stream
+        self.seen: dict[str, float] = {}
+        self.status: dict[str, str] = {}
+        self.cursor = "$"
+        self.done = threading.Event()
+        self.changed = threading.Condition()
+
+    def run(self) -> None:
+        from tasks.streams import read_new
+
+        while not self.done.is_set():
+            for entry_id, fields in read_new(self.client, self.stream, self.cursor, count=1000, block_ms=200):
+                self.cursor = entry_id
+                now = time.perf_counter()
+                rid = fields["request_id"]
+                if fields.get("terminal") == "1" or rid not in self.seen:
+                    self.seen.setdefault(rid, now)
+                    self.status[rid] = fields["status"]
+            with self.changed:
+                self.changed.notify_all()
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
+
+
+def run_round(url: str, processes: int, args: argparse.Namespace, snapshot: dict[str, Any]) -> dict[str, Any]:
+    """One measurement with ``processes`` worker processes on a fresh database.
+
+    Throughput: ``--inflight`` outstanding requests per process (saturates the
+    workers). Latency: one request outstanding at a time (no queueing), which
+    is what a request sees on an idle-to-moderately loaded deployment.
+    """
+    from tasks.client import ServiceClient
+    from tasks.localrun import WorkerProcess
+    from tasks.runtime import redis_client
+    from tasks.settings import Settings, reset_settings
+
+    os.environ["GPUSCHED_REDIS_URL"] = url
+    reset_settings()
+    settings = Settings(redis_url=url)
+    redis_client(settings).flushdb()
+    client = ServiceClient(settings)
+    client.apply_cluster(snapshot)
+    logs = Path(tempfile.mkdtemp(prefix="gpusched-bench-"))
+    env = {"GPUSCHED_REDIS_URL": url, "GPUSCHED_LOG_LEVEL": "WARNING",
+           "GPUSCHED_DECIDE_LOCK": str(not args.optimistic).lower()}
+    workers = [WorkerProcess(env, f"bench{i}", logs / f"w{i}.log", pool=args.pool).start()
+               for i in range(processes)]
+    try:
+        for worker in workers:
+            worker.wait_ready(60)
+        reader = ResultReader(redis_client(settings, blocking=True), client.rt.keys.results)
+        reader.start()
+        time.sleep(0.3)
+        mix = MIXES[args.mix]
+        _drive(client, reader, plan(args.warmup, mix, f"warm{processes}"), args.inflight * processes)
+        measured = plan(args.requests, mix, f"run{processes}")
+        started = time.perf_counter()
+        loaded = _drive(client, reader, measured, args.inflight * processes)
+        wall = time.perf_counter() - started
+        idle = _drive(client, reader, plan(args.latency_requests, mix, f"lat{processes}"), 1)
+        reader.done.set()
+        core = _core_ms(client, {r["request_id"] for r in measured})
+    finally:
+        for worker in workers:
+            worker.stop()
+        client.close()
+    shutil.rmtree(logs, ignore_errors=True)  # kept only when the round failed
+    statuses = {s: list(reader.status.get(r["request_id"]) for r in measured).count(s)
+                for s in ("scheduled", "unschedulable", "rejected")}
+    return {
+        "processes": processes, "requests": len(measured), "wall_s": wall,
+        "decisions_per_s": len(loaded) / wall,
+        "loaded_p50_ms": percentile(loaded, 50), "loaded_p99_ms": percentile(loaded, 99),
+        "p50_ms": percentile(idle, 50), "p99_ms": percentile(idle, 99),
+        "core_p50_ms": percentile(core, 50) if core else 0.0, "statuses": statuses,
+    }
+
+
+def _drive(client: Any, reader: ResultReader, requests: list[dict[str, Any]], inflight: int) -> list[float]:
+    """Closed loop: keep ``inflight`` requests outstanding; return latencies (ms)."""
+    submitted: dict[str, float] = {}
+    pending = list(requests)
+    latencies: list[float] = []
+    outstanding: set[str] = set()
+    deadline = time.monotonic() + 600
+    while pending or outstanding:
+        while pending and len(outstanding) < inflight:
+            item = pending.pop(0)
+            submitted[item["request_id"]] = time.perf_counter()
+            client.submit(item)
+            outstanding.add(item["request_id"])
+        with reader.changed:
+            reader.changed.wait(0.05)
+        for rid in [r for r in outstanding if r in reader.seen]:
+            outstanding.discard(rid)
+            latencies.append((reader.seen[rid] - submitted[rid]) * 1000)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{len(outstanding)} requests never got a result")
+    return latencies
+
+
+def _core_ms(client: Any, request_ids: set[str]) -> list[float]:
+    from tasks.streams import iter_stream
+
+    values = []
+    for _, fields in iter_stream(client.rt.client, client.rt.keys.events):
+        if fields.get("type") == "sched.decision.made" and fields.get("request_id") in request_ids:
+            values.append(float(json.loads(fields["data"])["elapsed_ms"]))
+    return values
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the rounds and print a table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, nargs="*", default=[1, 2, 4], help="processes per round")
+    parser.add_argument("--requests", type=int, default=400, help="measured requests per round")
+    parser.add_argument("--warmup", type=int, default=40)
+    parser.add_argument("--inflight", type=int, default=2,
+                        help="outstanding requests per process in the throughput phase")
+    parser.add_argument("--latency-requests", type=int, default=200,
+                        help="requests sent one at a time for the latency figures")
+    parser.add_argument("--pool", choices=["prefork", "solo"], default="prefork",
+                        help="Celery pool of each worker process (prefork: one pool child)")
+    parser.add_argument("--optimistic", action="store_true",
+                        help="disable the decide lease (all deciders race, conflicts retry)")
+    parser.add_argument("--cluster-workers", type=int, default=500)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--mix", choices=sorted(MIXES), default="mixed")
+    parser.add_argument("--redis-url", default=None,
+                        help="use this Redis (its database is flushed!) instead of a private one")
+    args = parser.parse_args(argv)
+
+    from tasks.localrun import start_redis
+
+    server = None if args.redis_url else start_redis()
+    url = args.redis_url or (server.url if server else "")
+    snapshot = cluster(args.cluster_workers, args.gpus)
+    print(f"cluster {args.cluster_workers} workers x {args.gpus} GPUs, mix {args.mix} "
+          f"{MIXES[args.mix]}, {args.requests} requests/round, {args.inflight} in flight per process, "
+          f"decide lease {'off' if args.optimistic else 'on'}")
+    print(f"{'procs':>5} {'decisions/s':>12} {'p50 ms':>8} {'p99 ms':>8} {'loaded p50':>11} "
+          f"{'loaded p99':>11} {'core p50':>9}  statuses")
+    try:
+        for processes in args.workers:
+            row = run_round(url, processes, args, snapshot)
+            print(f"{row['processes']:>5} {row['decisions_per_s']:>12.1f} {row['p50_ms']:>8.1f} "
+                  f"{row['p99_ms']:>8.1f} {row['loaded_p50_ms']:>11.1f} {row['loaded_p99_ms']:>11.1f} "
+                  f"{row['core_p50_ms']:>9.1f}  {row['statuses']}", flush=True)
+    finally:
+        if server is not None:
+            server.remove()
+    print("decisions/s: saturated (--inflight per process); p50/p99: submit() -> result entry on "
+          "gpusched:results, one request at a time; loaded p50/p99: under the saturating load; "
+          "core: the decision itself (snapshot sync + placement core), ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""Delayed work without Celery ETAs: the outbox and the timers, drained periodically.
+
+Celery ETA/countdown messages wait unacknowledged in a worker's memory and are
+redelivered (and run twice) when they outlive the broker's visibility
+timeout. So anything that must happen later lives in a Redis sorted set
+scored by its due time (ms):
+
+* ``gpusched:outbox`` — ``<request_id>|<seq>|<attempt>``: the watchdog of
+  every request in flight. The Lua step that makes a request need a decision
+  (accept, wake, conflict retry, requeue) adds the entry; the fast path sends
+  the message at once and pushes the entry to ``stuck_after_s``; the step
+  that finishes or parks the request removes it. When an entry comes due,
+  the request was lost somewhere (sender died, message popped by a consumer
+  as Redis died, ...) and the drainer sends it again: a decision, or the
+  publish step of a request that is already booked.
+* ``gpusched:timers`` — ``grace:<worker>`` / ``stable:<worker>``: the
+  rescheduling hysteresis clocks of :mod:`tasks.reschedule`.
+
+Each worker node runs a :class:`Drainer` thread in its main process, started
+on ``worker_ready`` (no celery beat needed); ``gpusched.drain_delayed`` runs
+the same pass on demand. Members are leased, not popped (``claim_due.lua``),
+so a drainer that dies mid-pass loses nothing; acting twice is harmless
+because decisions are guarded by ``(seq, attempt)`` and timers re-check state.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from tasks.logging import get_logger
+from tasks.pipeline import Step, enqueue
+from tasks.reschedule import fire_timer
+from tasks.runtime import Runtime
+from tasks.store import parse_outbox_member
+
+log = get_logger(__name__)
+
+#: Members handled per set and pass.
+BATCH = 200
+
+
+def drain_once(rt: Runtime) -> dict[str, int]:
+    """One pass over both sets; returns how many entries were handled."""
+    enqueued = 0
+    for member, lease in rt.store.claim_due(rt.keys.outbox, BATCH):
+        enqueued += drive(rt, member, lease)
+    fired = 0
+    for member, lease in rt.store.claim_due(rt.keys.timers, BATCH):
+        outcome = fire_timer(rt, member)
+        log.info("timer_fired", **outcome)
+        rt.store.ack_due(rt.keys.timers, member, lease)
+        fired += 1
+    return {"enqueued": enqueued, "timers": fired}
+
+
+def drive(rt: Runtime, member: str, lease: int) -> int:
+    """Re-drive one due outbox entry according to its request's state; 1 if sent."""
+    request_id, seq, attempt = parse_outbox_member(member)
+    record = rt.store.record(request_id)
+    current = (record.get("seq"), record.get("attempt")) == (str(seq), str(attempt))
+    if not current or record.get("state") in (None, "done", "parked"):
+        rt.store.ack_due(rt.keys.outbox, member, lease)
+        return 0
+    if record.get("state") == "booked":  # booked, but the publish step never ran
+        step = Step(request_id, seq, attempt, "publish", "scheduled",
+                    int(record.get("booked_version") or 0), 0)
+        rt.resume(step.to_dict())
+        rt.store.arm_watchdog(request_id, seq, attempt)
+    else:
+        enqueue(rt, request_id, seq, attempt)
+    log.info("request_redriven", request_id=request_id, state=record.get("state"), seq=seq,
+             attempt=attempt)
+    return 1
+
+
+class Drainer(threading.Thread):
+    """Runs ``work`` every ``interval`` seconds until :meth:`stop`; errors are logged, not fatal."""
+
+    def __init__(self, interval: float, work: Callable[[], Any]) -> None:
+        super().__init__(name="gpusched-drainer", daemon=True)
+        self.interval = interval
+        self.work = work
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        """Loop until stopped."""
+        while not self._stopped.wait(self.interval):
+            try:
+                self.work()
+            except Exception as error:  # a Redis outage must not kill the thread
+                log.warning("drain_failed", error=repr(error))
+
+    def stop(self) -> None:
+        """Ask the loop to end after the current pass."""
+        self._stopped.set()

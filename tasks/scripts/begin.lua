@@ -1,0 +1,28 @@
+-- begin.lua — claim one decision attempt and read the request it concerns.
+--
+-- KEYS[1]  request record hash      gpusched:req:<request_id>
+-- KEYS[2]  wake epoch counter       gpusched:cluster:epoch
+--
+-- ARGV[1]  decision seq the message carries
+-- ARGV[2]  attempt the message carries
+-- ARGV[3]  task id of the deciding message
+-- ARGV[4]  now (ms)
+--
+-- Returns {"ok", request_json, wake_epoch} and sets state=deciding when the
+-- record is at this (seq, attempt) and not finished; {"stale", state, seq,
+-- attempt} when the message is behind the record; {"skip", state} when the
+-- record is already booked/parked/done; {"missing"} for an unknown request.
+
+local r = redis.call('HMGET', KEYS[1], 'state', 'seq', 'attempt', 'request')
+if not r[1] then return {'missing'} end
+local state = r[1]
+if r[2] ~= ARGV[1] or r[3] ~= ARGV[2] then
+  return {'stale', state, r[2] or '', r[3] or ''}
+end
+if state ~= 'queued' and state ~= 'retrying' and state ~= 'woken'
+   and state ~= 'deciding' and state ~= 'decided' then
+  return {'skip', state}
+end
+redis.call('HSET', KEYS[1], 'state', 'deciding', 'decider', ARGV[3], 'updated_ms', ARGV[4])
+local epoch = redis.call('GET', KEYS[2]) or '0'
+return {'ok', r[4], epoch}

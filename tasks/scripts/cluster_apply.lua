@@ -1,0 +1,129 @@
+-- cluster_apply.lua — replace the cluster with a control-plane snapshot.
+--
+-- Workers and control-plane instances are replaced wholesale; instances booked
+-- by gpusched are kept when all their workers are still present (unless the
+-- snapshot takes them over, see ARGV[7]); the rest are dropped and reported so
+-- the caller reschedules them. The ledger (capacity, booked) is rebuilt from
+-- scratch, the snapshot stored once under its digest, the version bumped and
+-- the change logged with a reference to the digest (never the whole snapshot).
+--
+-- KEYS[1]  cluster version counter  gpusched:cluster:version
+-- KEYS[2]  wake epoch counter       gpusched:cluster:epoch
+-- KEYS[3]  workers hash             gpusched:cluster:workers
+-- KEYS[4]  worker GPU keys hash     gpusched:cluster:worker_gpus
+-- KEYS[5]  capacity hash            gpusched:ledger:capacity
+-- KEYS[6]  booked hash              gpusched:ledger:booked
+-- KEYS[7]  instances hash           gpusched:cluster:instances
+-- KEYS[8]  instance meta hash       gpusched:cluster:instance_meta
+-- KEYS[9]  claims hash              gpusched:ledger:claims
+-- KEYS[10] changes stream           gpusched:cluster:changes
+-- KEYS[11] audit stream             gpusched:events
+-- KEYS[12] snapshot key             gpusched:snapshot:<sha256>
+--
+-- ARGV[1]  event id                 ARGV[2] event time (ISO)    ARGV[3] event source
+-- ARGV[4]  snapshot digest (sha256 of ARGV[5])
+-- ARGV[5]  snapshot JSON {"workers": [...], "model_instances": [...]}
+-- ARGV[6]  changes stream MAXLEN (approximate)
+-- ARGV[7]  ";"-joined request ids whose bookings the snapshot now lists itself
+-- ARGV[8]  number of workers W, then W triples: worker id, row JSON, "gpu_key=capacity;..."
+-- then     number of instances I, then I quadruples: instance key, row JSON,
+--          meta JSON without order, "gpu_key=bytes;..." claims
+--
+-- Returns {version, dropped_json}: dropped = [{key, meta}] bookings whose
+-- workers are gone.
+
+local function emit(stream, etype, rid, version, data, n)
+  local eid = ARGV[1]
+  if n > 0 then eid = eid .. '.' .. n end
+  return redis.call('XADD', stream, '*', 'schema_version', '1', 'type', etype,
+    'event_id', eid, 'time', ARGV[2], 'source', ARGV[3], 'request_id', rid,
+    'cluster_version', version, 'data', data)
+end
+
+local version = redis.call('INCR', KEYS[1])
+redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[12], ARGV[5], 'NX')
+
+local p = 8
+local n_workers = tonumber(ARGV[p]); p = p + 1
+local present = {}
+local workers = {}
+for _ = 1, n_workers do
+  present[ARGV[p]] = true
+  workers[#workers + 1] = {ARGV[p], ARGV[p + 1], ARGV[p + 2]}
+  p = p + 3
+end
+local n_instances = tonumber(ARGV[p]); p = p + 1
+
+local taken = {}
+for rid in string.gmatch(ARGV[7], '[^;]+') do taken[rid] = true end
+
+local kept, kept_keys, dropped, taken_over = {}, {}, {}, {}
+local metas = redis.call('HGETALL', KEYS[8])
+for i = 1, #metas, 2 do
+  local key, meta = metas[i], cjson.decode(metas[i + 1])
+  if meta['src'] == 'gpusched' then
+    local alive = true
+    for _, w in ipairs(meta['w']) do
+      if not present[tostring(w)] then alive = false end
+    end
+    if meta['rid'] ~= cjson.null and taken[meta['rid']] then
+      taken_over[#taken_over + 1] = {key = key, meta = meta}
+    elseif alive then
+      kept[#kept + 1] = {key = key, v = meta['v'], i = meta['i']}
+    else
+      dropped[#dropped + 1] = {key = key, meta = meta}
+    end
+  end
+end
+table.sort(kept, function(a, b) return a.v < b.v or (a.v == b.v and a.i < b.i) end)
+local keep = {}
+for _, item in ipairs(kept) do
+  keep[item.key] = true
+  kept_keys[#kept_keys + 1] = item.key
+end
+
+for _, key in ipairs(redis.call('HKEYS', KEYS[7])) do
+  if not keep[key] then
+    redis.call('HDEL', KEYS[7], key)
+    redis.call('HDEL', KEYS[8], key)
+    redis.call('HDEL', KEYS[9], key)
+  end
+end
+
+redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+for _, w in ipairs(workers) do
+  redis.call('HSET', KEYS[3], w[1], w[2])
+  local gpu_keys = {}
+  for gk, cap in string.gmatch(w[3], '([^;=]+)=(%d+)') do
+    redis.call('HSET', KEYS[5], gk, cap)
+    gpu_keys[#gpu_keys + 1] = gk
+  end
+  redis.call('HSET', KEYS[4], w[1], table.concat(gpu_keys, ';'))
+end
+
+for position = 0, n_instances - 1 do
+  local key, row, meta_json, claims = ARGV[p], ARGV[p + 1], ARGV[p + 2], ARGV[p + 3]
+  p = p + 4
+  local meta = cjson.decode(meta_json)
+  meta['v'] = version
+  meta['i'] = position
+  redis.call('HSET', KEYS[7], key, row)
+  redis.call('HSET', KEYS[8], key, cjson.encode(meta))
+  redis.call('HSET', KEYS[9], key, claims)
+end
+
+for _, key in ipairs(redis.call('HKEYS', KEYS[9])) do
+  local claims = redis.call('HGET', KEYS[9], key)
+  for gk, amount in string.gmatch(claims, '([^;=]+)=(%d+)') do
+    if amount ~= '0' then redis.call('HINCRBY', KEYS[6], gk, amount) end
+  end
+end
+
+local v = tostring(version)
+local data = cjson.encode({digest = ARGV[4], kept = kept_keys, dropped = dropped,
+  taken_over = taken_over, workers = n_workers, instances = n_instances})
+redis.call('XADD', KEYS[10], 'MAXLEN', '~', ARGV[6], '*',
+  'version', v, 'type', 'sched.cluster.applied', 'data', data)
+emit(KEYS[11], 'sched.cluster.applied', '', v, data, 0)
+return {v, cjson.encode(dropped)}

@@ -1,0 +1,40 @@
+-- wake.lua — move parked requests back to the queue (through the outbox).
+--
+-- KEYS[1]  parked hash              gpusched:parked
+-- KEYS[2]  outbox sorted set        gpusched:outbox
+-- KEYS[3]  audit stream             gpusched:events
+-- KEYS[4..] the request record hash of each request to wake, in ARGV order
+--
+-- ARGV[1]  event id                 ARGV[2] event time (ISO)    ARGV[3] event source
+-- ARGV[4]  outbox due time (ms)
+-- ARGV[5]  data JSON of the sched.request.woken events (what woke them)
+-- ARGV[6], ARGV[7], ...  pairs (request id, parked seq), one per KEYS[4..]
+--
+-- A request is woken only if it is still parked at that seq; its seq is
+-- incremented (a new decision) and "<request_id>|<seq>|0" enters the outbox.
+-- Returns a flat list {request_id, new_seq, ...} of the requests woken.
+
+local function emit(stream, etype, rid, version, data, n)
+  local eid = ARGV[1]
+  if n > 0 then eid = eid .. '.' .. n end
+  return redis.call('XADD', stream, '*', 'schema_version', '1', 'type', etype,
+    'event_id', eid, 'time', ARGV[2], 'source', ARGV[3], 'request_id', rid,
+    'cluster_version', version, 'data', data)
+end
+
+local woken = {}
+for i = 4, #KEYS do
+  local rid = ARGV[6 + (i - 4) * 2]
+  local seq = ARGV[7 + (i - 4) * 2]
+  local r = redis.call('HMGET', KEYS[i], 'state', 'seq')
+  if r[1] == 'parked' and r[2] == seq and redis.call('HEXISTS', KEYS[1], rid) == 1 then
+    local next_seq = tostring(tonumber(seq) + 1)
+    redis.call('HSET', KEYS[i], 'state', 'woken', 'seq', next_seq, 'attempt', '0')
+    redis.call('HDEL', KEYS[1], rid)
+    redis.call('ZADD', KEYS[2], ARGV[4], rid .. '|' .. next_seq .. '|0')
+    emit(KEYS[3], 'sched.request.woken', rid, '', ARGV[5], i - 3)
+    woken[#woken + 1] = rid
+    woken[#woken + 1] = next_seq
+  end
+end
+return woken

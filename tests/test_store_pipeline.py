@@ -1,0 +1,366 @@
+"""decide → reserve → publish on fakeredis: edge validation, idempotency, conflicts, mirror, replay."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from builders import GIB, RTX_4090, instance, model, uniform_worker
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from tasks import pipeline
+from tasks.chain import ChainConfigError, load_chain, parse_chain
+from tasks.edge import normalize
+from tasks.mirror import ClusterMirror
+from tasks.outcome import OVERCOMMIT_MESSAGE
+from tasks.replay import format_report, replay
+from tasks.settings import Settings
+from tasks.testing import Harness
+
+SMALL = {"GPUSTACK_MODEL_VRAM_CLAIM": str(10 * GIB)}
+
+
+def _request(rid: str, **fields: Any) -> dict[str, Any]:
+    return {"request_id": rid, "model": model(**{"env": SMALL, **fields})}
+
+
+def _cluster(workers: int = 2, gpus: int = 2) -> dict[str, Any]:
+    return {"workers": [uniform_worker(w, f"w{w}", gpus, RTX_4090) for w in range(1, workers + 1)],
+            "model_instances": []}
+
+
+# ---------------------------------------------------------------------- edge
+def test_invalid_requests_are_rejected_at_the_edge_naming_the_field() -> None:
+    h = Harness()
+    bad = h.submit({"request_id": "bad", "model": {"name": "m", "replicas": -1}})
+    assert bad.status == "rejected" and bad.result is not None
+    assert bad.result["error"]["field"] == "model.replicas"
+    assert h.queue == deque_empty()
+    assert [(r["request_id"], r["status"], r["terminal"]) for r in h.results()] == [("bad", "rejected", "1")]
+    assert h.events(["sched.request.rejected"])[0].data["error"]["field"] == "model.replicas"
+    assert h.submit({"request_id": "bad", "model": {"name": "m", "replicas": -1}}).status == "duplicate"
+
+
+def deque_empty() -> Any:
+    from collections import deque
+
+    return deque()
+
+
+def test_non_object_requests_are_rejected_with_a_digest_id() -> None:
+    normalized = normalize(["not", "a", "request"])
+    assert normalized.rejection is not None and normalized.request_id.startswith("req-")
+    assert normalized.rejection.status == "rejected"
+
+
+def test_ids_are_generated_from_content_and_inline_cluster_rows_are_ignored() -> None:
+    raw = {"model": model(), "workers": [uniform_worker(1, "w", 1, RTX_4090)]}
+    first, second = normalize(raw), normalize(dict(raw))
+    assert first.request_id == second.request_id and first.inline_cluster
+    assert "workers" not in json.loads(first.request_json)
+
+
+def test_the_same_request_id_yields_one_decision() -> None:
+    h = Harness()
+    h.apply(_cluster())
+    assert h.submit(_request("r")).status == "accepted"
+    assert h.submit(_request("r")).status == "duplicate"
+    assert len(h.queue) == 1
+    h.pump()
+    assert len(h.events(["sched.decision.made"])) == 1 and len(h.results()) == 1
+
+
+def test_core_rejections_flow_through_the_pipeline() -> None:
+    h = Harness()
+    h.apply(_cluster())
+    h.submit(_request("r", backend_parameters=["--tp-size", "zero"]))
+    h.pump()
+    (result,) = h.results()
+    assert result["status"] == "rejected"
+    assert json.loads(result["result"])["error"]["field"] == "model.backend_parameters"
+
+
+def test_a_raw_request_on_the_queue_is_accepted_and_decided() -> None:
+    h = Harness()
+    h.apply(_cluster())
+    step = pipeline.decide(h.rt, _request("raw"), 0, 0, "task-1")
+    assert step is not None and step.action == "publish"  # booked inside the decide lease
+    assert pipeline.decide(h.rt, _request("raw"), 0, 0, "task-2") is None  # another message, same id
+    assert h.events(["sched.request.duplicate"])
+    rejected = pipeline.decide(h.rt, {"request_id": "x", "model": {"backend": "vLLM"}}, 0, 0, "t")
+    assert rejected is None and h.results()[-1]["status"] == "rejected"
+
+
+def test_stale_and_superseded_messages_do_nothing() -> None:
+    h = Harness()
+    h.apply(_cluster())
+    h.submit(_request("r"))
+    assert pipeline.decide(h.rt, "r", 0, 5, "t") is None
+    assert pipeline.decide(h.rt, "unknown", 0, 0, "t") is None
+    h.pump()
+    assert pipeline.decide(h.rt, "r", 0, 0, "t") is None  # already done
+    assert len(h.results()) == 1
+
+
+def test_decisions_are_deterministic_and_recorded_with_their_inputs() -> None:
+    digests = []
+    for _ in range(2):
+        h = Harness()
+        h.apply(_cluster())
+        h.submit(_request("r"))
+        h.pump()
+        (decision,) = h.events(["sched.decision.made"])
+        digests.append((decision.data["result_digest"], decision.data["inputs_digest"]))
+        assert decision.cluster_version == 1 and decision.data["chain"]["name"] == "gpustack-default"
+        assert decision.data["outcome"]["selected_candidate"]["worker_name"] == "w1"
+        assert json.loads(h.results()[0]["result"])["request_id"] == "r"
+    assert digests[0] == digests[1]
+
+
+# ------------------------------------------------------------------ conflicts
+def _decide_two_on_one_snapshot(h: Harness) -> tuple[pipeline.Step, pipeline.Step]:
+    h.submit(_request("a"))
+    h.submit(_request("b"))
+    items = [h.queue.popleft(), h.queue.popleft()]
+    steps = [pipeline.decide(h.rt, i.request_id, i.seq, i.attempt, "t") for i in items]
+    assert steps[0] is not None and steps[1] is not None
+    return steps[0], steps[1]
+
+
+def test_the_decide_lease_books_inside_the_decision() -> None:
+    h = Harness()
+    h.apply(_cluster(workers=1, gpus=2))
+    h.submit(_request("a"))
+    item = h.queue.popleft()
+    step = pipeline.decide(h.rt, item.request_id, item.seq, item.attempt, "t")
+    assert step is not None and step.action == "publish"
+    assert h.record("a")["state"] == "booked"
+    assert h.rt.client.exists(h.rt.keys.decide_lock) == 0  # released
+
+
+def test_a_conflicting_reservation_retries_with_a_fresh_snapshot() -> None:
+    h = Harness(settings=Settings(decide_lock=False))
+    h.apply(_cluster(workers=1, gpus=2))
+    first, second = _decide_two_on_one_snapshot(h)
+    assert first.booking == {**first.booking, "claims": second.booking["claims"]}  # type: ignore[index]
+    assert pipeline.reserve(h.rt, first) is not None
+    assert pipeline.reserve(h.rt, second) is None  # conflict: a retry was queued
+    (retry,) = list(h.queue)
+    assert (retry.request_id, retry.seq, retry.attempt) == ("b", 0, 1)
+    assert 0 <= retry.countdown <= h.settings.max_countdown_s
+    watchdog = h.rt.store.now_ms() + int(h.settings.stuck_after_s * 1000)
+    assert h.rt.client.zrange(h.rt.keys.outbox, 0, -1, withscores=True) == [
+        ("a|0|0", pytest.approx(watchdog, abs=1000)), ("b|0|1", watchdog)]
+    pipeline.publish(h.rt, first)
+    h.pump()
+    assert sorted(r["status"] for r in h.results()) == ["scheduled", "scheduled"]
+    assert h.rt.client.zcard(h.rt.keys.outbox) == 0  # nothing in flight, no watchdog left
+    booked = {m.request_id: m for m in h.rt.cluster.instance_meta().values()}
+    claims = h.rt.cluster.claims()
+    assert set(claims[f"req:{booked['a'].request_id}"]) != set(claims["req:b"])
+
+
+def test_a_lost_decision_message_is_sent_again_by_the_watchdog() -> None:
+    h = Harness()
+    h.apply(_cluster())
+    h.submit(_request("r"))
+    h.queue.clear()  # the message vanished (e.g. popped by a consumer as Redis died)
+    h.clock.advance(h.settings.stuck_after_s - 1)
+    h.drain()
+    assert not h.queue
+    h.clock.advance(2)
+    assert h.drain()["enqueued"] == 1
+    h.pump()
+    assert [r["status"] for r in h.results()] == ["scheduled"]
+    assert h.rt.client.zcard(h.rt.keys.outbox) == 0
+
+
+def test_a_lost_publish_step_is_resumed_by_the_watchdog() -> None:
+    h = Harness(settings=Settings(decide_lock=False))
+    h.apply(_cluster())
+    h.submit(_request("r"))
+    item = h.queue.popleft()
+    step = pipeline.decide(h.rt, item.request_id, item.seq, item.attempt, "t")
+    assert step is not None and pipeline.reserve(h.rt, step) is not None  # publish never runs
+    h.clock.advance(h.settings.stuck_after_s + 1)
+    h.drain()
+    assert [s["action"] for s in h.resumed] == ["publish"]
+    assert [r["status"] for r in h.results()] == ["scheduled"]
+    h.clock.advance(h.settings.stuck_after_s + 1)
+    assert h.drain() == {"enqueued": 0, "timers": 0}
+
+
+def test_exhausted_conflicts_park_quietly_and_retry_on_a_timer() -> None:
+    h = Harness(settings=Settings(conflict_max_attempts=1, conflict_retry_after_s=2, decide_lock=False))
+    h.apply(_cluster(workers=1, gpus=2))
+    first, second = _decide_two_on_one_snapshot(h)
+    pipeline.publish(h.rt, pipeline.reserve(h.rt, first))  # type: ignore[arg-type]
+    parked_step = pipeline.reserve(h.rt, second)
+    assert parked_step is not None and parked_step.reasons == ["conflict_retries_exhausted"]
+    assert pipeline.publish(h.rt, parked_step) == "parked"
+    assert [r["status"] for r in h.results()] == ["scheduled"]  # no unschedulable notice
+    h.clock.advance(2)
+    h.drain()
+    h.pump()
+    assert [r["status"] for r in h.results()] == ["scheduled", "scheduled"]
+
+
+def test_overcommitted_manual_picks_are_never_booked() -> None:
+    h = Harness()
+    busy = instance(7, 1, {0: RTX_4090 - GIB})
+    h.apply({"workers": [uniform_worker(1, "w1", 1, RTX_4090)], "model_instances": [busy]})
+    h.submit({"request_id": "m", "model": model(gpu_selector={"gpu_ids": ["w1:cuda:0"]})})
+    h.pump()
+    (notice,) = h.results()
+    assert notice["status"] == "unschedulable"
+    assert OVERCOMMIT_MESSAGE in json.loads(notice["result"])["messages"]
+    assert h.rt.cluster.ledger()[1] == {"1:cuda:0": RTX_4090 - GIB}
+
+
+# --------------------------------------------------------------------- mirror
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(["submit", "delete", "down", "up", "add", "remove"]), max_size=14))
+def test_the_incremental_mirror_equals_a_fresh_read(ops: list[str]) -> None:
+    h = Harness()
+    h.apply(_cluster(workers=3, gpus=2))
+    mirror = h.rt.mirror
+    for n, op in enumerate(ops):
+        _apply_op(h, op, n)
+        h.pump()
+        incremental = mirror.sync()
+        fresh = ClusterMirror(h.rt.cluster).reload()
+        assert incremental.version == fresh.version
+        assert _dumped(incremental.worker_list()) == _dumped(fresh.worker_list())
+        assert list(incremental.instances) == list(fresh.instances)
+        assert _dumped(incremental.instance_list()) == _dumped(fresh.instance_list())
+
+
+def _dumped(rows: list[Any]) -> list[dict[str, Any]]:
+    """Field values only (the core memoises private views on the objects it has seen)."""
+    return [row.model_dump() for row in rows]
+
+
+def _apply_op(h: Harness, op: str, n: int) -> None:
+    wid = 1 + n % 3
+    if op == "submit":
+        h.submit(_request(f"r{n}"))
+    elif op == "delete":
+        h.event({"kind": "instance_deleted", "request_id": f"r{n - 1}"})
+    elif op in ("down", "up"):
+        state = "unreachable" if op == "down" else "ready"
+        h.event({"kind": "worker_state", "worker_id": wid, "state": state})
+    elif op == "add":
+        h.event({"kind": "worker_added", "worker": uniform_worker(10 + n, f"x{n}", 1, RTX_4090)})
+    else:
+        h.event({"kind": "worker_removed", "worker_id": wid})
+
+
+# --------------------------------------------------------------------- replay
+def _busy_history() -> Harness:
+    h = Harness()
+    h.apply(_cluster(workers=2, gpus=2))
+    for n in range(6):
+        h.submit(_request(f"r{n}"))
+    h.pump()
+    h.event({"kind": "instance_deleted", "request_id": "r0"})
+    h.event({"kind": "worker_added", "worker": uniform_worker(3, "w3", 1, RTX_4090)})
+    h.pump()
+    h.event({"kind": "worker_removed", "worker_id": 1})
+    h.pump()
+    return h
+
+
+def test_replay_of_a_whole_history_is_identical() -> None:
+    h = _busy_history()
+    report = replay(h.rt.client, h.rt.cluster)
+    assert report.replayed == len(h.events(["sched.decision.made"])) > 6
+    assert (report.differ, report.skipped) == (0, [])
+    expected = f"{report.replayed} replayed, {report.replayed} identical, 0 differ"
+    assert format_report(report).splitlines()[0] == expected
+
+
+def test_replay_filters_by_request_and_position() -> None:
+    h = _busy_history()
+    assert replay(h.rt.client, h.rt.cluster, request_id="r5").replayed == 2
+    decisions = h.events(["sched.decision.made"])
+    since = replay(h.rt.client, h.rt.cluster, since=decisions[-2].stream_id)
+    assert since.replayed == 2 and since.identical == 2
+
+
+def test_replay_reports_a_tampered_decision_with_a_diff() -> None:
+    h = _busy_history()
+    target = h.events(["sched.decision.made"])[0]
+    data = dict(target.data)
+    data["result_digest"] = "0" * 64
+    data["outcome"] = {**data["outcome"], "selected": 99}
+    h.rt.client.xadd(h.rt.keys.events, {
+        "schema_version": "1", "type": "sched.decision.made", "event_id": "forged", "time": target.time,
+        "source": "test", "request_id": target.request_id or "",
+        "cluster_version": str(target.cluster_version), "data": json.dumps(data)})
+    report = replay(h.rt.client, h.rt.cluster)
+    assert report.differ == 1
+    assert any(line.startswith("-") and "99" in line for line in report.differences[0].diff)
+    assert "1 differ" in format_report(report).splitlines()[0]
+
+
+def test_replay_skips_decisions_whose_snapshot_is_gone() -> None:
+    h = _busy_history()
+    for key in h.rt.client.keys(h.rt.keys.snapshot("*")):
+        h.rt.client.delete(key)
+    report = replay(h.rt.client, h.rt.cluster)
+    assert report.replayed == 0 and report.skipped
+
+
+# ------------------------------------------------------------ chain, settings
+def test_chain_config_selects_and_orders_plugins(tmp_path: Any) -> None:
+    loaded = parse_chain({"filters": [{"name": "status"}, {"name": "labels", "enabled": False}],
+                          "strategies": [{"name": "single_worker_single_gpu"}], "scorer": "binpack"})
+    assert [f.name for f in loaded.chain.filters] == ["status"]
+    assert [s.name for s in loaded.chain.strategies] == ["single_worker_single_gpu"]
+    assert loaded.placement_override == "binpack"
+    assert load_chain(tmp_path / "missing.json").spec.name == "gpustack-default"
+    for bad, where in [
+        ({"filters": [{"name": "nope"}]}, "filters"),
+        ({"strategies": [{"name": "single_worker_single_gpu"}] * 2}, "strategies"),
+        ({"strategies": [{"name": "single_worker_single_gpu", "enabled": False}]}, "strategies"),
+        ({"scorer": "random"}, "scorer"),
+    ]:
+        with pytest.raises(ChainConfigError, match=where):
+            parse_chain(bad)
+
+
+def test_the_configured_scorer_overrides_the_models_placement_strategy() -> None:
+    h = Harness(chain=parse_chain({"scorer": "binpack"}))
+    h.apply(_cluster())
+    h.submit(_request("r"))
+    h.pump()
+    assert h.events(["sched.decision.made"])[0].data["chain"]["scorer"] == "binpack"
+
+
+def test_settings_refuse_timings_that_cause_duplicate_execution() -> None:
+    with pytest.raises(ValidationError, match="visibility_timeout"):
+        Settings(visibility_timeout_s=60, task_time_limit_s=60, task_soft_time_limit_s=30)
+    with pytest.raises(ValidationError, match="max_countdown_s"):
+        Settings(visibility_timeout_s=10, task_time_limit_s=5, task_soft_time_limit_s=4, max_countdown_s=6)
+    with pytest.raises(ValidationError, match="cluster id"):
+        Settings(cluster="bad id")
+
+
+def test_settings_read_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUSCHED_REDIS_URL", "redis://example:6390/3")
+    monkeypatch.setenv("GPUSCHED_CLUSTER", "c1")
+    loaded = Settings()
+    assert (loaded.redis_url, loaded.cluster) == ("redis://example:6390/3", "c1")
+
+
+def test_cluster_partitions_hash_tag_every_key() -> None:
+    h = Harness(settings=Settings(cluster="c1"))
+    h.apply(_cluster())
+    h.submit(_request("r"))
+    h.pump()
+    keys = h.rt.client.keys("*")
+    assert keys and all(key.startswith("gpusched:{c1}:") for key in keys)
+    assert h.rt.keys.requests_queue == "gpusched.{c1}.requests"
