@@ -21,8 +21,9 @@ from scheduler_core._schemas import (
     ScheduleResult,
     Worker,
 )
+from scheduler_core.cluster import SnapshotMemo
+from scheduler_core.decision import DEFAULT_CHAIN, Chain, canonical_json, schedule
 from scheduler_core.diffusion import TuneRequest, TuneResult, tune
-from scheduler_core.schedule import DEFAULT_CHAIN, Chain, canonical_json, schedule
 
 __all__ = [
     "DEFAULT_CHAIN",
@@ -36,6 +37,7 @@ __all__ = [
     "ModelSpec",
     "ScheduleRequest",
     "ScheduleResult",
+    "SnapshotMemo",
     "TuneRequest",
     "TuneResult",
     "Worker",

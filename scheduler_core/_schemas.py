@@ -102,7 +102,10 @@ class Worker(_Row):
 
     def view_cache(self) -> Any:
         """The memoised core view of this row, if one was built."""
-        return self._view
+        # Read the private store directly: ``self._view`` goes through pydantic's
+        # __getattr__ (~1.7 µs), which adds up over thousands of workers per decision.
+        private = self.__pydantic_private__
+        return private.get("_view") if private else None
 
     def remember_view(self, view: Any) -> None:
         """Memoise the core view (the row itself is frozen, so the view never goes stale)."""
@@ -371,9 +374,13 @@ class ScheduleResult(_Out):
     status: Literal["scheduled", "unschedulable", "rejected"]
     policy: str = "gpustack"
     candidates: list[CandidateOut] = Field(default_factory=list)
+    #: How many candidates the selector produced (more than listed when the chain caps them).
+    candidates_total: int = 0
     selected: int | None = None
     messages: list[str] = Field(default_factory=list)
     filter_messages: list[str] = Field(default_factory=list)
+    #: Reason code of the filter that left no worker (``worker_not_ready``, ``label_mismatch``, ...).
+    blocked_by: str | None = None
     state_message: str | None = None
     events: list[EventOut] = Field(default_factory=list)
     estimate: EstimateOut | None = None

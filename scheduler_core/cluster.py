@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+from typing import NamedTuple
 
 from scheduler_core._schemas import ModelInstance, SubordinateWorker, Worker
 
@@ -70,9 +71,12 @@ class Allocatable:
     vram: Mapping[int, int] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class GpuSlot:
-    """A GPU with the allocatable VRAM it had when the slot was taken."""
+class GpuSlot(NamedTuple):
+    """A GPU with the allocatable VRAM it had when the slot was taken.
+
+    A named tuple rather than a frozen dataclass: thousands are built per
+    decision and tuple construction is about twice as fast.
+    """
 
     worker: WorkerView
     gpu: Gpu
@@ -123,12 +127,64 @@ def _counts_for_type(instance_type: str | None, gpu_type: str | None) -> bool:
     return gpu_type is None or instance_type is None or instance_type == gpu_type
 
 
+#: A memo entry: the worker view and bound instances it was computed from, and the value.
+_MemoEntry = tuple[WorkerView, tuple[ModelInstance, ...], "Allocatable"]
+
+
+class SnapshotMemo:
+    """Allocatable resources remembered *across* decisions on a slowly changing cluster.
+
+    A long-lived decider (the service's worker process) keeps one and passes it
+    to every ``schedule()`` call. An entry is reused only when the worker view
+    and every instance bound to the worker are the very same objects as when it
+    was computed (the memo holds references, so identities cannot be recycled);
+    any change to the worker's row or instances recomputes it. Results are
+    byte-identical with or without a memo. Not thread-safe: one per thread.
+    """
+
+    __slots__ = ("_entries",)
+
+    #: Entries kept at most; beyond it the memo starts over (workers come and go).
+    LIMIT = 200_000
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[int, str | None], _MemoEntry] = {}
+
+    def get(
+        self, key: tuple[int, str | None], view: WorkerView, bound: tuple[ModelInstance, ...]
+    ) -> Allocatable | None:
+        """The remembered value when ``view`` and ``bound`` are unchanged, else None."""
+        entry = self._entries.get(key)
+        if entry is None or entry[0] is not view or len(entry[1]) != len(bound):
+            return None
+        if any(old is not new for old, new in zip(entry[1], bound, strict=True)):
+            return None
+        return entry[2]
+
+    def put(
+        self,
+        key: tuple[int, str | None],
+        view: WorkerView,
+        bound: tuple[ModelInstance, ...],
+        value: Allocatable,
+    ) -> None:
+        """Remember ``value`` for this exact view and bound instances."""
+        if len(self._entries) >= self.LIMIT:
+            self._entries.clear()
+        self._entries[key] = (view, bound, value)
+
+
 class ClusterState:
     """Instances indexed by the workers they occupy, plus memoised allocatable resources."""
 
-    __slots__ = ("_bound", "_cache", "_workers", "instances")
+    __slots__ = ("_bound", "_cache", "_memo", "_workers", "instances")
 
-    def __init__(self, workers: Sequence[WorkerView], instances: Sequence[ModelInstance]) -> None:
+    def __init__(
+        self,
+        workers: Sequence[WorkerView],
+        instances: Sequence[ModelInstance],
+        memo: SnapshotMemo | None = None,
+    ) -> None:
         self._workers = {worker.id: worker for worker in workers}
         self.instances = tuple(instances)
         self._bound: dict[int, list[ModelInstance]] = defaultdict(list)
@@ -136,6 +192,7 @@ class ClusterState:
             for worker_id in _occupied_workers(instance):
                 self._bound[worker_id].append(instance)
         self._cache: dict[tuple[int, str | None], Allocatable] = {}
+        self._memo = memo
 
     def instances_on(self, worker_id: int) -> Sequence[ModelInstance]:
         """Instances bound to the worker as main or as subordinate, in input order."""
@@ -148,9 +205,18 @@ class ClusterState:
         """
         key = (worker.id, gpu_type)
         cached = self._cache.get(key)
-        if cached is None:
-            full = self._workers.get(worker.id, worker)
-            cached = self._cache[key] = self._compute(full, gpu_type)
+        if cached is not None:
+            return cached
+        full = self._workers.get(worker.id, worker)
+        if self._memo is None:
+            cached = self._compute(full, gpu_type)
+        else:
+            bound = tuple(self._bound.get(worker.id, ()))
+            cached = self._memo.get(key, full, bound)
+            if cached is None:
+                cached = self._compute(full, gpu_type)
+                self._memo.put(key, full, bound, cached)
+        self._cache[key] = cached
         return cached
 
     def _compute(self, worker: WorkerView, gpu_type: str | None) -> Allocatable:

@@ -201,14 +201,18 @@ class MemFractionCalculator:
 
     def is_npu(self, workers: Sequence[WorkerView]) -> bool:
         """Ascend detection: type ``cann`` or any GPU with vendor ascend / type cann."""
-        return self._gpu_type == "cann" or any(
-            (gpu.vendor or "").lower() == "ascend" or (gpu.type or "").lower() == "cann"
-            for worker in workers
-            for gpu in worker.gpus
+        if self._gpu_type == "cann":
+            return True
+        vendors = {gpu.vendor for worker in workers for gpu in worker.gpus}
+        types = {gpu.type for worker in workers for gpu in worker.gpus}
+        return any((v or "").lower() == "ascend" for v in vendors) or any(
+            (t or "").lower() == "cann" for t in types
         )
 
     def min_gpu_total(self, workers: Sequence[WorkerView]) -> int:
         """Smallest GPU total among the workers (selected GPUs only under manual selection)."""
+        if not self._selection.active:  # fast path: every GPU of every worker counts
+            return min((min(g.total for g in w.gpus) for w in workers if w.gpus), default=0)
         totals: list[int] = []
         for worker in workers:
             if not worker.gpus:

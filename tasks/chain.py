@@ -7,14 +7,17 @@ run, each with an ``enabled`` switch, and the scorer::
       "name": "gpustack-default",
       "filters":    [{"name": "cluster", "enabled": true}, ...],
       "strategies": [{"name": "manual_gpu_selection", "enabled": true}, ...],
-      "scorer": "model"
+      "scorer": "model",
+      "max_candidates": 16
     }
 
 Filter names are the core's filter ``name`` attributes (``cluster``,
 ``gpu_selector``, ``labels``, ``status``); strategy names are the keys of
 :data:`scheduler_core.strategies.STRATEGIES_BY_NAME`. ``scorer`` is ``model``
 (the model's own ``placement_strategy``, GPUStack's behaviour), ``spread`` or
-``binpack`` (forced for every request). Only the default chain keeps
+``binpack`` (forced for every request). ``max_candidates`` caps the candidates
+a result lists (the chosen one is always among them; ``candidates_total`` says
+how many there were); leave it out to list all of them. Only the default chain keeps
 ``policy: gpustack`` parity. The spec is recorded in every decision event so a
 replay runs the same chain.
 """
@@ -63,6 +66,9 @@ class ChainSpec(BaseModel):
         default_factory=lambda: [PluginSwitch(name=name) for name in STRATEGIES_BY_NAME]
     )
     scorer: Literal["model", "spread", "binpack"] = "model"
+    #: Candidates reported per result (the chosen one plus the best-scoring, in selector
+    #: order); None reports all, as GPUStack does. A 500-node cluster yields thousands.
+    max_candidates: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _known_plugins(self) -> ChainSpec:
@@ -105,7 +111,9 @@ def build_chain(spec: ChainSpec) -> LoadedChain:
     """Turn a validated spec into the core's chain (enabled plugins, in order)."""
     filters = tuple(FILTERS_BY_NAME[s.name] for s in spec.filters if s.enabled)
     strategies = tuple(STRATEGIES_BY_NAME[s.name] for s in spec.strategies if s.enabled)
-    return LoadedChain(spec, Chain(filters=filters, strategies=strategies))
+    return LoadedChain(
+        spec, Chain(filters=filters, strategies=strategies, max_candidates=spec.max_candidates)
+    )
 
 
 def parse_chain(data: Any) -> LoadedChain:

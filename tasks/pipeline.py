@@ -35,10 +35,9 @@ from scheduler_core import (
     ModelSpec,
     ScheduleRequest,
     ScheduleResult,
+    SnapshotMemo,
     schedule,
 )
-from scheduler_core.cluster import worker_view
-from scheduler_core.filters import run_filters
 from tasks.chain import LoadedChain
 from tasks.edge import Normalized, normalize, sha256_hex, with_request_id
 from tasks.fold import ClusterFold
@@ -200,7 +199,7 @@ def _decide_claimed(rt: Runtime, ref: str, seq: int, attempt: int, task_id: str)
         return None
     started = time.perf_counter()
     fold = rt.mirror.sync()
-    request, result = run_core(rt.chain, begun.request_json, ref, fold)
+    request, result = run_core(rt.chain, begun.request_json, ref, fold, rt.memo)
     if request is None:
         step = Step(ref, seq, attempt, "publish", result.status, fold.version, begun.epoch)
         step.error = error_of(result)
@@ -213,7 +212,11 @@ def _decide_claimed(rt: Runtime, ref: str, seq: int, attempt: int, task_id: str)
 
 
 def run_core(
-    chain: LoadedChain, request_json: str, request_id: str, fold: ClusterFold
+    chain: LoadedChain,
+    request_json: str,
+    request_id: str,
+    fold: ClusterFold,
+    memo: SnapshotMemo | None = None,
 ) -> tuple[ScheduleRequest | None, ScheduleResult]:
     """The decision itself: the stored request, the fold's cluster, the chain → the core.
 
@@ -226,7 +229,7 @@ def run_core(
     except ValidationError:
         return None, with_request_id(schedule(json.loads(request_json)), request_id)
     cluster = {"workers": fold.worker_list(), "model_instances": fold.instance_list()}
-    return request, schedule(request.model_copy(update=cluster), chain=chain.chain)
+    return request, schedule(request.model_copy(update=cluster), chain=chain.chain, memo=memo)
 
 
 def _request_for(chain: LoadedChain, request_json: str) -> ScheduleRequest:
@@ -251,7 +254,7 @@ def _step_for(
         return step
     if result.status == "unschedulable" or result.selected is None:
         step.action = "park"
-        step.reasons = blocking_reasons(result, _filter_block(rt, fold, model, result))
+        step.reasons = blocking_reasons(result, result.blocked_by)
         return step
     chosen = result.candidates[result.selected]
     if chosen.overcommit:
@@ -262,16 +265,6 @@ def _step_for(
     step.action = "reserve"
     step.booking = asdict(booking_for(fold, request_id, model, chosen))
     return step
-
-
-def _filter_block(
-    rt: Runtime, fold: ClusterFold, model: ModelSpec, result: ScheduleResult
-) -> str | None:
-    """The code of the filter that left no worker (the core's result does not carry it)."""
-    if result.estimate is not None or result.candidates:
-        return None
-    views = [worker_view(worker) for worker in fold.worker_list()]
-    return run_filters(model, views, rt.chain.chain.filters).blocked_by
 
 
 def _record(

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
+from scheduler_core import SnapshotMemo
 from tasks.chain import LoadedChain, load_chain
 from tasks.cluster_store import ClusterStore
 from tasks.keys import Keys
@@ -64,6 +65,8 @@ class Runtime:
     chain: LoadedChain
     dispatch: Dispatch
     resume: Resume
+    #: Per-worker allocatable state the core reuses across this process's decisions.
+    memo: SnapshotMemo = field(default_factory=SnapshotMemo)
 
 
 def build_runtime(

@@ -80,6 +80,8 @@ class Selection:
     messages: list[str] = field(default_factory=list)
     multi_gpu: MultiGpuTracker = field(default_factory=MultiGpuTracker)
     _by_type: dict[int, dict[str | None, list[WorkerView]]] = field(default_factory=dict)
+    #: Per-decision memo for strategies (keys carry the strategy name and every input).
+    memo: dict[tuple[object, ...], object] = field(default_factory=dict)
 
     def workers_by_type(self, workers: Sequence[WorkerView]) -> dict[str | None, list[WorkerView]]:
         """``group_workers_by_gpu_type(workers)``, computed once per worker list per decision."""

@@ -9,13 +9,10 @@ candidate.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from scheduler_core._units import byte_to_gib
-from scheduler_core.cluster import (
-    GpuSlot,
-    WorkerView,
-    group_gpus_by_memory,
-)
+from scheduler_core.cluster import GpuSlot, WorkerView, group_gpus_by_memory, ram_not_enough
 from scheduler_core.events import Action, Level, list_message
 from scheduler_core.strategies._base import Candidate, Selection
 
@@ -46,15 +43,6 @@ def _group_eligible(selection: Selection, group: list[GpuSlot], gpu_type: str | 
     return not any(slot.allocatable / slot.gpu.total < fraction for slot in group)
 
 
-def _track_largest(selection: Selection, group: list[GpuSlot], worker: WorkerView) -> None:
-    total = sum(slot.allocatable for slot in group)
-    tracker = selection.multi_gpu
-    if total > tracker.vram:
-        tracker.vram = total
-        tracker.satisfied = len(group)
-        tracker.total_gpus = len(worker.gpus)
-
-
 def _greedy_prefix(selection: Selection, group: list[GpuSlot], gpu_type: str | None) -> dict[int, int] | None:
     """Walk the group by free VRAM (desc) until a TP-divisible prefix covers the claim."""
     fraction = selection.fraction(gpu_type)
@@ -76,20 +64,58 @@ def _greedy_prefix(selection: Selection, group: list[GpuSlot], gpu_type: str | N
     return None
 
 
-def _worker_candidate(selection: Selection, worker: WorkerView, gpu_type: str | None) -> list[Candidate]:
-    if len(worker.gpus) < 2:
-        return []
+@dataclass(frozen=True, slots=True)
+class _WorkerOutcome:
+    """What the stage does for one worker: the groups it tracks for the message
+    (total free, GPUs in group) and the claims of its candidate (None: failure)."""
+
+    tracked: tuple[tuple[int, int], ...]
+    claims: dict[int, int] | None
+
+
+def _evaluate(selection: Selection, worker: WorkerView, gpu_type: str | None) -> _WorkerOutcome:
+    """The stage's logic for one worker, without side effects."""
+    tracked: list[tuple[int, int]] = []
     groups = group_gpus_by_memory([worker], selection.cluster, selection.ram_claim, gpu_type)
     for group in groups:
         if not _group_eligible(selection, group, gpu_type) or len(group) < 2:
             continue
-        _track_largest(selection, group, worker)
-        if sum(slot.allocatable for slot in group) < selection.effective_vram(gpu_type):
+        total = sum(slot.allocatable for slot in group)
+        tracked.append((total, len(group)))
+        if total < selection.effective_vram(gpu_type):
             continue
         claims = _greedy_prefix(selection, group, gpu_type)
         if claims is not None:
-            claim = selection.claim(claims, selection.mfs(gpu_type))
-            return [Candidate(worker, gpu_type, tuple(claims), claim)]
+            return _WorkerOutcome(tuple(tracked), claims)
+    return _WorkerOutcome(tuple(tracked), None)
+
+
+def _memo_key(selection: Selection, worker: WorkerView, gpu_type: str | None) -> tuple[object, ...]:
+    """Everything :func:`_evaluate` reads that varies between workers of one type.
+
+    Workers with equal GPUs (index, total, free) and the same RAM verdict get
+    the same outcome, so a homogeneous fleet is evaluated once per shape.
+    """
+    allocatable = selection.cluster.allocatable(worker, gpu_type)
+    free = allocatable.vram
+    shape = tuple((g.index, g.total, free.get(g.index, 0) if g.index is not None else 0) for g in worker.gpus)
+    return ("single_worker_multi_gpu", gpu_type, ram_not_enough(selection.ram_claim, allocatable), shape)
+
+
+def _worker_candidate(selection: Selection, worker: WorkerView, gpu_type: str | None) -> list[Candidate]:
+    if len(worker.gpus) < 2:
+        return []
+    key = _memo_key(selection, worker, gpu_type)
+    outcome = selection.memo.get(key)
+    if not isinstance(outcome, _WorkerOutcome):
+        outcome = selection.memo[key] = _evaluate(selection, worker, gpu_type)
+    tracker = selection.multi_gpu
+    for total, satisfied in outcome.tracked:  # GPUStack's "largest group" bookkeeping, in order
+        if total > tracker.vram:
+            tracker.vram, tracker.satisfied, tracker.total_gpus = total, satisfied, len(worker.gpus)
+    if outcome.claims is not None:
+        claim = selection.claim(outcome.claims, selection.mfs(gpu_type))
+        return [Candidate(worker, gpu_type, tuple(outcome.claims), claim)]
     _record_failure(selection, gpu_type)
     return []
 

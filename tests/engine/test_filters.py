@@ -30,6 +30,7 @@ def test_filter_messages_and_state_message_when_no_worker_is_ready():
     assert result.messages == [block]
     assert result.state_message == "No suitable workers.\nDetails:\n" + block
     assert result.candidates == [] and result.estimate is None
+    assert result.blocked_by == "worker_not_ready"
 
 
 def test_gpu_selector_filter_reports_missing_workers():

@@ -19,6 +19,7 @@ def test_public_names_are_pinned():
         "ModelSpec",
         "ScheduleRequest",
         "ScheduleResult",
+        "SnapshotMemo",
         "TuneRequest",
         "TuneResult",
         "Worker",

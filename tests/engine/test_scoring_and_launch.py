@@ -169,3 +169,50 @@ def test_launch_for_distributed_candidate_respects_user_dist_init_addr():
         "--node-rank",
         "1",
     ]
+
+
+def test_max_candidates_keeps_the_best_in_selector_order():
+    """Option: a chain may cap reported candidates; the pick and selector order are kept."""
+    from scheduler_core import Chain
+
+    workers = [uniform_worker(i, f"w{i}", 1, RTX_4090) for i in range(1, 6)]
+    busy = [instance(1, 3, {0: GIB}, model_id=42)]  # w3 is the only worse spread candidate
+    full = schedule(request(model(), workers, busy))
+    capped = schedule(request(model(), workers, busy), chain=Chain(max_candidates=2))
+    assert (full.candidates_total, capped.candidates_total) == (5, 5)
+    assert [c.worker_name for c in capped.candidates] == ["w1", "w2"]
+    assert capped.candidates[capped.selected] == full.candidates[full.selected]
+
+
+def test_snapshot_memo_never_changes_a_result():
+    """A memo reused across decisions on a changing cluster gives byte-identical results."""
+    from scheduler_core import ModelInstance, ScheduleRequest, SnapshotMemo, Worker
+
+    workers = [Worker.model_validate(uniform_worker(i, f"w{i}", 4, RTX_4090)) for i in range(1, 6)]
+    memo = SnapshotMemo()
+    placed: list[ModelInstance] = []
+    for step in range(8):
+        row = request(model(backend_parameters=["--tp-size", "2"]), [], [])
+        req = ScheduleRequest.model_validate(row).model_copy(
+            update={"workers": workers, "model_instances": placed}
+        )
+        with_memo, without = schedule(req, memo=memo), schedule(req)
+        assert with_memo.model_dump_json() == without.model_dump_json()
+        chosen = with_memo.candidates[with_memo.selected]
+        placed = [
+            *placed,
+            ModelInstance.model_validate(
+                {
+                    "id": step,
+                    "worker_id": chosen.worker_id,
+                    "gpu_type": "cuda",
+                    "gpu_indexes": chosen.gpu_indexes,
+                    "computed_resource_claim": chosen.computed_resource_claim.model_dump(),
+                }
+            ),
+        ]
+        if step == 4:  # a worker row replaced by an updated one (new object): recomputed
+            workers = [
+                *workers[:-1],
+                Worker.model_validate(uniform_worker(5, "w5", 4, RTX_4090, state="ready")),
+            ]

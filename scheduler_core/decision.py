@@ -19,7 +19,13 @@ from pydantic import ValidationError
 
 from scheduler_core._render import ClaimMemo, candidate_out, estimate_out, event_out
 from scheduler_core._schemas import ErrorOut, LaunchOut, ScheduleRequest, ScheduleResult
-from scheduler_core.cluster import ClusterState, WorkerView, sort_workers_by_gpu_count, worker_view
+from scheduler_core.cluster import (
+    ClusterState,
+    SnapshotMemo,
+    WorkerView,
+    sort_workers_by_gpu_count,
+    worker_view,
+)
 from scheduler_core.diffusion_launch import explicit_diffusion_args, plan_diffusion_launch
 from scheduler_core.errors import RequestError
 from scheduler_core.estimate import (
@@ -65,6 +71,9 @@ class Chain:
 
     filters: tuple[WorkerFilter, ...] = DEFAULT_FILTERS
     strategies: tuple[Strategy, ...] = DEFAULT_STRATEGIES
+    #: Report at most this many candidates (None: all, GPUStack's behaviour). The
+    #: selected one is always kept; the rest are the best-scoring, in selector order.
+    max_candidates: int | None = None
 
 
 #: GPUStack's chain.
@@ -105,13 +114,18 @@ def _validation_rejection(request_id: str, error: ValidationError) -> ScheduleRe
 
 
 def schedule(
-    request: ScheduleRequest | Mapping[str, Any] | Any, *, chain: Chain = DEFAULT_CHAIN
+    request: ScheduleRequest | Mapping[str, Any] | Any,
+    *,
+    chain: Chain = DEFAULT_CHAIN,
+    memo: SnapshotMemo | None = None,
 ) -> ScheduleResult:
     """Decide where the request's model runs (Contract 1).
 
     Args:
         request: a :class:`ScheduleRequest` or its JSON-shaped dict.
         chain: the filters and strategies to run (GPUStack's by default).
+        memo: per-worker state reused across calls by a long-lived decider (see
+            :class:`~scheduler_core.cluster.SnapshotMemo`); it never changes a result.
 
     Returns:
         ``scheduled`` with candidates, ``selected`` and launch arguments;
@@ -122,19 +136,19 @@ def schedule(
     collecting = gc.isenabled()
     gc.disable()  # a decision allocates many short-lived objects; cyclic GC only slows it
     try:
-        return _schedule(request, request_id, chain)
+        return _schedule(request, request_id, chain, memo)
     finally:
         if collecting:
             gc.enable()
 
 
-def _schedule(request: Any, request_id: str, chain: Chain) -> ScheduleResult:
+def _schedule(request: Any, request_id: str, chain: Chain, memo: SnapshotMemo | None) -> ScheduleResult:
     try:
         parsed = request if isinstance(request, ScheduleRequest) else ScheduleRequest.model_validate(request)
     except ValidationError as error:
         return _validation_rejection(request_id, error)
     try:
-        return _decide(parsed, request_id, chain)
+        return _decide(parsed, request_id, chain, memo)
     except RequestError as error:
         return _rejected(request_id, error.code, error.message, error.field)
     except Exception as error:  # the contract is "never raises": report, don't crash
@@ -177,7 +191,9 @@ def _model_facts(request: ScheduleRequest) -> tuple[ModelFacts, list[str], Model
     return facts, categories, params
 
 
-def _decide(request: ScheduleRequest, request_id: str, chain_: Chain) -> ScheduleResult:
+def _decide(
+    request: ScheduleRequest, request_id: str, chain_: Chain, memo: SnapshotMemo | None
+) -> ScheduleResult:
     views = _snapshot(request)
     model = request.model
     plan = build_plan(model)
@@ -192,9 +208,10 @@ def _decide(request: ScheduleRequest, request_id: str, chain_: Chain) -> Schedul
             status="unschedulable",
             messages=[block] if block else [],
             filter_messages=list(chain.messages),
+            blocked_by=chain.blocked_by,
             state_message=NO_SUITABLE_WORKERS + block,
         )
-    cluster = ClusterState(views, request.model_instances or ())
+    cluster = ClusterState(views, request.model_instances or (), memo)
     selection = Selection(
         model=model,
         categories=categories,
@@ -213,10 +230,23 @@ def _decide(request: ScheduleRequest, request_id: str, chain_: Chain) -> Schedul
     if not selection.is_diffusion:
         selection.mfs_by_type = fractions_by_type(plan, selection, ordered)
     outcome = run_strategies(selection, ordered, chain_.strategies)
-    result = _result(request, request_id, selection, facts, chain.messages, outcome)
+    result = _result(request, request_id, selection, facts, chain.messages, outcome, chain_.max_candidates)
     if diffusion_args is None or result.selected is None:
         return result
     return _with_diffusion_plan(result, selection, facts, outcome.candidates[result.selected], diffusion_args)
+
+
+def _shown_candidates(scores: Sequence[float], limit: int | None) -> list[int]:
+    """Indexes of the candidates to report, in selector order.
+
+    All of them without a ``limit``; otherwise the ``limit`` best-scoring
+    (ties: earlier first), which always includes the chosen one (the first
+    highest score ranks first).
+    """
+    if limit is None or len(scores) <= limit:
+        return list(range(len(scores)))
+    ranked = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+    return sorted(ranked[: max(limit, 1)])
 
 
 def _with_diffusion_plan(
@@ -248,11 +278,13 @@ def _result(
     facts: ModelFacts,
     filter_messages: Sequence[str],
     outcome: SelectorOutcome,
+    max_candidates: int | None = None,
 ) -> ScheduleResult:
     model = request.model
     candidates = outcome.candidates
     scores = score_candidates(candidates, model.placement_strategy, selection.cluster, model.id)
     chosen = pick_highest(scores)
+    shown = _shown_candidates(scores, max_candidates)
     claims: ClaimMemo = {}
     block = list_message(filter_messages) + "\n" if filter_messages else ""
     messages = list(outcome.messages)
@@ -268,8 +300,9 @@ def _result(
     return ScheduleResult(
         request_id=request_id,
         status="scheduled" if chosen is not None else "unschedulable",
-        candidates=[candidate_out(c, s, claims) for c, s in zip(candidates, scores, strict=True)],
-        selected=chosen,
+        candidates=[candidate_out(candidates[i], scores[i], claims) for i in shown],
+        candidates_total=len(candidates),
+        selected=None if chosen is None else shown.index(chosen),
         messages=messages,
         filter_messages=list(filter_messages),
         state_message=state_message,
