@@ -51,10 +51,15 @@ def claim_out(claim: Claim, memo: ClaimMemo | None = None) -> ClaimOut:
     immutable output object when a ``memo`` is passed.
     """
     if memo is not None:
+        # Strategies share one Claim object between equal candidates: try identity first.
+        shared = memo.get((id(claim),))
+        if shared is not None:
+            return shared
         key = (tuple(claim.vram.items()), claim.ram, claim.vram_utilization, claim.estimated_vram)
         shared = memo.get(key)
         if shared is None:
             shared = memo[key] = claim_out(claim)
+        memo[(id(claim),)] = shared  # the claim outlives the memo: one decision
         return shared
     return _construct(
         ClaimOut,

@@ -128,6 +128,9 @@ def _worker_score(worker: WorkerView, load: _Load, ranges: _Ranges) -> float:
 
 
 def _gpu_score(candidate: Candidate, load: _Load) -> float:
+    if len(candidate.gpu_indexes) == 1:  # the common single-GPU case, without the list
+        key = (candidate.worker.id, candidate.gpu_type, candidate.gpu_indexes[0])
+        return 1.0 / (1 + load.gpu_current.get(key, 0) + 0.2 * load.gpu_other.get(key, 0))
     scores = [
         1.0
         / (

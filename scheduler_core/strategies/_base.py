@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from scheduler_core._schemas import ModelSpec
-from scheduler_core.cluster import ClusterState, Gpu, WorkerView, group_workers_by_gpu_type
+from scheduler_core.cluster import (
+    ClusterState,
+    Gpu,
+    WorkerView,
+    group_workers_by_gpu_type,
+    ram_not_enough,
+)
 from scheduler_core.estimate import computed_ram_claim
 from scheduler_core.events import EventCollector
 from scheduler_core.mem_fraction import ManualSelection
@@ -186,6 +192,21 @@ def tp_divisibility_problem(params: ModelParameters, check_vision: bool, tp: int
     if vocab and vocab % tp != 0:
         return f"Vocabulary size ({vocab}) must be divisible by tensor parallel size ({tp})."
     return None
+
+
+def worker_shape(selection: Selection, worker: WorkerView, gpu_type: str | None) -> tuple[object, ...]:
+    """What a per-worker stage reads that varies between workers of one GPU type.
+
+    Workers with equal GPUs (index, type, total, free) and the same RAM verdict
+    get the same stage outcome, so a homogeneous fleet is evaluated once per
+    shape; everything else a stage reads is constant within a decision.
+    """
+    allocatable = selection.cluster.allocatable(worker, gpu_type)
+    free = allocatable.vram
+    shape = tuple(
+        (g.index, g.type, g.total, free.get(g.index, 0) if g.index is not None else 0) for g in worker.gpus
+    )
+    return (gpu_type, ram_not_enough(selection.ram_claim, allocatable), shape)
 
 
 def gpu_rate(allocatable: Mapping[int, int], gpu: Gpu) -> float:

@@ -8,11 +8,12 @@ least the fraction; a diffusion model only needs ``claim ≤ total``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from scheduler_core._units import byte_to_gib
 from scheduler_core.cluster import WorkerView, ram_not_enough
 from scheduler_core.events import Action, Level, list_message
-from scheduler_core.strategies._base import Candidate, Selection
+from scheduler_core.strategies._base import Candidate, Claim, Selection, worker_shape
 
 
 class SingleWorkerSingleGpu:
@@ -35,15 +36,25 @@ class SingleWorkerSingleGpu:
         return candidates
 
 
-def _worker_candidates(selection: Selection, worker: WorkerView, gpu_type: str | None) -> list[Candidate]:
+@dataclass(frozen=True, slots=True)
+class _WorkerOutcome:
+    """The stage's verdict for one worker shape: fitting GPUs with their (shared)
+    claims, or the failure message."""
+
+    fits: tuple[tuple[int, str | None, Claim], ...]
+    message: str | None
+
+
+def _evaluate(selection: Selection, worker: WorkerView, gpu_type: str | None) -> _WorkerOutcome:
+    """The stage's logic for one worker, without side effects."""
     allocatable = selection.cluster.allocatable(worker, gpu_type)
     if ram_not_enough(selection.ram_claim, allocatable) or not worker.gpus:
-        return []
+        return _WorkerOutcome((), None)
     fraction = selection.fraction(gpu_type)
     utilization = selection.mfs(gpu_type)
     diffusion = selection.is_diffusion
     largest_vram, largest_rate = 0, 0.0
-    candidates: list[Candidate] = []
+    fits: list[tuple[int, str | None, Claim]] = []
     for gpu in worker.gpus:
         if not gpu.total or gpu.index is None:
             continue
@@ -57,12 +68,20 @@ def _worker_candidates(selection: Selection, worker: WorkerView, gpu_type: str |
             continue
         # _get_worker_resource_claim for one GPU: total × fraction, or the whole estimate.
         amount = selection.vram_claim if diffusion else int(gpu.total * fraction)
-        vram = {gpu.index: amount}
-        claim = selection.claim(vram, utilization)
-        candidates.append(Candidate(worker, gpu.type, (gpu.index,), claim))
-    if not candidates:
-        message = f"The current available GPU only has {byte_to_gib(largest_vram)} GiB allocatable VRAM."
-        if fraction != 0 and not diffusion:
-            message = message.rstrip(".") + f" ({(largest_rate * 100):.2f}%)."
-        selection.events.add(Level.INFO, Action.AUTO_SINGLE_GPU, list_message(message), "insufficient_vram")
-    return candidates
+        fits.append((gpu.index, gpu.type, selection.claim({gpu.index: amount}, utilization)))
+    if fits:
+        return _WorkerOutcome(tuple(fits), None)
+    message = f"The current available GPU only has {byte_to_gib(largest_vram)} GiB allocatable VRAM."
+    if fraction != 0 and not diffusion:
+        message = message.rstrip(".") + f" ({(largest_rate * 100):.2f}%)."
+    return _WorkerOutcome((), list_message(message))
+
+
+def _worker_candidates(selection: Selection, worker: WorkerView, gpu_type: str | None) -> list[Candidate]:
+    key = ("single_worker_single_gpu", *worker_shape(selection, worker, gpu_type))
+    outcome = selection.memo.get(key)
+    if not isinstance(outcome, _WorkerOutcome):
+        outcome = selection.memo[key] = _evaluate(selection, worker, gpu_type)
+    if outcome.message is not None:
+        selection.events.add(Level.INFO, Action.AUTO_SINGLE_GPU, outcome.message, "insufficient_vram")
+    return [Candidate(worker, gpu_type_, (index,), claim) for index, gpu_type_, claim in outcome.fits]

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from scheduler_core._units import byte_to_gib
-from scheduler_core.cluster import GpuSlot, WorkerView, group_gpus_by_memory, ram_not_enough
+from scheduler_core.cluster import GpuSlot, WorkerView, group_gpus_by_memory
 from scheduler_core.events import Action, Level, list_message
-from scheduler_core.strategies._base import Candidate, Selection
+from scheduler_core.strategies._base import Candidate, Selection, worker_shape
 
 
 class SingleWorkerMultiGpu:
@@ -90,22 +90,10 @@ def _evaluate(selection: Selection, worker: WorkerView, gpu_type: str | None) ->
     return _WorkerOutcome(tuple(tracked), None)
 
 
-def _memo_key(selection: Selection, worker: WorkerView, gpu_type: str | None) -> tuple[object, ...]:
-    """Everything :func:`_evaluate` reads that varies between workers of one type.
-
-    Workers with equal GPUs (index, total, free) and the same RAM verdict get
-    the same outcome, so a homogeneous fleet is evaluated once per shape.
-    """
-    allocatable = selection.cluster.allocatable(worker, gpu_type)
-    free = allocatable.vram
-    shape = tuple((g.index, g.total, free.get(g.index, 0) if g.index is not None else 0) for g in worker.gpus)
-    return ("single_worker_multi_gpu", gpu_type, ram_not_enough(selection.ram_claim, allocatable), shape)
-
-
 def _worker_candidate(selection: Selection, worker: WorkerView, gpu_type: str | None) -> list[Candidate]:
     if len(worker.gpus) < 2:
         return []
-    key = _memo_key(selection, worker, gpu_type)
+    key = ("single_worker_multi_gpu", *worker_shape(selection, worker, gpu_type))
     outcome = selection.memo.get(key)
     if not isinstance(outcome, _WorkerOutcome):
         outcome = selection.memo[key] = _evaluate(selection, worker, gpu_type)
