@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
@@ -152,11 +152,25 @@ def load_deployment_configs(directory: Path | None = None) -> DeploymentCatalog:
     return _load_catalog(base.resolve())
 
 
-@functools.lru_cache(maxsize=8)
-def _load_catalog(directory: Path) -> DeploymentCatalog:
-    path = directory / DEPLOYMENTS_FILE_NAME
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def read_config_model(path: Path, model: type[_M], what: str) -> _M:
+    """Read and validate one JSON config file as ``model``.
+
+    Raises:
+        ValueError: the file cannot be read (naming ``what`` and the path) or does
+            not validate (a ``pydantic.ValidationError``).
+    """
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ValueError(f"cannot read diffusion deployment configs at {path}: {exc}") from exc
-    return DeploymentCatalog.model_validate_json(text)
+        raise ValueError(f"cannot read {what} at {path}: {exc}") from exc
+    return model.model_validate_json(text)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_catalog(directory: Path) -> DeploymentCatalog:
+    return read_config_model(
+        directory / DEPLOYMENTS_FILE_NAME, DeploymentCatalog, "diffusion deployment configs"
+    )

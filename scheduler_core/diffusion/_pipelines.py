@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from ._deployments import default_configs_dir, load_deployment_configs
+from ._deployments import default_configs_dir, load_deployment_configs, read_config_model
 from ._models import PipelineInfo
 from ._task_types import TaskType, upper_task_type
 
@@ -101,12 +101,9 @@ def load_pipeline_rules(directory: Path | None = None) -> PipelineRuleTable:
 
 @functools.lru_cache(maxsize=8)
 def _load_rules(directory: Path) -> PipelineRuleTable:
-    path = directory / PIPELINES_FILE_NAME
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ValueError(f"cannot read diffusion pipeline rules at {path}: {exc}") from exc
-    return PipelineRuleTable.model_validate_json(text)
+    return read_config_model(
+        directory / PIPELINES_FILE_NAME, PipelineRuleTable, "diffusion pipeline rules"
+    )
 
 
 def _clean_repo_id(repo_id: str | None) -> str | None:
