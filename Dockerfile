@@ -15,8 +15,10 @@ COPY scheduler_core ./scheduler_core
 COPY tasks ./tasks
 COPY configs ./configs
 COPY examples ./examples
-# flower serves the monitoring UI in docker-compose.yml; it is not a library dependency.
-RUN pip install . "flower>=2.0,<3" \
+# Editable install: the core finds its data (configs/diffusion_*.json) next to the
+# source tree, as in a checkout. flower serves the monitoring UI in docker-compose.yml;
+# it is not a library dependency.
+RUN pip install -e . "flower>=2.0,<3" \
     && useradd --system --uid 10001 --home-dir /app gpusched
 USER gpusched
 
