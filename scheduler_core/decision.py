@@ -196,8 +196,8 @@ def _decide(
 ) -> ScheduleResult:
     views = _snapshot(request)
     model = request.model
-    plan = build_plan(model)
     facts, categories, model_params = _model_facts(request)
+    plan = build_plan(model, diffusion="image" in categories)
     validate_arguments(plan, model_params)
     diffusion_args = explicit_diffusion_args(model.backend_parameters) if "image" in categories else None
     chain = run_filters(model, views, chain_.filters)

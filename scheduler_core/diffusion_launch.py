@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from scheduler_core._schemas import ModelSpec
 from scheduler_core._units import GIB
 from scheduler_core.cluster import ClusterState
@@ -39,7 +41,8 @@ FALLBACK_PIPELINE = PipelineInfo(pipeline_config_class="DiffusersGenericPipeline
 DIFFUSION_ACTION = "diffusion_launch_plan"
 #: Model env keys the tuner reads (SGLang diffusion envs).
 _ENV_KEYS = ("SGLANG_CACHE_DIT_ENABLED", "SGLANG_LTX2_TWO_STAGE_DEVICE_MODE")
-_TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+#: SGLang's ``get_bool_env_var``: only "true" and "1" (any case) are true.
+_TRUE_WORDS = frozenset({"1", "true"})
 _FIELD = "model.backend_parameters"
 
 
@@ -73,7 +76,7 @@ def _env(model: ModelSpec) -> dict[str, Any]:
     env = model.env or {}
     cache_dit = env.get(_ENV_KEYS[0], "")
     ltx2_mode = env.get(_ENV_KEYS[1]) or None
-    return {_ENV_KEYS[0]: cache_dit.strip().lower() in _TRUE_WORDS, _ENV_KEYS[1]: ltx2_mode}
+    return {_ENV_KEYS[0]: cache_dit.lower() in _TRUE_WORDS, _ENV_KEYS[1]: ltx2_mode}
 
 
 def _platform(candidate: Candidate, cluster: ClusterState, kind: str) -> dict[str, Any]:
@@ -81,9 +84,10 @@ def _platform(candidate: Candidate, cluster: ClusterState, kind: str) -> dict[st
     chosen = [g for g in candidate.worker.gpus if g.index in candidate.gpu_indexes]
     by_index = {g.index: g for g in chosen}
     ordered = [by_index[i] for i in candidate.gpu_indexes if i in by_index]
+    # Upstream reads the total and the name of the process's first device.
     return {
         "kind": kind,
-        "device_total_memory_gib": min(g.total for g in ordered) / GIB,
+        "device_total_memory_gib": ordered[0].total / GIB,
         "available_memory_gib_by_device": {
             str(device): free.get(gpu.index or 0, 0) / GIB for device, gpu in enumerate(ordered)
         },
@@ -117,9 +121,20 @@ def plan_diffusion_launch(
     }
     try:
         result = tune(request)
+    except ValidationError as error:
+        raise _validation_error(error) from None
     except ValueError as error:
         raise RequestError(_FIELD, str(error).splitlines()[0], "invalid_diffusion_arguments") from None
     return _plan(result, set(explicit), request["pipeline"]["pipeline_config_class"])
+
+
+def _validation_error(error: ValidationError) -> RequestError:
+    """A tuner input error, naming the model field it came from (flags or env)."""
+    first = error.errors(include_url=False)[0]
+    location = ".".join(str(part) for part in first["loc"])
+    field = "model.env" if location.startswith("env") else _FIELD
+    message = f"{location}: {str(first['msg']).removeprefix('Value error, ')}"
+    return RequestError(field, message, "invalid_diffusion_arguments")
 
 
 def _plan(result: TuneResult, explicit: set[str], pipeline_class: str) -> DiffusionPlan:

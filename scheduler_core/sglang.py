@@ -107,11 +107,21 @@ def _skip_gpu_count_check(model: ModelSpec) -> bool:
     return bool(model.gpu_selector and model.gpu_selector.gpu_ids) and (value.strip().lower() in _TRUTHY_ENV)
 
 
-def _gpu_count(model: ModelSpec, params: BackendParameters, selected: int) -> int | None:
+def _diffusion_world_size(params: BackendParameters) -> tuple[int | None, list[str]]:
+    """SGLang Diffusion's GPU count: ``--num-gpus`` when given, else tp × pp × dp.
+
+    GPUStack ignores ``--num-gpus``, which places a ``--num-gpus 2`` model on one
+    GPU; SGLang Diffusion then cannot start. gpusched sizes the placement by it.
+    """
+    num_gpus = _positive(params.find_int(["num-gpus"]), "num-gpus")
+    return (num_gpus, ["num_gpus"]) if num_gpus else world_size(params)
+
+
+def _gpu_count(model: ModelSpec, params: BackendParameters, selected: int, diffusion: bool) -> int | None:
     """GPUStack's ``_set_gpu_count``: manual count, else the world size."""
     selector = model.gpu_selector
     count = (selector.gpus_per_replica or selected) if selected and selector else None
-    size, strategies = world_size(params)
+    size, strategies = _diffusion_world_size(params) if diffusion else world_size(params)
     if not size:
         return count
     if count and count != size:
@@ -127,8 +137,10 @@ def _gpu_count(model: ModelSpec, params: BackendParameters, selected: int) -> in
     return size
 
 
-def build_plan(model: ModelSpec) -> Plan:
+def build_plan(model: ModelSpec, *, diffusion: bool = False) -> Plan:
     """Everything derived from the model alone (GPUStack's selector constructor).
+
+    ``diffusion`` (an IMAGE model) sizes the placement by ``--num-gpus`` when given.
 
     Raises:
         RequestError: malformed flags or GPU ids, or a GPU count that contradicts tp/pp/dp.
@@ -137,7 +149,7 @@ def build_plan(model: ModelSpec) -> Plan:
     manual, workers = _manual_selection(model)
     selected = sum(len(ix) for per in manual.by_type.values() for ix in per.values())
     try:
-        count = _gpu_count(model, params, selected)
+        count = _gpu_count(model, params, selected, diffusion)
         fraction = params.find_float(["mem-fraction-static"]) or 0.0
     except ParameterError as error:
         raise RequestError(error.field, str(error), "invalid_backend_parameters") from None

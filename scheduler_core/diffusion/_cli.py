@@ -26,6 +26,8 @@ CLI_FLAGS: Mapping[str, tuple[str, ValueKind]] = MappingProxyType(
         "sp-degree": ("sp_degree", "int"),
         "ulysses-degree": ("ulysses_degree", "int"),
         "ring-degree": ("ring_degree", "int"),
+        "dp-size": ("dp_size", "int"),
+        "data-parallel-size": ("dp_size", "int"),
         "enable-cfg-parallel": ("enable_cfg_parallel", "bool"),
         "cfg-parallel-degree": ("cfg_parallel_degree", "int"),
         "cfg-parallel-size": ("cfg_parallel_degree", "int"),

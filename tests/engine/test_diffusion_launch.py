@@ -93,3 +93,55 @@ def test_rocm_gpu_gets_no_cuda_only_layerwise_defaults():
     flags = result.launch.diffusion["flags"]
     assert flags["layerwise_offload_components"] is None
     assert result.launch.diffusion["flags"]["num_gpus"] == 1
+
+
+def test_num_gpus_sizes_the_diffusion_placement():
+    """Rule (gpusched): SGLang Diffusion runs on --num-gpus GPUs, so the placement takes that many."""
+    result = schedule(
+        request(z_image(backend_parameters=["--num-gpus", "2"]), [uniform_worker(1, "pair", 2, H100)])
+    )
+    assert result.candidates[result.selected].gpu_indexes == [0, 1]
+    assert result.launch.diffusion["num_gpus"] == 2
+    assert result.launch.backend_parameters.count("--num-gpus") == 1
+
+
+def test_dp_size_reaches_the_tuner_validation():
+    """Rule: upstream _validate_parallelism rejects dp_size > 1 (the flag is not dropped)."""
+    result = schedule(
+        request(z_image(backend_parameters=["--dp-size", "2"]), [uniform_worker(1, "pair", 2, H100)])
+    )
+    assert result.status == "rejected"
+    assert result.error.field == "model.backend_parameters"
+
+
+def test_tuner_input_errors_name_the_field():
+    """Bad input: a malformed tuner input names its model field and location."""
+    bad = z_image(env={"SGLANG_LTX2_TWO_STAGE_DEVICE_MODE": "bogus"})
+    result = schedule(request(bad, [uniform_worker(1, "big", 1, H100)]))
+    assert (result.status, result.error.field) == ("rejected", "model.env")
+    assert result.error.message == (
+        "env.SGLANG_LTX2_TWO_STAGE_DEVICE_MODE: must be one of ('original', 'resident', 'snapshot'), got 'bogus'"
+    )
+    bad = z_image(backend_parameters=["--num-gpus", "1", "--cfg-parallel-degree", "0"])
+    result = schedule(request(bad, [uniform_worker(1, "big", 1, H100)]))
+    assert (result.status, result.error.field) == ("rejected", "model.backend_parameters")
+    assert result.error.message.startswith("explicit_args.cfg_parallel_degree")
+
+
+def test_cache_dit_env_reads_like_sglang():
+    """Rule: SGLang reads SGLANG_CACHE_DIT_ENABLED as true only for 'true'/'1'."""
+    selector = {"gpu_ids": ["pair:cuda:0", "pair:cuda:1"]}
+    on = schedule(
+        request(
+            z_image(gpu_selector=selector, env={"SGLANG_CACHE_DIT_ENABLED": "1"}),
+            [uniform_worker(1, "pair", 2, H100)],
+        )
+    )
+    yes = schedule(
+        request(
+            z_image(gpu_selector=selector, env={"SGLANG_CACHE_DIT_ENABLED": "yes"}),
+            [uniform_worker(1, "pair", 2, H100)],
+        )
+    )
+    assert on.launch.diffusion["flags"]["use_fsdp_inference"] is False  # cache-dit blocks auto-FSDP
+    assert yes.launch.diffusion["flags"]["use_fsdp_inference"] is True
