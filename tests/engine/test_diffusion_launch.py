@@ -120,7 +120,8 @@ def test_tuner_input_errors_name_the_field():
     result = schedule(request(bad, [uniform_worker(1, "big", 1, H100)]))
     assert (result.status, result.error.field) == ("rejected", "model.env")
     assert result.error.message == (
-        "env.SGLANG_LTX2_TWO_STAGE_DEVICE_MODE: must be one of ('original', 'resident', 'snapshot'), got 'bogus'"
+        "env.SGLANG_LTX2_TWO_STAGE_DEVICE_MODE: must be one of ('original', 'resident', 'snapshot'), "
+        "got 'bogus'"
     )
     bad = z_image(backend_parameters=["--num-gpus", "1", "--cfg-parallel-degree", "0"])
     result = schedule(request(bad, [uniform_worker(1, "big", 1, H100)]))
