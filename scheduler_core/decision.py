@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from scheduler_core._render import ClaimMemo, candidate_out, estimate_out, event_out
-from scheduler_core._schemas import ErrorOut, LaunchOut, ScheduleRequest, ScheduleResult
+from scheduler_core._schemas import ErrorOut, LaunchOut, ScheduleRequest, ScheduleResult, Worker
 from scheduler_core.cluster import (
     ClusterState,
     SnapshotMemo,
@@ -98,10 +98,14 @@ def _request_id(raw: Any) -> str:
     return f"req-{digest}"
 
 
-def _rejected(request_id: str, code: str, message: str, field: str | None) -> ScheduleResult:
+def _rejected(
+    request_id: str, code: str, message: str, field: str | None, context: str | None = None
+) -> ScheduleResult:
     return ScheduleResult(
         request_id=request_id,
         status="rejected",
+        # GPUStack's state message for the same failure ("Failed to find candidate: ...")
+        state_message=f"{context}: {message}" if context else None,
         error=ErrorOut(code=code, message=message, field=field),
     )
 
@@ -150,7 +154,7 @@ def _schedule(request: Any, request_id: str, chain: Chain, memo: SnapshotMemo | 
     try:
         return _decide(parsed, request_id, chain, memo)
     except RequestError as error:
-        return _rejected(request_id, error.code, error.message, error.field)
+        return _rejected(request_id, error.code, error.message, error.field, error.context)
     except Exception as error:  # the contract is "never raises": report, don't crash
         return _rejected(request_id, "internal_error", f"{type(error).__name__}: {error}", None)
 
@@ -165,7 +169,23 @@ def _snapshot(request: ScheduleRequest) -> list[WorkerView]:
             raise RequestError(f"workers.{position}", f"duplicate worker {worker.name!r} (id {worker.id})")
         seen_ids.add(worker.id)
         seen_names.add(worker.name)
+        _check_gpu_identity(worker, position)
     return [worker_view(worker) for worker in request.workers]
+
+
+def _check_gpu_identity(worker: Worker, position: int) -> None:
+    """A GPU is identified by (type, index) on its worker; two GPUs may not share one."""
+    seen: set[tuple[str | None, int]] = set()
+    devices = (worker.status.gpu_devices if worker.status else None) or ()
+    for number, gpu in enumerate(devices):
+        if gpu.index is None:
+            continue
+        if (gpu.type, gpu.index) in seen:
+            raise RequestError(
+                f"workers.{position}.status.gpu_devices.{number}",
+                f"worker {worker.name!r} reports two {gpu.type} GPUs with index {gpu.index}",
+            )
+        seen.add((gpu.type, gpu.index))
 
 
 def _model_facts(request: ScheduleRequest) -> tuple[ModelFacts, list[str], ModelParameters]:
@@ -187,6 +207,7 @@ def _model_facts(request: ScheduleRequest) -> tuple[ModelFacts, list[str], Model
             f"model.{error.field}",
             f"Failed to parse model {model.name} hyperparameters: {error.message}",
             "invalid_model_config",
+            "Failed to find candidate",
         ) from None
     return facts, categories, params
 
@@ -198,7 +219,7 @@ def _decide(
     model = request.model
     facts, categories, model_params = _model_facts(request)
     plan = build_plan(model, diffusion="image" in categories)
-    validate_arguments(plan, model_params)
+    user_fraction = validate_arguments(plan, model_params)
     diffusion_args = explicit_diffusion_args(model.backend_parameters) if "image" in categories else None
     chain = run_filters(model, views, chain_.filters)
     if not chain.workers:
@@ -228,7 +249,7 @@ def _decide(
     # GPUStack computes fractions before sorting; order does not change a minimum.
     ordered = sort_workers_by_gpu_count(chain.workers)
     if not selection.is_diffusion:
-        selection.mfs_by_type = fractions_by_type(plan, selection, ordered)
+        selection.mfs_by_type = fractions_by_type(plan, selection, ordered, user_fraction)
     outcome = run_strategies(selection, ordered, chain_.strategies)
     result = _result(request, request_id, selection, facts, chain.messages, outcome, chain_.max_candidates)
     if diffusion_args is None or result.selected is None:

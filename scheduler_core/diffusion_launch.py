@@ -104,12 +104,13 @@ def plan_diffusion_launch(
 ) -> DiffusionPlan | None:
     """Tune the launch of ``candidate``; None when its GPU type has no SGLang platform.
 
-    Raises:
-        RequestError: the user's diffusion flags are invalid for this placement
-            (upstream's validation message, naming ``model.backend_parameters``).
+    When the tuner refuses the user's diffusion settings for this placement
+    (upstream's validation), the placement stands — GPUStack would deploy it —
+    and the plan carries the error (``summary["error"]``) and an ERROR event,
+    so the control plane learns before launch what SGLang will refuse.
     """
     kind = PLATFORM_BY_GPU_TYPE.get((candidate.gpu_type or "").lower())
-    if kind is None:
+    if kind is None or not candidate.gpu_indexes:
         return None
     given = dict(explicit)
     given.setdefault("num_gpus", len(candidate.gpu_indexes))
@@ -119,13 +120,24 @@ def plan_diffusion_launch(
         "env": _env(model),
         "pipeline": _pipeline(model, facts).model_dump(),
     }
+    pipeline_class = request["pipeline"]["pipeline_config_class"]
     try:
         result = tune(request)
     except ValidationError as error:
-        raise _validation_error(error) from None
+        return _refused(_validation_error(error), pipeline_class)
     except ValueError as error:
-        raise RequestError(_FIELD, str(error).splitlines()[0], "invalid_diffusion_arguments") from None
-    return _plan(result, set(explicit), request["pipeline"]["pipeline_config_class"])
+        refusal = RequestError(_FIELD, str(error).splitlines()[0], "invalid_diffusion_arguments")
+        return _refused(refusal, pipeline_class)
+    return _plan(result, set(explicit), pipeline_class)
+
+
+def _refused(error: RequestError, pipeline_class: str) -> DiffusionPlan:
+    summary = {
+        "pipeline_config_class": pipeline_class,
+        "error": {"code": error.code, "message": error.message, "field": error.field},
+    }
+    event = Event(Level.ERROR, DIFFUSION_ACTION, error.message, error.code)
+    return DiffusionPlan(summary, [], (event,))
 
 
 def _validation_error(error: ValidationError) -> RequestError:

@@ -72,6 +72,7 @@ class FractionFlags:
         Raises:
             ParameterError: a numeric flag has a non-integer value.
         """
+        piecewise = params.find(["enable-piecewise-cuda-graph"])
         return cls(
             chunked_prefill_size=params.find_int(["chunked-prefill-size"]),
             cuda_graph_max_bs=params.find_int(["cuda-graph-max-bs"]),
@@ -80,8 +81,11 @@ class FractionFlags:
             tp_size=params.find_int(["tp-size", "tensor-parallel-size"]) or 1,
             pp_size=params.find_int(["pp-size", "pipeline-parallel-size"]) or 1,
             dp_size=params.find_int(["dp-size", "data-parallel-size"]) or 1,
-            piecewise_cuda_graph=params.find(["enable-piecewise-cuda-graph"]),
-            piecewise_cuda_graph_max_tokens=params.find_int(["piecewise-cuda-graph-max-tokens"]),
+            piecewise_cuda_graph=piecewise,
+            # read only when the piecewise flag has a value, as upstream
+            piecewise_cuda_graph_max_tokens=(
+                params.find_int(["piecewise-cuda-graph-max-tokens"]) if piecewise else None
+            ),
         )
 
 

@@ -65,35 +65,39 @@ def binpack_score(candidate: Candidate, cluster: ClusterState) -> float:
 
 @dataclass(frozen=True, slots=True)
 class _Load:
-    """Instance counts: per worker and per (worker, GPU type, index); this model vs others."""
+    """Instance counts per worker and per (worker, GPU index); this model vs others.
+
+    Keyed by index only, as GPUStack counts them (an instance without a GPU type
+    still loads its GPUs).
+    """
 
     worker_current: Mapping[int, int]
     worker_other: Mapping[int, int]
-    gpu_current: Mapping[tuple[int, str | None, int], int]
-    gpu_other: Mapping[tuple[int, str | None, int], int]
+    gpu_current: Mapping[tuple[int, int], int]
+    gpu_other: Mapping[tuple[int, int], int]
 
 
-def _placements(instance: ModelInstance) -> Iterable[tuple[int, str | None, list[int]]]:
+def _placements(instance: ModelInstance) -> Iterable[tuple[int, list[int]]]:
     if instance.worker_id is not None:
-        yield instance.worker_id, instance.gpu_type, list(instance.gpu_indexes or ())
+        yield instance.worker_id, list(instance.gpu_indexes or ())
     servers = instance.distributed_servers
     for sub in (servers.subordinate_workers or ()) if servers else ():
         if sub.worker_id is not None:
-            yield sub.worker_id, sub.gpu_type or instance.gpu_type, list(sub.gpu_indexes or ())
+            yield sub.worker_id, list(sub.gpu_indexes or ())
 
 
 def _load(instances: Iterable[ModelInstance], model_id: int | None) -> _Load:
-    counts: dict[bool, tuple[dict[int, int], dict[tuple[int, str | None, int], int]]] = {
+    counts: dict[bool, tuple[dict[int, int], dict[tuple[int, int], int]]] = {
         True: (defaultdict(int), defaultdict(int)),
         False: (defaultdict(int), defaultdict(int)),
     }
     for instance in instances:
         same = model_id is not None and instance.model_id == model_id
         per_worker, per_gpu = counts[same]
-        for worker_id, gpu_type, indexes in _placements(instance):
+        for worker_id, indexes in _placements(instance):
             per_worker[worker_id] += len(indexes) or 1  # a CPU instance counts once
             for index in indexes:
-                per_gpu[(worker_id, gpu_type, index)] += 1
+                per_gpu[(worker_id, index)] += 1
     return _Load(counts[True][0], counts[False][0], counts[True][1], counts[False][1])
 
 
@@ -129,14 +133,14 @@ def _worker_score(worker: WorkerView, load: _Load, ranges: _Ranges) -> float:
 
 def _gpu_score(candidate: Candidate, load: _Load) -> float:
     if len(candidate.gpu_indexes) == 1:  # the common single-GPU case, without the list
-        key = (candidate.worker.id, candidate.gpu_type, candidate.gpu_indexes[0])
+        key = (candidate.worker.id, candidate.gpu_indexes[0])
         return 1.0 / (1 + load.gpu_current.get(key, 0) + 0.2 * load.gpu_other.get(key, 0))
     scores = [
         1.0
         / (
             1
-            + load.gpu_current.get((candidate.worker.id, candidate.gpu_type, i), 0)
-            + 0.2 * load.gpu_other.get((candidate.worker.id, candidate.gpu_type, i), 0)
+            + load.gpu_current.get((candidate.worker.id, i), 0)
+            + 0.2 * load.gpu_other.get((candidate.worker.id, i), 0)
         )
         for i in candidate.gpu_indexes
     ]

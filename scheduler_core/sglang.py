@@ -51,7 +51,6 @@ class Plan:
     manual: ManualSelection
     selected_workers: tuple[str, ...]
     gpu_count: int | None
-    param_fraction: float
     check_vision_tp: bool
 
 
@@ -150,51 +149,54 @@ def build_plan(model: ModelSpec, *, diffusion: bool = False) -> Plan:
     selected = sum(len(ix) for per in manual.by_type.values() for ix in per.values())
     try:
         count = _gpu_count(model, params, selected, diffusion)
-        fraction = params.find_float(["mem-fraction-static"]) or 0.0
     except ParameterError as error:
         raise RequestError(error.field, str(error), "invalid_backend_parameters") from None
     check_vision = not model.backend_parameters or not params.find_bool(["language-only"])
-    return Plan(params, manual, workers, count, fraction, check_vision)
+    return Plan(params, manual, workers, count, check_vision)
 
 
 def _argument_error(message: str) -> RequestError:
     return RequestError(_PARAMS_FIELD, message, "invalid_backend_parameters", _FIND_CONTEXT)
 
 
-def _validate_parallelism(params: BackendParameters, model_params: ModelParameters) -> None:
-    tp = params.find_int(_TP) or 1
+def _int_flag(params: BackendParameters, names: Sequence[str]) -> int | None:
+    try:
+        return params.find_int(names)
+    except ParameterError as error:
+        raise _argument_error(str(error)) from None
+
+
+def _nnodes(params: BackendParameters) -> int:
+    """GPUStack's ``_get_nnodes``: ``--nnodes`` or 1."""
+    value = params.find(["nnodes"])
+    if not value:
+        return 1
+    try:
+        nnodes = int(value)
+    except ValueError:
+        raise _argument_error(f"Invalid value for --nnodes: {value!r} is not an integer.") from None
+    if nnodes <= 0:
+        raise _argument_error("--nnodes must be a positive integer.")
+    return nnodes
+
+
+def _mixed_chunk(params: BackendParameters) -> bool:
+    try:
+        return params.find_strtobool(["enable-mixed-chunk"])
+    except ParameterError as error:
+        raise _argument_error(str(error)) from None
+
+
+def _check_heads(tp: int, model_params: ModelParameters) -> None:
     heads = model_params.num_attention_heads
     if heads and heads % tp != 0:
         raise _argument_error(
             f"Total number of attention heads ({heads}) must be divisible by tp-size ({tp})."
         )
-    pp = params.find_int(_PP) or 1
-    nnodes_value = params.find(["nnodes"])
-    nnodes = int(nnodes_value) if nnodes_value else 1
-    if nnodes <= 0:
-        raise _argument_error("--nnodes must be a positive integer.")
-    if (tp * pp) % nnodes != 0:
-        raise _argument_error(f"tp-size {tp * pp} must be divisible by nnodes")
 
 
-def validate_arguments(plan: Plan, model_params: ModelParameters) -> None:
-    """GPUStack's ``_validate_and_set_arguments`` checks, texts verbatim.
-
-    Raises:
-        RequestError: the flags contradict each other or the model.
-    """
-    params = plan.params
-    try:
-        _validate_parallelism(params, model_params)
-        mixed_chunk = params.find_strtobool(["enable-mixed-chunk"])
-        pp = params.find_int(_PP) or 1
-        dp = params.find_int(_DP) or 1
-        nnodes_value = params.find(["nnodes"])
-        nnodes = int(nnodes_value) if nnodes_value else 1
-    except (ParameterError, ValueError) as error:
-        if isinstance(error, RequestError):
-            raise
-        raise _argument_error(str(error)) from None
+def _check_combinations(params: BackendParameters, pp: int, dp: int, mixed_chunk: bool) -> None:
+    nnodes = _nnodes(params)
     speculative = params.find(["speculative-algorithm"])
     if pp > 1 and (speculative is not None or mixed_chunk):
         raise _argument_error(
@@ -205,13 +207,52 @@ def validate_arguments(plan: Plan, model_params: ModelParameters) -> None:
         raise _argument_error("multi-node data parallel is not supported unless dp attention!")
     if speculative is not None and mixed_chunk:
         raise _argument_error("enable_mixed_chunk is required for speculative decoding")
-    tp_problem = tp_divisibility_problem(model_params, plan.check_vision_tp, params.find_int(_TP) or 1)
+
+
+def _user_fraction(params: BackendParameters) -> float:
+    """``--mem-fraction-static`` (0 when absent). GPUStack fails on a value <= 0
+    (an AttributeError deep in its calculator); gpusched rejects it up front."""
+    try:
+        value = params.find_float(["mem-fraction-static"])
+    except ParameterError as error:
+        raise _argument_error(str(error)) from None
+    if value is not None and value <= 0:
+        raise _argument_error("--mem-fraction-static must be greater than 0.")
+    return value or 0.0
+
+
+def validate_arguments(plan: Plan, model_params: ModelParameters) -> float:
+    """GPUStack's ``_validate_and_set_arguments``: same checks, order and texts.
+
+    Returns:
+        The user's ``--mem-fraction-static`` (0 when not set).
+
+    Raises:
+        RequestError: the flags contradict each other or the model.
+    """
+    params = plan.params
+    tp = _int_flag(params, _TP) or 1
+    _check_heads(tp, model_params)
+    pp = _int_flag(params, _PP) or 1
+    dp = _int_flag(params, _DP) or 1
+    mixed_chunk = _mixed_chunk(params)
+    nnodes = _nnodes(params)
+    if (tp * pp) % nnodes != 0:
+        raise _argument_error(f"tp-size {tp * pp} must be divisible by nnodes")
+    _check_combinations(params, pp, dp, mixed_chunk)
+    tp_problem = tp_divisibility_problem(model_params, plan.check_vision_tp, tp)
     if tp_problem:
         raise _argument_error(tp_problem + " Consider adjusting your tp-size value.")
+    fraction = _user_fraction(params)
+    try:
+        FractionFlags.from_parameters(params)  # the calculator's own flags must parse too
+    except ParameterError as error:
+        raise _argument_error(str(error)) from None
+    return fraction
 
 
 def fractions_by_type(
-    plan: Plan, selection: Selection, workers: Sequence[WorkerView]
+    plan: Plan, selection: Selection, workers: Sequence[WorkerView], user_fraction: float
 ) -> dict[str | None, float]:
     """GPUStack's ``cal_mem_fraction_static``: one fraction per GPU type present.
 
@@ -225,8 +266,8 @@ def fractions_by_type(
     for gpu_type, workers_of_type in by_type.items():
         if gpu_type not in valid:
             continue
-        if plan.param_fraction > 0:
-            fractions[gpu_type] = plan.param_fraction
+        if user_fraction > 0:
+            fractions[gpu_type] = user_fraction
             continue
         calculator = MemFractionCalculator(
             flags, plan.manual, gpu_type, selection.cluster, selection.model_params.vision_config

@@ -77,7 +77,8 @@ def _selected_copies(selection: Selection, workers: Sequence[WorkerView], gpu_ty
         allocatable = selection.cluster.allocatable(worker, gpu_type)
         gpus = [g for g in worker.gpus if g.type == gpu_type and g.index in indexes]
         gpus.sort(key=lambda g: gpu_rate(allocatable.vram, g), reverse=True)
-        copies.append(worker.with_gpus(gpus))
+        if gpus:  # a selection naming only GPUs the worker does not have adds nothing
+            copies.append(worker.with_gpus(gpus))
     copies.sort(key=lambda w: len(w.gpus), reverse=True)
     return copies
 
@@ -142,7 +143,7 @@ def _multi_worker(
         return []
     utilization = _utilization(selection, gpu_type)
     leader = workers[0]
-    leader_indexes = sorted(selection.manual.by_type[gpu_type][leader.name])
+    leader_indexes = sorted(g.index for g in leader.gpus if g.index is not None)
     leader_vram = selection.vram_claims(leader, leader_indexes, utilization, request.vram)
     subordinates: list[Subordinate] = []
     placed = len(leader_indexes)
@@ -152,6 +153,8 @@ def _multi_worker(
         if _hosts_distributed_instance(selection, worker):
             continue
         indexes = _follower_indexes(selection, worker, gpu_type)[: gpu_count - placed]
+        if not indexes:
+            continue
         vram = selection.vram_claims(worker, indexes, utilization, request.vram)
         claim = selection.claim(vram, utilization, request.ram)
         subordinates.append(Subordinate(worker, gpu_type, tuple(indexes), claim))
@@ -168,7 +171,7 @@ def _follower_indexes(selection: Selection, worker: WorkerView, gpu_type: str) -
     selected = selection.manual.by_type[gpu_type][worker.name]
     allocatable = selection.cluster.allocatable(worker, gpu_type)
     ordered = sort_gpu_indexes_by_allocatable_rate(worker, allocatable.vram, gpu_type)
-    return [index for index in ordered if index in selected]
+    return [index for index in ordered if index in selected]  # the copy holds existing GPUs only
 
 
 def _hosts_distributed_instance(selection: Selection, worker: WorkerView) -> bool:

@@ -69,7 +69,8 @@ def _whole_node_fits(selection: Selection, worker: WorkerView, gpu_type: str | N
     if selection.is_diffusion:
         return True
     fraction = selection.fraction(gpu_type)
-    return not any(not gpu.total or gpu_rate(allocatable.vram, gpu) < fraction for gpu in worker.gpus)
+    # a GPU reporting no memory is skipped (GPUStack divides by its total and crashes)
+    return not any(gpu.total and gpu_rate(allocatable.vram, gpu) < fraction for gpu in worker.gpus)
 
 
 def _node_vram(selection: Selection, worker: WorkerView, gpu_type: str | None) -> int:

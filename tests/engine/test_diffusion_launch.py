@@ -68,15 +68,27 @@ def test_performance_mode_and_explicit_flags_come_from_backend_parameters():
     assert result.launch.backend_parameters.count("--dit-cpu-offload") == 1
 
 
-def test_invalid_diffusion_flag_is_rejected():
-    """Bad input: a malformed diffusion flag names model.backend_parameters."""
+def test_tuner_refusal_keeps_the_placement_and_reports_it():
+    """Rule: GPUStack places the model whatever its diffusion flags; when the tuner refuses them
+    (upstream's text) the decision stays scheduled and carries the error and an ERROR event."""
     bad = z_image(backend_parameters=["--performance-mode", "turbo"])
     result = schedule(request(bad, [uniform_worker(1, "big", 1, H100)]))
-    assert result.status == "rejected"
-    assert result.error.field == "model.backend_parameters"
-    assert result.error.message == (
-        "Invalid performance_mode='turbo'. Expected one of ('manual', 'auto', 'speed', 'memory')."
-    )
+    assert result.status == "scheduled"
+    message = "Invalid performance_mode='turbo'. Expected one of ('manual', 'auto', 'speed', 'memory')."
+    assert result.launch.diffusion["error"] == {
+        "code": "invalid_diffusion_arguments",
+        "message": message,
+        "field": "model.backend_parameters",
+    }
+    assert result.launch.backend_parameters == ["--performance-mode", "turbo"]
+    assert (result.events[-1].level, result.events[-1].message) == ("error", message)
+
+
+def test_malformed_diffusion_flag_is_rejected():
+    """Bad input: a flag value that does not parse is rejected before placement."""
+    bad = z_image(backend_parameters=["--num-gpus", "two"])
+    result = schedule(request(bad, [uniform_worker(1, "big", 1, H100)]))
+    assert (result.status, result.error.field) == ("rejected", "model.backend_parameters")
 
 
 def test_unknown_pipeline_falls_back_to_diffusers_generic():
@@ -106,27 +118,28 @@ def test_num_gpus_sizes_the_diffusion_placement():
 
 
 def test_dp_size_reaches_the_tuner_validation():
-    """Rule: upstream _validate_parallelism rejects dp_size > 1 (the flag is not dropped)."""
+    """Rule: upstream _validate_parallelism refuses dp_size > 1 (the flag is not dropped)."""
     result = schedule(
         request(z_image(backend_parameters=["--dp-size", "2"]), [uniform_worker(1, "pair", 2, H100)])
     )
-    assert result.status == "rejected"
-    assert result.error.field == "model.backend_parameters"
+    assert result.status == "scheduled"  # GPUStack's placement: dp 2 → 2 GPUs
+    assert result.launch.diffusion["error"]["field"] == "model.backend_parameters"
+    assert "dp_size" in result.launch.diffusion["error"]["message"]
 
 
 def test_tuner_input_errors_name_the_field():
     """Bad input: a malformed tuner input names its model field and location."""
     bad = z_image(env={"SGLANG_LTX2_TWO_STAGE_DEVICE_MODE": "bogus"})
     result = schedule(request(bad, [uniform_worker(1, "big", 1, H100)]))
-    assert (result.status, result.error.field) == ("rejected", "model.env")
-    assert result.error.message == (
-        "env.SGLANG_LTX2_TWO_STAGE_DEVICE_MODE: must be one of ('original', 'resident', 'snapshot'), "
-        "got 'bogus'"
-    )
+    assert result.launch.diffusion["error"] == {
+        "code": "invalid_diffusion_arguments",
+        "message": "env.SGLANG_LTX2_TWO_STAGE_DEVICE_MODE: must be one of ('original', 'resident', "
+        "'snapshot'), got 'bogus'",
+        "field": "model.env",
+    }
     bad = z_image(backend_parameters=["--num-gpus", "1", "--cfg-parallel-degree", "0"])
     result = schedule(request(bad, [uniform_worker(1, "big", 1, H100)]))
-    assert (result.status, result.error.field) == ("rejected", "model.backend_parameters")
-    assert result.error.message.startswith("explicit_args.cfg_parallel_degree")
+    assert result.launch.diffusion["error"]["message"].startswith("explicit_args.cfg_parallel_degree")
 
 
 def test_cache_dit_env_reads_like_sglang():

@@ -491,3 +491,32 @@ def test_overcommit_text_without_a_fraction():
         "- Using worker w GPU indexes [1] out of 2 selected devices.\n"
         "- Used GPUs provide 24.23 GiB allocatable VRAM."
     )
+
+
+def test_manual_selection_of_missing_gpus_adds_nothing():
+    """Bad selection: GPU ids naming indexes a worker does not have never become phantom GPUs."""
+    workers = [uniform_worker(1, "a", 2, H100), uniform_worker(2, "b", 1, H100)]
+    ids = ["a:cuda:0", "a:cuda:1", "a:cuda:9", "b:cuda:0"]
+    result = schedule(request(model(gpu_selector={"gpu_ids": ids}), workers))
+    leader = result.candidates[0]
+    assert leader.gpu_indexes == [0, 1]
+    assert [(s.worker_name, s.gpu_indexes) for s in leader.subordinate_workers] == [("b", [0])]
+    nothing = schedule(request(model(gpu_selector={"gpu_ids": ["a:cuda:7", "b:cuda:9"]}), workers))
+    assert nothing.status == "unschedulable"
+
+
+def test_spread_counts_instances_without_gpu_type():
+    """Rule: spread counts every instance on a GPU index (GPUStack keys the counts by index)."""
+    untyped = [instance(1, 1, {0: 10 * GIB}, gpu_type=None)]
+    result = schedule(request(model(), [uniform_worker(1, "a", 2, H100)], untyped))
+    assert [c.score for c in result.candidates] == [0.85 * 100 + 0.15 * 100 / 1.2, 100.0]
+    assert result.candidates[result.selected].gpu_indexes == [1]
+
+
+def test_zero_size_gpu_does_not_exclude_its_node_from_multi_worker():
+    """gpusched: a GPU reporting no memory is skipped (GPUStack would divide by zero)."""
+    a = worker(1, "a", [gpu(0, H100), gpu(1, 0)])
+    b = worker(2, "b", [gpu(0, H100), gpu(1, 0)])
+    result = schedule(request(model(weight_bytes=weight_for_estimate(100)), [a, b]))
+    assert result.status == "scheduled"
+    assert result.candidates[0].subordinate_workers[0].worker_name == "b"

@@ -179,3 +179,52 @@ def test_non_object_request_is_rejected():
         result = schedule(value)
         assert (result.status, result.error.field) == ("rejected", "request")
         assert result.request_id.startswith("req-")
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        (["--mem-fraction-static", "0"], "--mem-fraction-static must be greater than 0."),
+        (
+            ["--chunked-prefill-size", "abc"],
+            "Invalid value for --chunked-prefill-size: 'abc' is not an integer.",
+        ),
+        (["--cuda-graph-max-bs", "x"], "Invalid value for --cuda-graph-max-bs: 'x' is not an integer."),
+        (["--enable-mixed-chunk", "maybe", "--nnodes", "3"], "invalid truth value 'maybe'"),
+    ],
+)
+def test_fraction_flags_and_validation_order(params, message):
+    """Rule: the calculator's flags are validated with the others, in upstream's order
+    (mixed-chunk is parsed before the nnodes check)."""
+    error = rejected(params)
+    assert (error.field, error.message) == ("model.backend_parameters", message)
+
+
+def test_piecewise_max_tokens_read_only_with_piecewise_value():
+    """Rule: upstream reads --piecewise-cuda-graph-max-tokens only when the piecewise flag has a value."""
+    result = schedule(
+        request(
+            model(backend_parameters=["--piecewise-cuda-graph-max-tokens", "x"]),
+            [uniform_worker(1, "w", 1, RTX_4090)],
+        )
+    )
+    assert result.status == "scheduled"
+
+
+def test_rejected_result_carries_gpustack_state_message():
+    """Rule: GPUStack prefixes selector errors with 'Failed to find candidate: ' in its state message."""
+    result = schedule(
+        request(model(backend_parameters=["--tp-size", "3"]), [uniform_worker(1, "w", 4, RTX_4090)])
+    )
+    assert result.state_message == (
+        "Failed to find candidate: Total number of attention heads (28) must be divisible by tp-size (3)."
+    )
+
+
+def test_two_gpus_with_one_identity_are_rejected():
+    """Bad input: (type, index) identifies a GPU on a worker."""
+    from builders import gpu, worker
+
+    twin = worker(1, "w", [gpu(0, RTX_4090), gpu(0, RTX_4090)])
+    result = schedule(request(model(), [twin]))
+    assert (result.status, result.error.field) == ("rejected", "workers.0.status.gpu_devices.1")
