@@ -30,14 +30,15 @@ from celery.canvas import Signature  # type: ignore[import-untyped]
 
 from tasks import logging as service_logging
 from tasks.keys import Keys
+from tasks.messages import (
+    CLUSTER_EVENT,
+    DECIDE,
+    DRAIN_DELAYED,
+    PUBLISH,
+    RESERVE,
+    message_request,
+)
 from tasks.settings import Settings, get_settings
-
-#: Task names (the wire contract with control planes and between steps).
-DECIDE = "gpusched.decide"
-RESERVE = "gpusched.reserve"
-PUBLISH = "gpusched.publish"
-CLUSTER_EVENT = "gpusched.cluster_event"
-DRAIN_DELAYED = "gpusched.drain_delayed"
 
 app = Celery("gpusched", include=["tasks.worker_tasks"])
 
@@ -146,25 +147,18 @@ def _propagate_request_id(headers: dict[str, Any] | None = None, **_: Any) -> No
 
 
 @signals.task_prerun.connect  # type: ignore[untyped-decorator]
-def _bind_task(task_id: str | None = None, task: Any = None, args: Any = None, **_: Any) -> None:
-    request = getattr(task, "request", None)
-    request_id = _request_id_from_args(args) or getattr(request, "request_id", None)
-    service_logging.bind_task(task_id, getattr(task, "name", None), request_id)
+def _bind_task(
+    task_id: str | None = None, task: Any = None, args: Any = None, kwargs: Any = None, **_: Any
+) -> None:
+    name = getattr(task, "name", None)
+    driven = message_request(name, args if isinstance(args, list | tuple) else (), kwargs)
+    request_id = driven.request_id if driven else getattr(getattr(task, "request", None), "request_id", None)
+    service_logging.bind_task(task_id, name, request_id)
 
 
 @signals.task_postrun.connect  # type: ignore[untyped-decorator]
 def _clear_task(**_: Any) -> None:
     service_logging.clear()
-
-
-def _request_id_from_args(args: Any) -> str | None:
-    first = args[0] if isinstance(args, list | tuple) and args else None
-    if isinstance(first, str):
-        return first
-    if isinstance(first, dict) and "kind" not in first:  # a step or a raw request
-        value = first.get("request_id")
-        return value if isinstance(value, str) else None
-    return None
 
 
 configure()

@@ -18,10 +18,6 @@ from collections.abc import Sequence
 from tasks import cli_offline, cli_service
 
 
-class UsageError(Exception):
-    """Bad command-line input; printed as one line, exit code 2."""
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The full ``gpusched`` parser with every registered subcommand."""
     parser = argparse.ArgumentParser(prog="gpusched", description=__doc__.splitlines()[0])

@@ -7,8 +7,9 @@ A request is validated here, at the edge: an invalid one gets its terminal
 ``rejected`` result (naming the field) at once, without a worker. A valid one
 is recorded (idempotent on ``request_id``: the same id submitted twice yields
 one decision) together with an outbox entry, then the decision chain is sent
-to ``gpusched.requests``; if this process dies in between, a worker's drainer
-sends it after ``outbox_lease_s``.
+to ``gpusched.requests``; if this process dies in between, or sending fails
+(broker unreachable), a worker's drainer sends it after ``outbox_lease_s``:
+once a request is accepted it is driven to its result.
 """
 
 from __future__ import annotations
@@ -18,11 +19,19 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import redis
+from kombu.exceptions import OperationalError
+
 from tasks import pipeline, reschedule
 from tasks.edge import normalize
+from tasks.logging import get_logger
 from tasks.runtime import Runtime, build_runtime, redis_client
 from tasks.settings import Settings, get_settings
 from tasks.streams import read_new
+
+log = get_logger(__name__)
+#: Longest block of one blocking read in :meth:`ServiceClient.wait` (its socket timeout follows).
+WAIT_BLOCK_MS = 1000
 
 
 class WaitTimeout(TimeoutError):
@@ -57,7 +66,15 @@ class Submission:
 
 
 def submit_request(rt: Runtime, request: Any) -> Submission:
-    """Validate, record and enqueue one request (the body of :meth:`ServiceClient.submit`)."""
+    """Validate, record and enqueue one request (the body of :meth:`ServiceClient.submit`).
+
+    Raises:
+        redis.RedisError: Redis failed before or while the request was recorded.
+            Nothing may have been accepted — or it was, and only the reply was
+            lost: submitting the same request again is safe (it returns
+            ``duplicate`` if the first attempt was recorded, and that request
+            is driven to its result).
+    """
     normalized = normalize(request)
     if normalized.rejection is not None:
         outcome, _ = pipeline.publish_rejection(rt, normalized)
@@ -73,7 +90,12 @@ def submit_request(rt: Runtime, request: Any) -> Submission:
     )
     if not accepted.accepted:
         return Submission(normalized.request_id, "duplicate", state=accepted.state)
-    pipeline.enqueue(rt, normalized.request_id, 0, 0)
+    try:
+        pipeline.enqueue(rt, normalized.request_id, 0, 0)
+    except (redis.RedisError, OperationalError, ConnectionError) as error:
+        # accepted: the outbox entry written with the record sends it after outbox_lease_s
+        log.warning("enqueue_deferred_to_watchdog", request_id=normalized.request_id,
+                    error=repr(error))
     return Submission(normalized.request_id, "accepted")
 
 
@@ -98,7 +120,7 @@ class ServiceClient:
 
         configure(self.settings)
         self.rt: Runtime = build_runtime(self.settings, _dispatch, _resume)
-        self._blocking = redis_client(self.settings, blocking=True)
+        self._blocking = redis_client(self.settings, blocking=True, max_block_ms=WAIT_BLOCK_MS)
 
     # ------------------------------------------------------------------ submit
     def submit(
@@ -117,8 +139,11 @@ class ServiceClient:
             The result dict when waiting, else a :class:`Submission`.
 
         Raises:
-            WaitTimeout: waiting timed out.
-            redis.RedisError: Redis is unreachable (nothing was accepted).
+            WaitTimeout: waiting timed out (the request is accepted and still driven).
+            redis.RedisError: Redis failed while the request was being recorded
+                (see :func:`submit_request`: resubmitting is safe). Once it is
+                recorded, a failure to send the decision does not raise: the
+                outbox watchdog sends it.
         """
         start = self._last_result_id() if wait else "0-0"
         submission = self._submit(request)
@@ -137,15 +162,21 @@ class ServiceClient:
         return str(last[0][0]) if last else "0-0"
 
     def stored_result(self, request_id: str, *, terminal: bool = False) -> dict[str, Any] | None:
-        """The request's published result from its record, if one was published."""
+        """The request's published result from its record, if one was published.
+
+        The terminal result once the request is done; else (unless
+        ``terminal``) the ``unschedulable`` notice it was announced with —
+        never a decision that is recorded but not published.
+        """
         record = self.rt.store.record(request_id)
-        published = record.get("state") == "done" or (
-            not terminal and record.get("announced") == "1"
-        )
-        if published and record.get("result"):
-            value: dict[str, Any] = json.loads(record["result"])
-            return value
-        return None
+        if record.get("state") == "done" and record.get("result"):
+            text = record["result"]
+        elif not terminal and record.get("notice"):
+            text = record["notice"]
+        else:
+            return None
+        value: dict[str, Any] = json.loads(text)
+        return value
 
     def wait(
         self, request_id: str, *, timeout: float = 30.0, start_id: str = "0-0", terminal: bool = False
@@ -161,9 +192,13 @@ class ServiceClient:
         deadline = time.monotonic() + timeout
         cursor = start_id
         while (remaining := deadline - time.monotonic()) > 0:
-            block = max(1, min(int(remaining * 1000), 1000))
-            for entry_id, fields in read_new(self._blocking, self.rt.keys.results, cursor,
-                                             count=500, block_ms=block):
+            block = max(1, min(int(remaining * 1000), WAIT_BLOCK_MS))
+            try:
+                entries = read_new(self._blocking, self.rt.keys.results, cursor, count=500,
+                                   block_ms=block)
+            except redis.TimeoutError:  # no reply within the block + margin: reconnect, go on
+                continue
+            for entry_id, fields in entries:
                 cursor = entry_id
                 if fields.get("request_id") == request_id and (
                     not terminal or fields.get("terminal") == "1"
@@ -185,7 +220,8 @@ class ServiceClient:
         """Send a cluster event to ``gpusched.cluster_event`` (or apply it here)."""
         if not queue:
             return reschedule.handle_cluster_event(self.rt, event)
-        from tasks.app import CLUSTER_EVENT, app
+        from tasks.app import app
+        from tasks.messages import CLUSTER_EVENT
 
         result = app.signature(CLUSTER_EVENT, args=(event,)).apply_async()
         return {"kind": event.get("kind"), "status": "queued", "task_id": result.id}
@@ -207,13 +243,17 @@ def default_client() -> ServiceClient:
     return _DEFAULT
 
 
-def submit(request: Any, *, wait: bool = False, timeout: float = 30.0) -> Submission | dict[str, Any]:
+def submit(
+    request: Any, *, wait: bool = False, timeout: float = 30.0, terminal: bool = False
+) -> Submission | dict[str, Any]:
     """Submit ``request`` to the deployment named by ``GPUSCHED_*`` settings.
+
+    Same arguments and errors as :meth:`ServiceClient.submit`.
 
     Returns:
         The result dict when ``wait`` is true, else a :class:`Submission`.
     """
-    return default_client().submit(request, wait=wait, timeout=timeout)
+    return default_client().submit(request, wait=wait, timeout=timeout, terminal=terminal)
 
 
 __all__ = ["ServiceClient", "Submission", "WaitTimeout", "default_client", "submit", "submit_request"]

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 from scheduler_core import Worker
 from scheduler_core._schemas import WORKER_STATES
-from tasks.fold import booked_instance_key
+from tasks.fold import InvalidField, booked_instance_key
 
 #: Every ``kind`` value.
 KINDS = frozenset(
@@ -67,7 +67,7 @@ class WorkerStateEvent(_Event):
 
 
 class GpuMemory(_Event):
-    """New total memory of one GPU."""
+    """New total memory of one GPU (``type`` None: the worker's GPUs with that index)."""
 
     type: str | None = None
     index: int
@@ -102,7 +102,7 @@ class InstanceDeletedEvent(_Event):
         """The ledger key this event names.
 
         Raises:
-            ValueError: none of the identifiers is given.
+            InvalidField: none of the identifiers is given.
         """
         if self.instance_key:
             return self.instance_key
@@ -110,7 +110,7 @@ class InstanceDeletedEvent(_Event):
             return f"id:{self.instance_id}"
         if self.request_id:
             return booked_instance_key(self.request_id)
-        raise ValueError("instance_deleted needs instance_key, instance_id or request_id")
+        raise InvalidField("instance_key", "instance_deleted needs instance_key, instance_id or request_id")
 
 
 class SnapshotEvent(_Event):

@@ -1,20 +1,24 @@
 """Cluster state and claims ledger in Redis: snapshots, worker changes, releases.
 
 Each mutation is one Lua script that applies the change, bumps the cluster
-version (and the wake epoch), and appends the change to both the audit stream
-and the compact changes stream in the same atomic step, so folding the log
-(:mod:`tasks.fold`) reproduces the state at every version.
+version (and the wake epoch when the change can unblock parked requests),
+appends the change to both the audit stream and the compact changes stream,
+updates the workers' outage clocks, and records the change's follow-up work
+(reschedule, expire, wake; see :mod:`tasks.reschedule`) in the same atomic
+step, so folding the log (:mod:`tasks.fold`) reproduces the state at every
+version and no follow-up is lost with the caller. The follow-up id is the
+event id of the ``meta`` the caller passes.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 from scheduler_core import ModelInstance, Worker, canonical_json
+from tasks.edge import sha256_hex
 from tasks.fold import InstanceMeta, SnapshotRows, parse_snapshot
 from tasks.ledger import (
     decode_amounts,
@@ -25,7 +29,7 @@ from tasks.ledger import (
     worker_gpu_types,
 )
 from tasks.store import Store
-from tasks.streams import dumps
+from tasks.streams import EventMeta, dumps
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +47,7 @@ class Applied:
     version: int
     digest: str
     dropped: tuple[Released, ...]
+    followup: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +57,7 @@ class WorkerChange:
     status: str
     version: int | None = None
     overbooked: int = 0
+    followup: str = ""
 
 
 def snapshot_document(rows: SnapshotRows) -> tuple[str, str]:
@@ -66,7 +72,7 @@ def snapshot_document(rows: SnapshotRows) -> tuple[str, str]:
         "model_instances": [row_dict(i) for _, i in rows.instances],
     }
     text = canonical_json(document)
-    return text, hashlib.sha256(text.encode()).hexdigest()
+    return text, sha256_hex(text)
 
 
 def _meta_without_order(meta: InstanceMeta) -> str:
@@ -76,17 +82,20 @@ def _meta_without_order(meta: InstanceMeta) -> str:
     return dumps(data)
 
 
-def _released(raw: str) -> tuple[Released, ...]:
-    items = json.loads(raw) if raw else []
-    if isinstance(items, dict):  # Lua's cjson encodes an empty table as {}
-        items = []
+def released_items(items: Any) -> tuple[Released, ...]:
+    """Parse ``[{key, meta}]`` as written by the release scripts."""
     return tuple(
-        Released(item["key"], InstanceMeta.from_dict({**item["meta"], "w": _list(item["meta"].get("w"))}))
-        for item in items
+        Released(item["key"], InstanceMeta.from_dict({**item["meta"], "w": json_list(item["meta"].get("w"))}))
+        for item in json_list(items)
     )
 
 
-def _list(value: Any) -> list[Any]:
+def _released(raw: str) -> tuple[Released, ...]:
+    return released_items(json.loads(raw) if raw else [])
+
+
+def json_list(value: Any) -> list[Any]:
+    """A JSON array written by Lua (whose cjson encodes an empty table as ``{}``)."""
     return [] if isinstance(value, dict) or value is None else list(value)
 
 
@@ -99,20 +108,32 @@ class ClusterStore:
         self.client = store.client
 
     # ---------------------------------------------------------------- mutations
+    def _health_args(self) -> list[int]:
+        settings = self.store.settings
+        return [
+            self.store.now_ms(), int(settings.unreachable_grace_s * 1000),
+            int(settings.ready_stable_s * 1000),
+        ]
+
     def apply_snapshot(
-        self, document: Mapping[str, Any], *, taken_over: Sequence[str] = ()
+        self,
+        document: Mapping[str, Any] | SnapshotRows,
+        *,
+        taken_over: Sequence[str] = (),
+        meta: EventMeta | None = None,
     ) -> Applied:
         """Replace the cluster with a validated snapshot (see ``cluster_apply.lua``).
 
         Raises:
-            pydantic.ValidationError / ValueError: invalid rows (nothing is written).
+            pydantic.ValidationError / tasks.fold.InvalidField: invalid rows (nothing is written).
         """
-        rows = parse_snapshot(document)
+        rows = document if isinstance(document, SnapshotRows) else parse_snapshot(document)
         text, digest = snapshot_document(rows)
         k = self.keys
         args: list[Any] = [
-            *self.store.meta().argv(), digest, text, self.store.settings.changes_maxlen,
-            ";".join(taken_over), len(rows.workers),
+            *(meta or self.store.meta()).argv(), digest, text, self.store.settings.changes_maxlen,
+            ";".join(taken_over), *self._health_args(), self.store.followup_due_ms(),
+            len(rows.workers),
         ]
         for worker in rows.workers:
             args.extend([worker.id, row_json(worker), encode_amounts(worker_capacity(worker))])
@@ -121,11 +142,12 @@ class ClusterStore:
             "cluster_apply",
             [
                 k.version, k.epoch, k.workers, k.worker_gpus, k.capacity, k.booked, k.instances,
-                k.instance_meta, k.claims, k.changes, k.events, k.snapshot(digest),
+                k.instance_meta, k.claims, k.changes, k.events, k.snapshot(digest), k.health,
+                k.timers, k.followups, k.followup_jobs,
             ],
             args,
         )
-        return Applied(int(reply[0]), digest, _released(reply[1]))
+        return Applied(int(reply[0]), digest, _released(reply[1]), reply[2])
 
     def _instance_args(self, rows: SnapshotRows) -> list[Any]:
         types = {w.id: worker_gpu_types(w) for w in rows.workers}
@@ -137,49 +159,97 @@ class ClusterStore:
         return args
 
     def upsert_worker(
-        self, worker: Worker, expected_row: str | None, data: Mapping[str, Any]
+        self,
+        worker: Worker,
+        expected_row: str | None,
+        data: Mapping[str, Any],
+        *,
+        wake: Sequence[Mapping[str, Any]] = (),
+        meta: EventMeta | None = None,
     ) -> WorkerChange:
-        """Add or update ``worker``; ``expected_row`` is the row read before (None: new)."""
+        """Add or update ``worker``; ``expected_row`` is the row read before (None: new).
+
+        Args:
+            wake: the change's wake-relevant facts (``[{kind, workers}]``); when
+                non-empty the wake epoch is bumped and the wake recorded as the
+                change's follow-up (id = the event id).
+        """
         k = self.keys
         row = row_json(worker)
         event = dumps({**data, "worker_id": worker.id, "row": json.loads(row)})
         reply = self.store.scripts.run(
             "worker_upsert",
-            [k.version, k.epoch, k.workers, k.worker_gpus, k.capacity, k.booked, k.changes, k.events],
             [
-                *self.store.meta().argv(), worker.id, "" if expected_row is None else expected_row,
-                row, encode_amounts(worker_capacity(worker)), self.store.settings.changes_maxlen,
-                event,
+                k.version, k.epoch, k.workers, k.worker_gpus, k.capacity, k.booked, k.changes,
+                k.events, k.health, k.timers, k.followups, k.followup_jobs,
+            ],
+            [
+                *(meta or self.store.meta()).argv(), worker.id,
+                "" if expected_row is None else expected_row, row,
+                encode_amounts(worker_capacity(worker)), self.store.settings.changes_maxlen,
+                event, dumps(list(wake)) if wake else "", *self._health_args(),
+                self.store.followup_due_ms(),
             ],
         )
         if reply[0] != "ok":
             return WorkerChange("stale")
-        return WorkerChange("ok", int(reply[1]), int(reply[2]))
+        return WorkerChange("ok", int(reply[1]), int(reply[2]), reply[3])
 
-    def remove_worker(self, worker_id: int, reason: str) -> tuple[int | None, tuple[Released, ...]]:
-        """Remove a worker and release its instances; (None, ()) when it was unknown."""
+    def remove_worker(
+        self, worker_id: int, reason: str, *, meta: EventMeta | None = None
+    ) -> tuple[int | None, tuple[Released, ...]]:
+        """Remove a worker and release its instances; (None, ()) when it was unknown.
+
+        The released bookings' rescheduling is recorded as the follow-up of
+        ``meta``'s event id (see :func:`tasks.reschedule.run_followup`).
+        """
         k = self.keys
         reply = self.store.scripts.run(
             "worker_remove",
             [
-                k.version, k.epoch, k.workers, k.worker_gpus, k.capacity, k.booked, k.instances,
-                k.instance_meta, k.claims, k.changes, k.events, k.health,
+                k.version, k.workers, k.worker_gpus, k.capacity, k.booked, k.instances,
+                k.instance_meta, k.claims, k.changes, k.events, k.health, k.timers,
+                k.followups, k.followup_jobs,
             ],
-            [*self.store.meta().argv(), worker_id, self.store.settings.changes_maxlen, reason],
+            [
+                *(meta or self.store.meta()).argv(), worker_id, self.store.settings.changes_maxlen,
+                reason, self.store.followup_due_ms(),
+            ],
         )
         if reply[0] != "removed":
             return None, ()
         return int(reply[1]), _released(reply[2])
 
-    def release(self, instance_keys: Sequence[str], reason: str) -> tuple[int | None, tuple[Released, ...]]:
-        """Release instances (idempotent); (None, ()) when none of them was held."""
+    def release(
+        self,
+        instance_keys: Sequence[str],
+        reason: str,
+        *,
+        reschedule: bool = False,
+        wake: str = "",
+        meta: EventMeta | None = None,
+    ) -> tuple[int | None, tuple[Released, ...]]:
+        """Release instances (idempotent); (None, ()) when none of them was held.
+
+        Args:
+            reschedule: the follow-up reschedules the released gpusched bookings.
+            wake: wake change kind for the freed GPUs (``capacity_freed``; bumps
+                the wake epoch), "" for none.
+            meta: event envelope; its event id names the follow-up.
+        """
         if not instance_keys:
             return None, ()
         k = self.keys
         reply = self.store.scripts.run(
             "release",
-            [k.version, k.epoch, k.booked, k.instances, k.instance_meta, k.claims, k.changes, k.events],
-            [*self.store.meta().argv(), self.store.settings.changes_maxlen, reason, *instance_keys],
+            [
+                k.version, k.epoch, k.booked, k.instances, k.instance_meta, k.claims, k.changes,
+                k.events, k.followups, k.followup_jobs,
+            ],
+            [
+                *(meta or self.store.meta()).argv(), self.store.settings.changes_maxlen, reason,
+                "1" if reschedule else "0", wake, self.store.followup_due_ms(), *instance_keys,
+            ],
         )
         if reply[0] != "released":
             return None, ()
@@ -190,11 +260,6 @@ class ClusterStore:
         """The stored row JSON of a worker."""
         value = self.client.hget(self.keys.workers, str(worker_id))
         return None if value is None else str(value)
-
-    def worker_rows(self) -> dict[int, str]:
-        """All worker rows by id."""
-        rows = self.client.hgetall(self.keys.workers)
-        return {int(wid): str(row) for wid, row in rows.items()}
 
     def ledger(self) -> tuple[dict[str, int], dict[str, int]]:
         """(capacity, booked) per GPU key, read atomically."""
@@ -247,8 +312,9 @@ class ClusterStore:
 
 
 def parse_meta(raw: str) -> InstanceMeta:
+    """An instance meta as stored in ``gpusched:cluster:instance_meta``."""
     data = json.loads(raw)
-    data["w"] = _list(data.get("w"))
+    data["w"] = json_list(data.get("w"))
     return InstanceMeta.from_dict(data)
 
 

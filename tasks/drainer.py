@@ -11,16 +11,25 @@ scored by its due time (ms):
   the message at once and pushes the entry to ``stuck_after_s``; the step
   that finishes or parks the request removes it. When an entry comes due,
   the request was lost somewhere (sender died, message popped by a consumer
-  as Redis died, ...) and the drainer sends it again: a decision, or the
-  publish step of a request that is already booked.
-* ``gpusched:timers`` — ``grace:<worker>`` / ``stable:<worker>``: the
-  rescheduling hysteresis clocks of :mod:`tasks.reschedule`.
+  as Redis died, ...) or is still waiting in a long queue backlog, and the
+  drainer sends it again (``redrive.lua``): a decision, or the publish step
+  of a request that is already booked. Each re-drive is logged
+  (``sched.request.redriven``) and doubles the wait before the next one (up
+  to ``2**REDRIVE_DOUBLINGS`` periods), so a backlog gets a logarithmic
+  number of extra messages; an extra message is harmless (one decision is
+  recorded per attempt; the others continue with it).
+* ``gpusched:timers`` — ``grace:<worker>`` / ``stable:<worker>`` (the
+  rescheduling hysteresis clocks) and ``retry:<request>|<seq>`` (conflict
+  back-offs) of :mod:`tasks.timers`.
+* ``gpusched:followups`` — cluster changes whose follow-up work (reschedule,
+  expire, wake) the caller did not finish (:func:`tasks.reschedule.run_followup`).
 
 Each worker node runs a :class:`Drainer` thread in its main process, started
 on ``worker_ready`` (no celery beat needed); ``gpusched.drain_delayed`` runs
 the same pass on demand. Members are leased, not popped (``claim_due.lua``),
 so a drainer that dies mid-pass loses nothing; acting twice is harmless
-because decisions are guarded by ``(seq, attempt)`` and timers re-check state.
+because decisions are guarded by ``(seq, attempt)`` and the recorded decision,
+follow-ups are idempotent and timers re-check state.
 """
 
 from __future__ import annotations
@@ -30,10 +39,11 @@ from collections.abc import Callable
 from typing import Any
 
 from tasks.logging import get_logger
-from tasks.pipeline import Step, enqueue
-from tasks.reschedule import fire_timer
+from tasks.pipeline import resumed_step
+from tasks.reschedule import run_followup
 from tasks.runtime import Runtime
-from tasks.store import parse_outbox_member
+from tasks.store import Recorded, parse_outbox_member
+from tasks.timers import fire_timer
 
 log = get_logger(__name__)
 
@@ -42,36 +52,38 @@ BATCH = 200
 
 
 def drain_once(rt: Runtime) -> dict[str, int]:
-    """One pass over both sets; returns how many entries were handled."""
+    """One pass over the three sets; returns how many entries were handled."""
     enqueued = 0
     for member, lease in rt.store.claim_due(rt.keys.outbox, BATCH):
         enqueued += drive(rt, member, lease)
+    followups = 0
+    for followup_id, _ in rt.store.claim_due(rt.keys.followups, BATCH):
+        done = run_followup(rt, followup_id)
+        log.info("followup_run", followup=followup_id, **done)
+        followups += 1
     fired = 0
     for member, lease in rt.store.claim_due(rt.keys.timers, BATCH):
         outcome = fire_timer(rt, member)
         log.info("timer_fired", **outcome)
         rt.store.ack_due(rt.keys.timers, member, lease)
         fired += 1
-    return {"enqueued": enqueued, "timers": fired}
+    return {"enqueued": enqueued, "followups": followups, "timers": fired}
 
 
 def drive(rt: Runtime, member: str, lease: int) -> int:
     """Re-drive one due outbox entry according to its request's state; 1 if sent."""
     request_id, seq, attempt = parse_outbox_member(member)
-    record = rt.store.record(request_id)
-    current = (record.get("seq"), record.get("attempt")) == (str(seq), str(attempt))
-    if not current or record.get("state") in (None, "done", "parked"):
-        rt.store.ack_due(rt.keys.outbox, member, lease)
+    action, detail = rt.store.redrive(request_id, seq, attempt, lease)
+    if action == "gone":
         return 0
-    if record.get("state") == "booked":  # booked, but the publish step never ran
-        step = Step(request_id, seq, attempt, "publish", "scheduled",
-                    int(record.get("booked_version") or 0), 0)
+    if action == "publish":  # booked, but the publish step never ran
+        step = resumed_step(Recorded("booked", detail), seq, attempt)
+        if step is None:
+            return 0
         rt.resume(step.to_dict())
-        rt.store.arm_watchdog(request_id, seq, attempt)
     else:
-        enqueue(rt, request_id, seq, attempt)
-    log.info("request_redriven", request_id=request_id, state=record.get("state"), seq=seq,
-             attempt=attempt)
+        rt.dispatch(request_id, seq, attempt, 0.0)
+    log.info("request_redriven", request_id=request_id, action=action, seq=seq, attempt=attempt)
     return 1
 
 

@@ -30,7 +30,6 @@ class Normalized:
         digest: sha256 of ``request_json``.
         rejection: the ``rejected`` result when the input is invalid, else None.
         pinned: the model selects GPUs manually.
-        inline_cluster: the input carried workers/model_instances (ignored).
     """
 
     request_id: str
@@ -38,7 +37,6 @@ class Normalized:
     digest: str
     rejection: ScheduleResult | None
     pinned: bool
-    inline_cluster: bool
 
 
 def request_id_of(raw: Any) -> str:
@@ -57,17 +55,16 @@ def normalize(raw: Any) -> Normalized:
         rejection = schedule(raw)
         text = canonical_json({"request_id": request_id, "invalid": raw})
         rejected = with_request_id(rejection, request_id)
-        return Normalized(request_id, text, sha256_hex(text), rejected, False, False)
+        return Normalized(request_id, text, sha256_hex(text), rejected, False)
     stripped = {k: v for k, v in raw.items() if k not in INLINE_CLUSTER_FIELDS}
     stripped["request_id"] = request_id
     text = canonical_json(stripped)
-    inline = any(raw.get(name) is not None for name in INLINE_CLUSTER_FIELDS)
     try:
         parsed = ScheduleRequest.model_validate(stripped)
     except ValidationError:
         rejection = with_request_id(schedule(stripped), request_id)
-        return Normalized(request_id, text, sha256_hex(text), rejection, False, inline)
-    return Normalized(request_id, text, sha256_hex(text), None, is_pinned(parsed.model), inline)
+        return Normalized(request_id, text, sha256_hex(text), rejection, False)
+    return Normalized(request_id, text, sha256_hex(text), None, is_pinned(parsed.model))
 
 
 def with_request_id(result: ScheduleResult, request_id: str) -> ScheduleResult:

@@ -80,6 +80,15 @@ class InstanceMeta:
         )
 
 
+class InvalidField(ValueError):
+    """Input that validates field by field but is inconsistent; ``field`` names where."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
 @dataclass(frozen=True, slots=True)
 class SnapshotRows:
     """A control-plane snapshot: worker rows and instance rows, validated, keyed."""
@@ -107,19 +116,21 @@ def parse_snapshot(document: Mapping[str, Any]) -> SnapshotRows:
 
     Raises:
         pydantic.ValidationError: a row has a wrong type (the error names it).
-        ValueError: duplicate worker ids or instance keys.
+        InvalidField: duplicate worker ids or instance keys (naming the later row).
     """
     parsed = _SnapshotDocument.model_validate(document)
-    ids = [w.id for w in parsed.workers]
-    if len(set(ids)) != len(ids):
-        raise ValueError("workers: duplicate worker id")
+    seen_ids: set[int] = set()
+    for position, worker in enumerate(parsed.workers):
+        if worker.id in seen_ids:
+            raise InvalidField(f"workers.{position}.id", f"duplicate worker id {worker.id}")
+        seen_ids.add(worker.id)
     keyed: list[tuple[str, ModelInstance]] = []
     seen: set[str] = set()
     raw_rows = document.get("model_instances") or ()
     for position, (row, instance) in enumerate(zip(raw_rows, parsed.model_instances, strict=True)):
         key = snapshot_instance_key(row, position)
         if key in seen:
-            raise ValueError(f"model_instances.{position}: duplicate instance {key}")
+            raise InvalidField(f"model_instances.{position}", f"duplicate instance {key}")
         seen.add(key)
         keyed.append((key, instance))
     return SnapshotRows(tuple(parsed.workers), tuple(keyed))

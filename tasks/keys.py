@@ -86,6 +86,16 @@ class Keys:
         return f"{self.prefix}:cluster:epoch"
 
     @property
+    def followups(self) -> str:
+        """Sorted set follow-up id → due time (ms): cluster changes' pending follow-up work."""
+        return f"{self.prefix}:followups"
+
+    @property
+    def followup_jobs(self) -> str:
+        """Hash follow-up id → job JSON (reschedule, expire, wake), see ``lib.lua``."""
+        return f"{self.prefix}:followup_jobs"
+
+    @property
     def workers(self) -> str:
         """Hash worker id → worker row JSON."""
         return f"{self.prefix}:cluster:workers"
@@ -146,7 +156,7 @@ class Keys:
 
     @property
     def timers(self) -> str:
-        """Sorted set ``grace:<worker>`` / ``stable:<worker>`` → due time (ms)."""
+        """Sorted set ``grace:<worker>``, ``stable:<worker>``, ``retry:<request>|<seq>`` → due (ms)."""
         return f"{self.prefix}:timers"
 
     @property

@@ -85,11 +85,6 @@ def bind_task(task_id: str | None, task_name: str | None, request_id: str | None
         structlog.contextvars.bind_contextvars(request_id=request_id)
 
 
-def bind_request(request_id: str) -> None:
-    """Bind ``request_id`` for the rest of this context."""
-    structlog.contextvars.bind_contextvars(request_id=request_id)
-
-
 def clear() -> None:
     """Forget every contextvar binding."""
     structlog.contextvars.clear_contextvars()

@@ -30,7 +30,6 @@ class ClusterMirror:
         self.cluster = cluster
         self.fold = ClusterFold()
         self.last_id: str | None = None
-        self.reloads = 0
 
     def reload(self) -> ClusterFold:
         """Read the whole state again (first use, or a gap in the changes stream)."""
@@ -45,7 +44,6 @@ class ClusterMirror:
             ),
         )
         self.last_id = last_id
-        self.reloads += 1
         return self.fold
 
     def sync(self) -> ClusterFold:

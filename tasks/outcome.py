@@ -37,25 +37,28 @@ def overcommit_notice(result: ScheduleResult) -> ScheduleResult:
     )
 
 
-def booking_for(
-    fold: ClusterFold, request_id: str, model: ModelSpec, chosen: CandidateOut
-) -> Booking:
-    """The instance row, meta, claims and event data a reservation of ``chosen`` books."""
+def candidate_instance(chosen: CandidateOut, **fields: Any) -> ModelInstance:
+    """The instance row placing a candidate (its GPUs and claims), with extra row ``fields``."""
     subordinates = [sub.model_dump(mode="json") for sub in chosen.subordinate_workers or ()]
-    row: dict[str, Any] = {
-        "name": f"{model.name or 'model'}-{request_id}",
-        "model_id": model.id,
-        "model_name": model.name,
-        "backend": model.backend,
-        "state": "scheduled",
+    return ModelInstance.model_validate({
+        **fields,
         "worker_id": chosen.worker_id,
         "worker_name": chosen.worker_name,
         "gpu_type": chosen.gpu_type,
         "gpu_indexes": chosen.gpu_indexes,
         "computed_resource_claim": chosen.computed_resource_claim.model_dump(mode="json"),
         "distributed_servers": {"subordinate_workers": subordinates} if subordinates else None,
-    }
-    instance = ModelInstance.model_validate(row)
+    })
+
+
+def booking_for(
+    fold: ClusterFold, request_id: str, model: ModelSpec, chosen: CandidateOut
+) -> Booking:
+    """The instance row, meta, claims and event data a reservation of ``chosen`` books."""
+    instance = candidate_instance(
+        chosen, name=f"{model.name or 'model'}-{request_id}", model_id=model.id,
+        model_name=model.name, backend=model.backend, state="scheduled",
+    )
     types = fold.gpu_types() if instance.gpu_type is None else {}
     claims = encode_amounts(instance_claims(instance, types))
     key = booked_instance_key(request_id)

@@ -10,6 +10,11 @@ Guarantees (with the Lua scripts' guards):
 * a decision reads one consistent snapshot (the mirror at ``fold.version``)
   and is recorded with that version, the request digest and the chain, so it
   can be replayed;
+* one decision is recorded per ``(seq, attempt)``: a second decider of the
+  same attempt (a redelivered or re-driven message) continues with the
+  recorded step instead of deciding again, and every later step carries the
+  decision's result digest, which the Lua scripts check — what is booked is
+  what is published;
 * a reservation books every GPU of the selected candidate or none, and a
   request books at most once;
 * a conflict retries with a fresh snapshot after a deterministic jitter
@@ -51,7 +56,7 @@ from tasks.outcome import (
 )
 from tasks.parking import ParkedEntry, blocking_reasons, parked_json
 from tasks.runtime import Runtime
-from tasks.store import Booking
+from tasks.store import Booking, Recorded, RecordOutcome
 from tasks.streams import dumps
 
 #: Parking reason of a request whose reservation attempts all conflicted.
@@ -64,7 +69,11 @@ EXHAUSTED_MESSAGE = (
 # --------------------------------------------------------------------- step
 @dataclass(slots=True)
 class Step:
-    """What one stage hands to the next (JSON-serialisable)."""
+    """What one stage hands to the next (JSON-serialisable).
+
+    ``result_digest`` names the recorded decision the step comes from; the
+    reserve, park and publish scripts act only if the record still holds it.
+    """
 
     request_id: str
     seq: int
@@ -73,6 +82,7 @@ class Step:
     status: str  # the core's status
     version: int
     epoch: int
+    result_digest: str = ""
     booking: dict[str, str] | None = None
     reasons: list[str] = field(default_factory=list)
     park: dict[str, Any] = field(default_factory=dict)
@@ -85,8 +95,36 @@ class Step:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Step:
-        """Inverse of :meth:`to_dict`."""
-        return cls(**dict(data))
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            TypeError / ValueError: not a step (unknown or missing fields, wrong types).
+        """
+        step = cls(**dict(data))
+        typed = (
+            isinstance(step.request_id, str) and isinstance(step.action, str)
+            and all(isinstance(v, int) for v in (step.seq, step.attempt, step.version, step.epoch))
+            and isinstance(step.result_digest, str)
+        )
+        if not typed:
+            raise ValueError("malformed step")
+        return step
+
+
+def resumed_step(recorded: Recorded, seq: int, attempt: int) -> Step | None:
+    """The step to continue with when ``(seq, attempt)`` was already decided.
+
+    A decided attempt continues with its recorded step (reserve, park or
+    publish); a booked one with its publish; anything else has nothing left
+    for this message.
+    """
+    step = Step.from_dict(json.loads(recorded.step_json))
+    if (step.seq, step.attempt) != (seq, attempt):
+        return None
+    if recorded.state == "booked":
+        step.action = "publish"
+        return step
+    return step if recorded.state == "decided" else None
 
 
 def enqueue(rt: Runtime, request_id: str, seq: int, attempt: int, *, countdown: float = 0.0) -> None:
@@ -136,9 +174,10 @@ def publish_rejection(rt: Runtime, normalized: Normalized) -> tuple[str, str | N
     assert normalized.rejection is not None
     result = normalized.rejection
     text = result.model_dump_json()
-    return rt.store.publish(
-        normalized.request_id, "rejected", result_json=text, result_digest=sha256_hex(text),
-        rejected_data=dumps({"error": error_of(result)}), request_json=normalized.request_json,
+    return rt.store.reject(
+        normalized.request_id, request_json=normalized.request_json,
+        request_digest=normalized.digest, result_json=text, result_digest=sha256_hex(text),
+        error=error_of(result),
     )
 
 
@@ -195,6 +234,8 @@ def _decide_lock(rt: Runtime) -> Iterator[None]:
 
 def _decide_claimed(rt: Runtime, ref: str, seq: int, attempt: int, task_id: str) -> Step | None:
     begun = rt.store.begin(ref, seq, attempt, task_id)
+    if begun.recorded is not None:
+        return resumed_step(begun.recorded, seq, attempt)
     if begun.status != "ok" or begun.request_json is None:
         return None
     started = time.perf_counter()
@@ -205,10 +246,12 @@ def _decide_claimed(rt: Runtime, ref: str, seq: int, attempt: int, task_id: str)
         step.error = error_of(result)
     else:
         step = _step_for(rt, ref, seq, attempt, begun.epoch, fold, request.model, result)
+    text, step.result_digest = result_digest(result)
     elapsed_ms = round((time.perf_counter() - started) * 1000, 3)
-    if not _record(rt, step, sha256_hex(begun.request_json), result, elapsed_ms):
-        return None
-    return step
+    outcome = _record(rt, step, sha256_hex(begun.request_json), result, text, elapsed_ms)
+    if outcome.earlier is not None:
+        return resumed_step(outcome.earlier, seq, attempt)
+    return step if outcome.recorded else None
 
 
 def run_core(
@@ -268,9 +311,9 @@ def _step_for(
 
 
 def _record(
-    rt: Runtime, step: Step, request_digest: str, result: ScheduleResult, elapsed_ms: float
-) -> bool:
-    text, digest = result_digest(result)
+    rt: Runtime, step: Step, request_digest: str, result: ScheduleResult, text: str,
+    elapsed_ms: float,
+) -> RecordOutcome:
     spec = rt.chain.spec
     data = {
         "seq": step.seq,
@@ -280,14 +323,15 @@ def _record(
         "request_digest": request_digest,
         "inputs_digest": inputs_digest(request_digest, step.version, spec.digest),
         "chain": {**spec.model_dump(mode="json"), "digest": spec.digest},
-        "result_digest": digest,
+        "result_digest": step.result_digest,
         "action": step.action,
         "reasons": step.reasons,
         "outcome": outcome_summary(result),
         "elapsed_ms": elapsed_ms,
     }
     return rt.store.record_decision(
-        step.request_id, step.seq, step.attempt, step.version, text, digest, dumps(data)
+        step.request_id, step.seq, step.attempt, step.version, text, step.result_digest,
+        dumps(data), dumps(step.to_dict()),
     )
 
 
@@ -307,7 +351,10 @@ def reserve(rt: Runtime, step: Step) -> Step | None:
     delay = jitter_s(rt, step.request_id, step.seq, step.attempt + 1)
     due = rt.store.now_ms() + int(delay * 1000) + lease_ms(rt)
     retried = dumps({"attempt": step.attempt + 1, "delay_ms": round(delay * 1000, 3)})
-    outcome = rt.store.reserve(step.request_id, step.seq, step.attempt, booking, due, retried)
+    outcome = rt.store.reserve(
+        step.request_id, step.seq, step.attempt, booking, due, retried,
+        result_digest=step.result_digest,
+    )
     if outcome.status in ("booked", "duplicate"):
         step.action = "publish"
         return step
@@ -334,7 +381,10 @@ def publish(rt: Runtime, step: Step) -> str | None:
         return None
     status = "scheduled" if step.status == "scheduled" else "rejected"
     rejected = dumps({"error": step.error}) if status == "rejected" else ""
-    outcome, _ = rt.store.publish(step.request_id, status, seq=step.seq, rejected_data=rejected)
+    outcome, _ = rt.store.publish(
+        step.request_id, status, seq=step.seq, attempt=step.attempt,
+        result_digest=step.result_digest, rejected_data=rejected,
+    )
     return outcome
 
 
@@ -343,7 +393,8 @@ def park(rt: Runtime, step: Step) -> str:
 
     A request parked only because its reservations kept conflicting is not
     announced as unschedulable (it is merely contended) and is retried after
-    ``conflict_retry_after_s`` by a timer, besides any wake-up by capacity.
+    ``conflict_retry_after_s`` by a timer armed in the same step, besides any
+    wake-up by capacity.
     """
     contended = step.reasons == [CONFLICT_REASON]
     now = rt.store.now_ms()
@@ -351,18 +402,18 @@ def park(rt: Runtime, step: Step) -> str:
         seq=step.seq, reasons=step.reasons, decided_version=step.version, parked_ms=now,
         **step.park,
     )
-    due = now + lease_ms(rt)
+    retry = None
+    if contended:
+        retry = (retry_timer(step.request_id, step.seq), now + int(rt.settings.conflict_retry_after_s * 1000))
     outcome, detail = rt.store.park(
-        step.request_id, step.seq, step.attempt,
+        step.request_id, step.seq, step.attempt, result_digest=step.result_digest,
         parked_entry=parked_json(entry), notice_json=step.notice,
         event_data=dumps({"seq": step.seq, "reasons": step.reasons, "cluster_version": step.version}),
-        epoch=step.epoch, requeue_due_ms=due, announce=not contended,
+        epoch=step.epoch, requeue_due_ms=now + lease_ms(rt), announce=not contended,
+        retry_timer=retry,
     )
     if outcome == "requeued" and detail is not None:
         enqueue(rt, step.request_id, int(detail), 0)
-    elif outcome == "parked" and contended:
-        retry_at = now + int(rt.settings.conflict_retry_after_s * 1000)
-        rt.store.schedule_timer(retry_timer(step.request_id, step.seq), retry_at)
     return outcome
 
 

@@ -2,7 +2,8 @@
 
 Inputs of a decision (``sched.decision.made``):
 
-* the request — from the request's ``sched.request.received`` event;
+* the request — from the request's ``sched.request.received`` event logged
+  last before the decision (an id may be reused once its record expired);
 * the cluster at ``cluster_version`` — the fold of every cluster change event
   (``sched.cluster.applied`` references a content-addressed snapshot stored
   once under ``gpusched:snapshot:<sha256>``; the other changes carry their
@@ -73,6 +74,8 @@ class _Log:
     requests: dict[str, str] = field(default_factory=dict)
     changes: list[Event] = field(default_factory=list)
     decisions: list[Event] = field(default_factory=list)
+    #: decision stream id → the request as received last before it
+    decided_requests: dict[str, str] = field(default_factory=dict)
 
 
 def _read_log(client: redis.Redis, stream: str, request_id: str | None, since: str | None) -> _Log:
@@ -87,6 +90,9 @@ def _read_log(client: redis.Redis, stream: str, request_id: str | None, since: s
             log.changes.append(Event.from_entry(entry_id, fields))
         elif event_type == DECISION and _selected(entry_id, fields, request_id, since):
             log.decisions.append(Event.from_entry(entry_id, fields))
+            received = log.requests.get(fields.get("request_id", ""))
+            if received is not None:
+                log.decided_requests[entry_id] = received
     return log
 
 
@@ -122,7 +128,7 @@ def replay(
     fold = ClusterFold()
     for version, decisions in _fold_versions(fold, log.changes, cluster, report, pending):
         for decision in decisions:
-            _replay_one(fold, decision, log.requests, report)
+            _replay_one(fold, decision, log.decided_requests, report)
         pending.pop(version, None)
     for decisions in pending.values():
         for decision in decisions:
@@ -158,7 +164,7 @@ def _replay_one(
     fold: ClusterFold, decision: Event, requests: dict[str, str], report: ReplayReport
 ) -> None:
     request_id = decision.request_id or ""
-    request_json = requests.get(request_id)
+    request_json = requests.get(decision.stream_id)
     if request_json is None:
         report.skipped.append((decision.stream_id, "its sched.request.received event is missing"))
         return

@@ -1,22 +1,29 @@
-"""Per-process wiring: Redis clients, stores, the cluster mirror and the chain.
+"""Per-thread wiring: Redis clients, stores, the cluster mirror and the chain.
 
-Created lazily and re-created after a fork (prefork pool children must not
-share sockets with their parent). Redis clients use RESP2 (one reply shape
-for every server and for fakeredis), a socket timeout suited to the call
-(``None`` for blocking stream reads, which would otherwise time out at the
-client and be retried), and a short retry budget; all writes go through
-idempotent Lua scripts, so a retried write is harmless.
+Created lazily per thread and re-created after a fork (prefork pool children
+must not share sockets with their parent; with the solo or threads pool the
+drainer thread and task threads must not share the mirror and the core's
+memo, which are not thread-safe). Redis clients use RESP2 (one reply shape
+for every server and for fakeredis), a finite socket timeout (for blocking
+stream reads, one above the longest block, so a half-open connection fails
+instead of hanging), and a short retry budget. Every write is a Lua script
+that is safe to re-send when its reply was lost: its guards refuse a second
+application (the caller then finds the first one's effect), and the follow-up
+work a cluster change needs is recorded by the script itself under the event
+id the caller chose (``gpusched:followups``), so the caller or the drainer
+still does it.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
-from redis.backoff import ExponentialBackoff
+from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
 
 from scheduler_core import SnapshotMemo
@@ -33,22 +40,33 @@ Dispatch = Callable[[str, int, int, float], None]
 Resume = Callable[[dict[str, Any]], None]
 
 
-def redis_client(settings: Settings, *, blocking: bool = False) -> redis.Redis:
+#: Socket timeout above the longest block of a blocking client (reply latency margin).
+BLOCK_MARGIN_S = 2.0
+
+
+def redis_client(settings: Settings, *, blocking: bool = False, max_block_ms: int = 5000) -> redis.Redis:
     """A client for the service's Redis.
 
     Args:
         settings: connection settings.
-        blocking: no socket timeout, for ``XREAD ... BLOCK`` callers (redis-py 8's
-            default 5 s timeout would abort and retry a longer block).
+        blocking: for ``XREAD``/``XREADGROUP ... BLOCK`` callers blocking at most
+            ``max_block_ms``: the socket timeout is the block plus
+            :data:`BLOCK_MARGIN_S` (redis-py 8's default 5 s would abort and
+            retry a longer block; no timeout would hang forever on a half-open
+            connection), and a timeout is not retried here — the caller's read
+            loop re-issues the read and keeps its own deadline.
+        max_block_ms: the longest block this client's caller uses.
     """
+    timeout = max_block_ms / 1000 + BLOCK_MARGIN_S if blocking else settings.redis_socket_timeout_s
+    retry = Retry(NoBackoff(), 0) if blocking else Retry(ExponentialBackoff(cap=1.0, base=0.05), 3)
     return redis.Redis.from_url(
         settings.redis_url,
         decode_responses=True,
         protocol=2,
-        socket_timeout=None if blocking else settings.redis_socket_timeout_s,
+        socket_timeout=timeout,
         socket_connect_timeout=settings.redis_socket_connect_timeout_s,
         health_check_interval=settings.redis_health_check_interval_s,
-        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), 3),
+        retry=retry,
     )
 
 
@@ -96,19 +114,27 @@ def build_runtime(
     )
 
 
-_RUNTIME: tuple[int, Runtime] | None = None
+class _Cached(threading.local):
+    """This thread's runtime, and the (pid, generation) it was built for."""
+
+    key: tuple[int, int] | None = None
+    runtime: Runtime | None = None
+
+
+_CACHED = _Cached()
+#: Bumped by :func:`reset_runtime`; every thread rebuilds on its next call.
+_GENERATION = [0]
 
 
 def get_runtime(dispatch: Dispatch, resume: Resume) -> Runtime:
-    """The runtime of this process, built on first use and after a fork."""
-    global _RUNTIME
-    pid = os.getpid()
-    if _RUNTIME is None or _RUNTIME[0] != pid:
-        _RUNTIME = (pid, build_runtime(get_settings(), dispatch, resume))
-    return _RUNTIME[1]
+    """The runtime of this thread, built on first use, after a fork and after a reset."""
+    key = (os.getpid(), _GENERATION[0])
+    if _CACHED.runtime is None or _CACHED.key != key:
+        _CACHED.runtime = build_runtime(get_settings(), dispatch, resume)
+        _CACHED.key = key
+    return _CACHED.runtime
 
 
 def reset_runtime() -> None:
-    """Drop the cached runtime (after settings changed)."""
-    global _RUNTIME
-    _RUNTIME = None
+    """Drop the cached runtimes of every thread (after settings changed)."""
+    _GENERATION[0] += 1

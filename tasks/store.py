@@ -2,12 +2,14 @@
 
 Thin typed wrappers over the Lua scripts in :mod:`tasks.scripts`; every
 method is one atomic step and is safe to repeat (the scripts guard on the
-record's ``state``/``seq``/``attempt``). A request record moves through::
+record's ``state``/``seq``/``attempt`` and on the recorded decision's result
+digest). A request record moves through::
 
     queued → deciding → decided → booked → done(scheduled)
-                 │          └──→ retrying → deciding ...     (reservation conflict)
-                 ├──→ done(rejected)
-                 └──→ parked → woken → deciding ...          (cluster change)
+                 │          ├──→ retrying → deciding ...     (reservation conflict)
+                 │          ├──→ done(rejected)
+                 │          └──→ parked → woken → deciding ... (cluster change)
+                 └── (a second decider of the same attempt resumes the recorded step)
 
 Cluster mutations live in :mod:`tasks.cluster_store`.
 """
@@ -16,12 +18,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
+from tasks.edge import sha256_hex
 from tasks.keys import Keys
 from tasks.scripts import Scripts
 from tasks.settings import Settings
@@ -29,6 +32,10 @@ from tasks.streams import EventMeta, default_source, dumps
 
 #: Clock returning seconds since the epoch (injectable for tests).
 Clock = Callable[[], float]
+#: At most 2**REDRIVE_DOUBLINGS watchdog periods between two re-drives of one attempt
+#: (≈ 3 h at the default ``stuck_after_s``): a lost message is still found, a long
+#: backlog gets a logarithmic number of extra messages.
+REDRIVE_DOUBLINGS = 5
 
 
 def outbox_member(request_id: str, seq: int, attempt: int) -> str:
@@ -44,28 +51,54 @@ def parse_outbox_member(member: str) -> tuple[str, int, int]:
 
 @dataclass(frozen=True, slots=True)
 class Accepted:
-    """Outcome of :meth:`Store.accept`."""
+    """Outcome of :meth:`Store.accept` (for a duplicate: what the known record says)."""
 
     accepted: bool
     state: str = ""
     intake_task: str = ""
-    seq: int = 0
-    attempt: int = 0
+    reschedule_of: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """A decision attempt that is already decided: its record state and its step JSON."""
+
+    state: str
+    step_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class RecordOutcome:
+    """Outcome of :meth:`Store.record_decision`; true when this decision was recorded.
+
+    ``earlier`` is the decision another decider recorded first for the same
+    attempt (continue with its step), None when the record moved on.
+    """
+
+    recorded: bool
+    earlier: Recorded | None = None
+
+    def __bool__(self) -> bool:
+        return self.recorded
 
 
 @dataclass(frozen=True, slots=True)
 class Begun:
-    """Outcome of :meth:`Store.begin`: ``ok`` carries the request JSON and wake epoch."""
+    """Outcome of :meth:`Store.begin`.
+
+    ``ok`` carries the request JSON and the wake epoch; ``resume`` the
+    decision already recorded for this attempt (continue with it).
+    """
 
     status: str
     request_json: str | None = None
     epoch: int = 0
-    state: str | None = None
+    recorded: Recorded | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Reserved:
-    """Outcome of :meth:`Store.reserve`."""
+    """Outcome of :meth:`Store.reserve` (``version``: the cluster version a booking produced)."""
 
     status: str
     version: int | None = None
@@ -115,6 +148,10 @@ class Store:
     def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
         return self.scripts.run(name, keys, args)
 
+    def _results_keys(self, request_id: str) -> list[str]:
+        k = self.keys
+        return [k.request(request_id), k.results, k.events, k.parked, k.outbox]
+
     # ----------------------------------------------------------------- requests
     def accept(
         self,
@@ -125,9 +162,17 @@ class Store:
         intake_task: str = "",
         pinned: bool = False,
         reschedule_of: str = "",
+        rescheduled_data: str = "",
         outbox_due_ms: int | None = None,
     ) -> Accepted:
-        """Create the record of a new request (idempotent on ``request_id``)."""
+        """Create the record of a new request (idempotent on ``request_id``).
+
+        Args:
+            reschedule_of: ``<instance key>@<booked version>`` of the booking
+                this request replaces ("" for a submitted request).
+            rescheduled_data: data of the ``sched.instance.rescheduled`` event
+                written with the record ("" for none).
+        """
         data = dumps({"digest": digest, "request": _raw(request_json), "reschedule_of": reschedule_of})
         reply = self._run(
             "accept",
@@ -135,15 +180,15 @@ class Store:
             [
                 *self.meta().argv(), request_id, request_json, digest, intake_task,
                 self.now_ms(), data, "" if outbox_due_ms is None else outbox_due_ms,
-                "1" if pinned else "0", reschedule_of,
+                "1" if pinned else "0", reschedule_of, rescheduled_data,
             ],
         )
         if reply[0] == "accepted":
             return Accepted(True)
-        return Accepted(False, reply[1], reply[2], int(reply[3] or 0), int(reply[4] or 0))
+        return Accepted(False, reply[1], reply[2], reply[3])
 
     def begin(self, request_id: str, seq: int, attempt: int, task_id: str) -> Begun:
-        """Claim decision ``(seq, attempt)``; ``ok`` returns the stored request JSON."""
+        """Claim decision ``(seq, attempt)`` (see ``begin.lua``)."""
         reply = self._run(
             "begin",
             [self.keys.request(request_id), self.keys.epoch],
@@ -151,7 +196,9 @@ class Store:
         )
         if reply[0] == "ok":
             return Begun("ok", reply[1], int(reply[2]))
-        return Begun(reply[0], state=reply[1] if len(reply) > 1 else None)
+        if reply[0] == "resume":
+            return Begun("resume", recorded=Recorded(reply[1], reply[2]))
+        return Begun(reply[0])
 
     def record_decision(
         self,
@@ -162,17 +209,22 @@ class Store:
         result_json: str,
         result_digest: str,
         event_data: str,
-    ) -> bool:
-        """Store the core's result and write ``sched.decision.made``; False if superseded."""
+        step_json: str = "",
+    ) -> RecordOutcome:
+        """Store the core's result and step, write ``sched.decision.made`` (first writer wins)."""
         reply = self._run(
             "record_decision",
             [self.keys.request(request_id), self.keys.events],
             [
                 *self.meta().argv(), request_id, seq, attempt, version, result_json,
-                result_digest, event_data, self.now_ms(),
+                result_digest, event_data, self.now_ms(), step_json,
             ],
         )
-        return bool(reply[0] == "ok")
+        if reply[0] == "ok":
+            return RecordOutcome(True)
+        if reply[0] == "duplicate":
+            return RecordOutcome(False, Recorded(reply[1], reply[2]))
+        return RecordOutcome(False)
 
     def reserve(
         self,
@@ -182,8 +234,13 @@ class Store:
         booking: Booking,
         retry_due_ms: int,
         retried_data: str,
+        *,
+        result_digest: str,
     ) -> Reserved:
-        """Book all claims of ``booking`` or none (see ``reserve.lua``)."""
+        """Book all claims of ``booking`` or none (see ``reserve.lua``).
+
+        ``result_digest`` names the recorded decision the booking comes from.
+        """
         k = self.keys
         reply = self._run(
             "reserve",
@@ -192,7 +249,7 @@ class Store:
                 k.claims, k.version, k.changes, k.events, k.outbox,
             ],
             [
-                *self.meta().argv(), request_id, seq, attempt, booking.instance_key,
+                *self.meta().argv(), request_id, seq, attempt, result_digest, booking.instance_key,
                 booking.row_json, booking.meta_json, booking.claims, booking.event_data,
                 self.settings.conflict_max_attempts, retry_due_ms,
                 self.settings.changes_maxlen, self.now_ms(), retried_data,
@@ -210,22 +267,42 @@ class Store:
         request_id: str,
         status: str,
         *,
-        result_json: str = "",
-        result_digest: str = "",
-        seq: int | None = None,
+        seq: int,
+        attempt: int,
+        result_digest: str,
         rejected_data: str = "",
-        request_json: str = "",
     ) -> tuple[str, str | None]:
-        """Publish the terminal result once; returns (outcome, results entry id)."""
-        k = self.keys
+        """Publish the recorded decision's terminal result once; returns (outcome, entry id)."""
         reply = self._run(
             "publish",
-            [k.request(request_id), k.results, k.events, k.parked, k.outbox],
+            self._results_keys(request_id),
             [
-                *self.meta().argv(), request_id, status, result_json,
-                "" if seq is None else seq, self.settings.results_maxlen,
-                self.settings.request_ttl_s, self.now_ms(), result_digest, rejected_data,
-                request_json,
+                *self.meta().argv(), request_id, status, seq, attempt, result_digest,
+                self.settings.results_maxlen, self.settings.request_ttl_s, self.now_ms(),
+                rejected_data,
+            ],
+        )
+        return reply[0], reply[1] if len(reply) > 1 else None
+
+    def reject(
+        self,
+        request_id: str,
+        *,
+        request_json: str,
+        request_digest: str,
+        result_json: str,
+        result_digest: str,
+        error: dict[str, Any] | None,
+    ) -> tuple[str, str | None]:
+        """Publish the edge rejection of an invalid request, only if the id is new."""
+        received = dumps({"digest": request_digest, "request": _raw(request_json), "reschedule_of": ""})
+        reply = self._run(
+            "reject",
+            self._results_keys(request_id),
+            [
+                *self.meta().argv(), request_id, request_json, request_digest, result_json,
+                result_digest, received, dumps({"error": error}), self.settings.results_maxlen,
+                self.settings.request_ttl_s, self.now_ms(),
             ],
         )
         return reply[0], reply[1] if len(reply) > 1 else None
@@ -236,22 +313,30 @@ class Store:
         seq: int,
         attempt: int,
         *,
+        result_digest: str,
         parked_entry: str,
         notice_json: str,
         event_data: str,
         epoch: int,
         requeue_due_ms: int,
         announce: bool = True,
+        retry_timer: tuple[str, int] | None = None,
     ) -> tuple[str, str | None]:
-        """Park the request, or requeue it if the cluster changed meanwhile (see ``park.lua``)."""
+        """Park the request, or requeue it if the cluster changed meanwhile (see ``park.lua``).
+
+        Args:
+            retry_timer: ``(member, due ms)`` of the timer that retries a request
+                parked by reservation conflicts, armed in the same step.
+        """
         k = self.keys
+        member, due = retry_timer if retry_timer else ("", 0)
         reply = self._run(
             "park",
-            [k.request(request_id), k.parked, k.results, k.events, k.epoch, k.outbox],
+            [k.request(request_id), k.parked, k.results, k.events, k.epoch, k.outbox, k.timers],
             [
-                *self.meta().argv(), request_id, seq, attempt, parked_entry, notice_json,
-                self.settings.results_maxlen, event_data, self.now_ms(), epoch, requeue_due_ms,
-                "1" if announce else "0",
+                *self.meta().argv(), request_id, seq, attempt, result_digest, parked_entry,
+                notice_json, self.settings.results_maxlen, event_data, self.now_ms(), epoch,
+                requeue_due_ms, "1" if announce else "0", member, due,
             ],
         )
         return reply[0], reply[1] if len(reply) > 1 else None
@@ -281,9 +366,25 @@ class Store:
         deliveries: int,
         args_json: str,
         rejected_json: str,
+        seq: int = 0,
+        attempt: int = 0,
+        result_digest: str = "",
+        intake_task: str = "",
         request_json: str = "",
     ) -> tuple[str, str]:
-        """Record a message the guard gave up on; reject its request if unfinished."""
+        """Record a message the guard gave up on; finish its request if the message drove it.
+
+        Returns:
+            (dead-letter entry id, results entry id or "" when nothing was published).
+
+        Args:
+            seq, attempt, result_digest: what the message carries; the request
+                is finished only if its record is at that step.
+            intake_task: for a raw request message, its own task id (the
+                record must have been accepted by it).
+            request_json: for a raw request message, the record to create
+                when none exists.
+        """
         k = self.keys
         record_key = k.request(request_id) if request_id else k.request("-")
         reply = self._run(
@@ -291,8 +392,9 @@ class Store:
             [k.deadletter, k.events, record_key, k.results, k.parked, k.outbox],
             [
                 *self.meta().argv(), request_id, task_name, task_id, reason, detail,
-                deliveries, args_json, rejected_json, self.settings.results_maxlen,
-                self.settings.request_ttl_s, self.now_ms(), request_json,
+                deliveries, args_json, rejected_json, sha256_hex(rejected_json),
+                self.settings.results_maxlen, self.settings.request_ttl_s, self.now_ms(),
+                seq, attempt, result_digest, intake_task, request_json,
             ],
         )
         return reply[0], reply[1]
@@ -318,6 +420,27 @@ class Store:
         due = self.now_ms() + int(self.settings.stuck_after_s * 1000)
         self.client.zadd(self.keys.outbox, {outbox_member(request_id, seq, attempt): due}, xx=True)
 
+    def redrive(self, request_id: str, seq: int, attempt: int, lease: int) -> tuple[str, str]:
+        """The watchdog's step for a due outbox entry (see ``redrive.lua``).
+
+        Returns:
+            ``("decide", state)``, ``("publish", step JSON)`` or ``("gone", state)``.
+        """
+        k = self.keys
+        reply = self._run(
+            "redrive",
+            [k.request(request_id), k.outbox, k.events],
+            [
+                *self.meta().argv(), request_id, seq, attempt, lease, self.now_ms(),
+                int(self.settings.stuck_after_s * 1000), REDRIVE_DOUBLINGS,
+            ],
+        )
+        return reply[0], reply[1]
+
+    def followup_due_ms(self) -> int:
+        """When the drainer takes over a follow-up its caller did not finish."""
+        return self.now_ms() + int(self.settings.outbox_lease_s * 1000)
+
     def schedule_timer(self, member: str, due_ms: int) -> None:
         """(Re)arm a timer in ``gpusched:timers``."""
         self.client.zadd(self.keys.timers, {member: due_ms})
@@ -332,7 +455,7 @@ class Store:
         return self._count(self.keys.delivery(task_id))
 
     def clear_delivery(self, task_id: str) -> None:
-        """The message completed: forget its crash count."""
+        """The message's delivery ended without its process dying: forget its crash count."""
         self.client.delete(self.keys.delivery(task_id))
 
     def count_error(self, task_id: str) -> int:
@@ -359,13 +482,6 @@ class Store:
     def parked(self) -> dict[str, str]:
         """Parked entries by request id (raw JSON)."""
         return dict(self.client.hgetall(self.keys.parked))  # type: ignore[arg-type]
-
-    def records(self, request_ids: Iterable[str]) -> list[dict[str, str]]:
-        """Several records in one round trip."""
-        pipe = self.client.pipeline(transaction=False)
-        for rid in request_ids:
-            pipe.hgetall(self.keys.request(rid))
-        return [dict(r) for r in pipe.execute()]
 
 
 def _raw(request_json: str) -> Any:

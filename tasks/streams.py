@@ -50,6 +50,7 @@ EVENT_TYPES: dict[str, str] = {
     "sched.request.rejected": "bad input: a rejected result naming the field",
     "sched.request.parked": "no placement now; waiting for a cluster change (data: reasons)",
     "sched.request.woken": "a cluster change may unblock the parked request",
+    "sched.request.redriven": "the outbox watchdog sent a request's step again (data: redrives)",
     "sched.request.dead_lettered": "the redelivery guard gave up on a message",
     "sched.cluster.applied": "a snapshot replaced the cluster; cluster change (data: digest)",
     "sched.worker.upserted": "a worker was added or changed; cluster change (data: row)",

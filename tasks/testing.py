@@ -3,27 +3,91 @@
 :class:`Harness` runs the real pipeline, stores and Lua scripts on
 ``fakeredis`` (with Lua), with a dispatcher that queues decisions in memory
 instead of sending Celery messages; :meth:`Harness.pump` runs them
-synchronously (decide → reserve → publish). Requires the ``fakeredis[lua]``
+synchronously (decide → reserve → publish). Its settings are hermetic
+(:func:`isolated_settings`: the defaults, never the developer's ``GPUSCHED_*``
+environment or ``configs/service.json``). Requires the ``fakeredis[lua]``
 test dependency.
 """
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
+
+from scheduler_core import CandidateOut
 from tasks import pipeline, reschedule
 from tasks.chain import ChainSpec, LoadedChain, build_chain
 from tasks.client import Submission, submit_request
 from tasks.drainer import drain_once
+from tasks.fold import booked_instance_key
+from tasks.ledger import instance_claims
+from tasks.outcome import candidate_instance
 from tasks.runtime import Runtime, build_runtime
 from tasks.settings import Settings
 from tasks.streams import Event, iter_stream
 
+
+class _IsolatedSettings(Settings):
+    """Settings from keyword arguments and the defaults only."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Ignore the environment and ``service.json``."""
+        return (init_settings,)
+
+
+def isolated_settings(**overrides: Any) -> Settings:
+    """The service defaults with ``overrides`` (validated; environment and config files ignored)."""
+    return _IsolatedSettings(**overrides)
+
 #: Fake clocks start here (2026-01-01T00:00:00Z), far from 0 so ms scores look real.
 EPOCH_S = 1_767_225_600.0
+
+
+def published_claims(result: dict[str, Any], gpu_types: dict[int, tuple[str | None, ...]]) -> dict[str, int]:
+    """Ledger claims of a published ``scheduled`` result's selected candidate."""
+    chosen = CandidateOut.model_validate(result["candidates"][result["selected"]])
+    return instance_claims(candidate_instance(chosen), gpu_types)
+
+
+def booking_violations(rt: Runtime) -> list[str]:
+    """Where published placements and the ledger disagree (empty when they agree).
+
+    Every ``scheduled`` result on the results stream whose booking is still held
+    must have published exactly the claims the ledger books for its request,
+    and every gpusched booking of a finished request must have been published.
+    """
+    claims = rt.cluster.claims()
+    types = rt.mirror.sync().gpu_types()
+    problems: list[str] = []
+    published: set[str] = set()
+    for _, fields in iter_stream(rt.client, rt.keys.results):
+        if fields["status"] != "scheduled":
+            continue
+        request_id = fields["request_id"]
+        published.add(request_id)
+        booked = claims.get(booked_instance_key(request_id))
+        shown = published_claims(json.loads(fields["result"]), types)
+        if booked is not None and shown != booked:
+            problems.append(f"{request_id}: published {shown}, booked {booked}")
+    for key, meta in rt.cluster.instance_meta().items():
+        rid = meta.request_id
+        if meta.source == "gpusched" and rid and rid not in published:
+            if rt.store.record(rid).get("state") == "done":
+                problems.append(f"{rid}: booked {key} but never published")
+    return problems
 
 
 @dataclass
@@ -54,7 +118,7 @@ class Dispatched:
 class Harness:
     """The service on fakeredis, driven synchronously."""
 
-    settings: Settings = field(default_factory=Settings, repr=False)
+    settings: Settings = field(default_factory=isolated_settings, repr=False)
     clock: FakeClock = field(default_factory=FakeClock)
     chain: LoadedChain | None = None
     queue: deque[Dispatched] = field(default_factory=deque, repr=False)

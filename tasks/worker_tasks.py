@@ -3,13 +3,19 @@
 Every task runs under :class:`GuardedTask`, the redelivery guard:
 
 * each start of a message is counted in ``gpusched:delivery:<task_id>`` and
-  the count is cleared when the task finishes (whatever the outcome), so the
-  count is the number of starts that never finished — the pool process died
-  (SIGKILL, OOM, hard time limit). Past ``max_crashes`` the message is moved
-  to ``gpusched:deadletter`` with its reason and its request gets a terminal
-  ``rejected`` result (``error.code = dead_lettered``) instead of looping;
+  the count is cleared whenever a delivery ends without its process dying
+  (success, ``Ignore``, an error, a requeue after a Redis/broker error), so
+  the count is the number of starts that never finished — the pool process
+  died (SIGKILL, OOM, hard time limit). A clear that fails because Redis is
+  unreachable is retried by this process before its next task. Past
+  ``max_crashes`` the message is moved to ``gpusched:deadletter`` with its
+  reason and, if it drives its request's current step (:mod:`tasks.messages`),
+  the request is finished: a booked one with its recorded ``scheduled``
+  result, any other with a terminal ``rejected`` result
+  (``error.code = dead_lettered``) — instead of looping;
 * Redis/broker connection errors requeue the message after a short backoff
-  (the state it had written is idempotent, the retry resumes);
+  (the state it had written is idempotent, the retry resumes), also when
+  they happen inside the guard itself;
 * any other exception is retried ``max_task_errors`` times, then dead-lettered.
 
 Steps hand each other a small JSON dict; a step with nothing left to do
@@ -22,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Mapping
 from typing import Any, NoReturn
 
 import redis
@@ -31,20 +38,18 @@ from kombu.exceptions import OperationalError
 
 from scheduler_core import ErrorOut, ScheduleResult
 from tasks import pipeline, reschedule
-from tasks.app import (
+from tasks.app import app, commit_chain, dispatch_decision, dispatch_publish
+from tasks.drainer import Drainer, drain_once
+from tasks.logging import get_logger
+from tasks.messages import (
     CLUSTER_EVENT,
     DECIDE,
     DRAIN_DELAYED,
     PUBLISH,
     RESERVE,
-    app,
-    commit_chain,
-    dispatch_decision,
-    dispatch_publish,
+    MessageRequest,
+    message_request,
 )
-from tasks.drainer import Drainer, drain_once
-from tasks.edge import normalize, request_id_of
-from tasks.logging import get_logger
 from tasks.runtime import Runtime, get_runtime
 
 log = get_logger(__name__)
@@ -64,18 +69,9 @@ def runtime() -> Runtime:
     return get_runtime(dispatch_decision, dispatch_publish)
 
 
-def request_id_of_args(args: tuple[Any, ...]) -> str:
-    """The request a task message concerns ("" for cluster events)."""
-    first = args[0] if args else None
-    if isinstance(first, str):
-        return first
-    if isinstance(first, dict):
-        if "action" in first and isinstance(first.get("request_id"), str):
-            return str(first["request_id"])
-        if "kind" in first:
-            return ""
-        return request_id_of(first)
-    return ""
+#: Delivery counters this process could not clear (Redis was unreachable); cleared
+#: before its next task, so a requeue after a Redis outage is not counted as a crash.
+_UNCLEARED: set[str] = set()
 
 
 class GuardedTask(Task):  # type: ignore[misc]
@@ -86,22 +82,24 @@ class GuardedTask(Task):  # type: ignore[misc]
             return self.run(*args, **kwargs)
         rt = runtime()
         task_id = str(self.request.id)
+        crashes = 0
         try:
+            _clear_uncleared(rt)
             crashes = rt.store.count_delivery(task_id)
+            if crashes > rt.settings.max_crashes:
+                self._dead_letter(rt, args, kwargs, "worker_lost_repeatedly",
+                                  f"{crashes - 1} deliveries died before finishing", crashes)
         except TRANSIENT_ERRORS as error:
-            self._requeue(rt, error)
-        if crashes > rt.settings.max_crashes:
-            self._dead_letter(rt, args, "worker_lost_repeatedly",
-                              f"{crashes - 1} deliveries died before finishing", crashes)
+            self._requeue(rt, task_id, error, counted=crashes > 0)
         try:
             outcome = self.run(*args, **kwargs)
         except (Ignore, Reject):
             self._finished(rt, task_id)
             raise
         except TRANSIENT_ERRORS as error:
-            self._requeue(rt, error)
+            self._requeue(rt, task_id, error)
         except Exception as error:
-            self._failed(rt, args, task_id, error)
+            self._failed(rt, args, kwargs, task_id, error)
         self._finished(rt, task_id)
         return outcome
 
@@ -109,50 +107,74 @@ class GuardedTask(Task):  # type: ignore[misc]
         try:
             rt.store.clear_delivery(task_id)
         except TRANSIENT_ERRORS:
+            _UNCLEARED.add(task_id)
             log.warning("delivery_count_not_cleared", task_id=task_id)
 
-    def _requeue(self, rt: Runtime, error: BaseException) -> NoReturn:
+    def _requeue(
+        self, rt: Runtime, task_id: str, error: BaseException, *, counted: bool = True
+    ) -> NoReturn:
+        """Put the message back after a Redis/broker error: not a crash, not a task error.
+
+        ``counted``: this delivery's start was counted (and must be uncounted).
+        """
         log.warning("transient_error_requeue", error=repr(error))
         time.sleep(rt.settings.transient_backoff_s)
+        if counted:
+            self._finished(rt, task_id)
         raise Reject(error, requeue=True)
 
     def _failed(
-        self, rt: Runtime, args: tuple[Any, ...], task_id: str, error: Exception
+        self, rt: Runtime, args: tuple[Any, ...], kwargs: Mapping[str, Any], task_id: str,
+        error: Exception,
     ) -> NoReturn:
-        errors = rt.store.count_error(task_id)
-        log.error("task_error", error=repr(error), errors=errors, exc_info=error)
-        if errors < rt.settings.max_task_errors:
-            rt.store.clear_delivery(task_id)
-            time.sleep(rt.settings.transient_backoff_s)
-            raise Reject(error, requeue=True)
-        rt.store.clear_errors(task_id)
-        self._dead_letter(rt, args, "task_error", f"{type(error).__name__}: {error}", errors)
+        try:
+            errors = rt.store.count_error(task_id)
+            log.error("task_error", error=repr(error), errors=errors, exc_info=error)
+            if errors < rt.settings.max_task_errors:
+                rt.store.clear_delivery(task_id)
+                time.sleep(rt.settings.transient_backoff_s)
+                raise Reject(error, requeue=True)
+            rt.store.clear_errors(task_id)
+            self._dead_letter(rt, args, kwargs, "task_error", f"{type(error).__name__}: {error}",
+                              errors)
+        except TRANSIENT_ERRORS as transient:
+            self._requeue(rt, task_id, transient)
 
     def _dead_letter(
-        self, rt: Runtime, args: tuple[Any, ...], reason: str, detail: str, count: int
+        self, rt: Runtime, args: tuple[Any, ...], kwargs: Mapping[str, Any], reason: str,
+        detail: str, count: int,
     ) -> NoReturn:
-        request_id = request_id_of_args(args)
+        """Dead-letter this message; finish its request if the message drives it (no validation)."""
+        driven = message_request(self.name, args, kwargs) or MessageRequest("")
         rejection = ScheduleResult(
-            request_id=request_id or "-",
+            request_id=driven.request_id or "-",
             status="rejected",
             error=ErrorOut(
                 code="dead_lettered",
                 message=f"gave up on {self.name} after {count} deliveries: {detail}",
                 field=None,
             ),
-        )
-        request_json = ""
-        if args and isinstance(args[0], dict) and "action" not in args[0] and "kind" not in args[0]:
-            request_json = normalize(args[0]).request_json
-        rt.store.dead_letter(
-            request_id=request_id, task_name=self.name, task_id=str(self.request.id),
+        ).model_dump_json()
+        task_id = str(self.request.id)
+        raw = driven.raw is not None
+        _, result_id = rt.store.dead_letter(
+            request_id=driven.request_id, task_name=self.name, task_id=task_id,
             reason=reason, detail=detail, deliveries=count,
-            args_json=json.dumps(list(args), default=str), rejected_json=rejection.model_dump_json(),
-            request_json=request_json,
+            args_json=json.dumps(list(args), default=str), rejected_json=rejection,
+            seq=driven.seq, attempt=driven.attempt, result_digest=driven.result_digest,
+            intake_task=task_id if raw else "",
+            request_json=json.dumps(driven.raw, sort_keys=True, default=str) if raw else "",
         )
-        rt.store.clear_delivery(str(self.request.id))
-        log.error("dead_lettered", reason=reason, detail=detail, request_id=request_id)
+        rt.store.clear_delivery(task_id)
+        log.error("dead_lettered", reason=reason, detail=detail, request_id=driven.request_id,
+                  result_id=result_id)
         raise Ignore()
+
+
+def _clear_uncleared(rt: Runtime) -> None:
+    for task_id in list(_UNCLEARED):
+        rt.store.clear_delivery(task_id)
+        _UNCLEARED.discard(task_id)
 
 
 def _continue(step: pipeline.Step | None) -> dict[str, Any]:

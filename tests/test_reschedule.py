@@ -8,6 +8,8 @@ import pytest
 from builders import GIB, H100, RTX_4090, model, uniform_worker
 
 from scheduler_core import ScheduleResult, Worker
+from tasks import pipeline, reschedule
+from tasks.health import read_health
 from tasks.parking import Change, ParkedEntry, blocking_reasons, parked_json, wake_targets, woken_by
 from tasks.testing import Harness
 
@@ -306,3 +308,190 @@ def test_worker_upserts_record_full_rows(kind: str) -> None:
     assert summary["status"] == "applied"
     fold = h.rt.mirror.sync()
     assert sorted(fold.workers) == [1, 2] and len(fold.workers[2].status.gpu_devices) == 2  # type: ignore[union-attr, arg-type]
+
+
+# ------------------------------------------- follow-ups survive their caller
+def test_a_removal_whose_caller_died_is_rescheduled_by_the_drainer() -> None:
+    h = _two_workers_with_a_booking()
+    lost = _booked_worker(h, "r")
+    h.rt.cluster.remove_worker(lost, "worker_removed")  # the script ran; its caller died
+    assert h.event({"kind": "worker_removed", "worker_id": lost})["status"] == "absent"  # redelivered
+    h.clock.advance(h.settings.outbox_lease_s + 1)
+    assert h.drain()["followups"] == 1
+    h.pump()
+    assert _statuses(h)[-1] == ("r~1", "scheduled")
+    assert h.rt.client.zcard(h.rt.keys.followups) == 0 and h.rt.client.hlen(h.rt.keys.followup_jobs) == 0
+    assert h.drain()["followups"] == 0
+
+
+def test_a_retried_script_whose_reply_was_lost_still_does_its_follow_up() -> None:
+    h = _two_workers_with_a_booking()
+    lost = _booked_worker(h, "r")
+    real = h.rt.cluster.remove_worker
+
+    def reply_lost_then_retried(*args: Any, **kwargs: Any) -> Any:
+        real(*args, **kwargs)  # applied, but the reply never arrived ...
+        return real(*args, **kwargs)  # ... so redis-py sent the same script (same event id) again
+
+    h.rt.cluster.remove_worker = reply_lost_then_retried  # type: ignore[method-assign]
+    summary = h.event({"kind": "worker_removed", "worker_id": lost})
+    assert summary["status"] == "absent" and summary["rescheduled"] == ["r~1"]
+    h.pump()
+    assert _statuses(h)[-1] == ("r~1", "scheduled")
+
+
+def test_a_freed_gpu_wakes_its_waiters_even_if_the_caller_died() -> None:
+    h = Harness()
+    h.apply(_cluster(_worker(1, "a")))
+    h.submit(_request("first", env={"GPUSTACK_MODEL_VRAM_CLAIM": str(20 * GIB)}))
+    h.submit(_request("waits", env={"GPUSTACK_MODEL_VRAM_CLAIM": str(20 * GIB)}))
+    h.pump()
+    h.rt.cluster.release(["req:first"], "instance_deleted", wake="capacity_freed")  # caller died
+    assert h.event({"kind": "instance_deleted", "request_id": "first"})["status"] == "absent"
+    h.clock.advance(h.settings.outbox_lease_s + 1)
+    h.drain()
+    h.pump()
+    assert _statuses(h)[-1] == ("waits", "scheduled")
+
+
+def test_a_rescheduling_follow_up_run_twice_reschedules_once() -> None:
+    h = _two_workers_with_a_booking()
+    meta = h.rt.store.meta()
+    h.rt.cluster.remove_worker(_booked_worker(h, "r"), "worker_removed", meta=meta)
+    job = h.rt.client.hget(h.rt.keys.followup_jobs, meta.event_id)
+    assert reschedule.run_followup(h.rt, meta.event_id)["rescheduled"] == ["r~1"]
+    h.rt.client.hset(h.rt.keys.followup_jobs, meta.event_id, job)  # e.g. the drainer's leased copy
+    assert reschedule.run_followup(h.rt, meta.event_id)["rescheduled"] == ["r~1"]  # found, not redone
+    assert len(h.events(["sched.request.received"])) == 2  # r and r~1 only
+    assert len(h.events(["sched.instance.rescheduled"])) == 1
+
+
+# ---------------------------------------------------- outage clocks in Lua
+def test_a_redelivered_state_event_keeps_the_outage_clock_it_started() -> None:
+    h = _two_workers_with_a_booking()
+    lost = _booked_worker(h, "r")
+    current = h.rt.cluster.worker_row(lost)
+    down = Worker.model_validate_json(current or "").model_copy(update={"state": "unreachable"})
+    h.rt.cluster.upsert_worker(down, current, {"kind": "worker_state"})  # applied; the caller died
+    again = h.event({"kind": "worker_state", "worker_id": lost, "state": "unreachable"})
+    assert again["status"] == "unchanged"
+    h.clock.advance(61)
+    h.drain()
+    h.pump()
+    assert [e.data["from_request"] for e in h.events(["sched.instance.rescheduled"])] == ["r"]
+
+
+def test_a_snapshot_reporting_a_worker_down_starts_its_outage_clock() -> None:
+    h = _two_workers_with_a_booking()
+    lost = _booked_worker(h, "r")
+    rows = [_worker(1, "a", labels={"gpu": "x"}), _worker(2, "b", labels={"gpu": "x"}),
+            _worker(3, "c", labels={"gpu": "spare"})]
+    rows[lost - 1] = {**rows[lost - 1], "state": "unreachable"}
+    h.apply({"workers": rows, "model_instances": []})
+    health = h.events(["sched.worker.health"])
+    assert [(e.data["worker_id"], e.data["state"]) for e in health] == [(lost, "unreachable")]
+    h.clock.advance(59)
+    h.drain()
+    assert h.events(["sched.instance.rescheduled"]) == []
+    h.clock.advance(2)
+    h.drain()
+    h.pump()
+    assert _statuses(h)[-1] == ("r~1", "scheduled")
+
+
+def test_a_snapshot_reporting_a_worker_ready_again_restarts_its_hysteresis() -> None:
+    h = _two_workers_with_a_booking()
+    lost = _booked_worker(h, "r")
+    rows = [_worker(1, "a", labels={"gpu": "x"}), _worker(2, "b", labels={"gpu": "x"}),
+            _worker(3, "c", labels={"gpu": "spare"})]
+    h.event({"kind": "worker_state", "worker_id": lost, "state": "unreachable"})
+    h.clock.advance(10)
+    h.drain()
+    h.apply({"workers": rows, "model_instances": []})  # the control plane says: ready again
+    h.clock.advance(31)  # ready for longer than ready_stable_s: the outage clock resets
+    h.drain()
+    assert read_health(h.rt, lost).down_since_ms is None
+    h.event({"kind": "worker_state", "worker_id": lost, "state": "unreachable"})
+    h.clock.advance(50)  # a new outage, shorter than the grace
+    h.drain()
+    assert h.events(["sched.instance.rescheduled"]) == []
+
+
+def test_a_vanished_worker_loses_its_clocks() -> None:
+    h = _two_workers_with_a_booking()
+    h.event({"kind": "worker_state", "worker_id": 3, "state": "unreachable"})
+    assert h.rt.client.zscore(h.rt.keys.timers, "grace:3") is not None
+    h.apply(_cluster(_worker(1, "a", labels={"gpu": "x"}), _worker(2, "b", labels={"gpu": "x"})))
+    assert h.rt.client.hget(h.rt.keys.health, "3") is None
+    assert h.rt.client.zscore(h.rt.keys.timers, "grace:3") is None
+
+
+# ------------------------------------------------------------- wake epoch
+def test_changes_that_cannot_unblock_do_not_requeue_a_decision() -> None:
+    h = Harness()
+    h.apply(_cluster(_worker(1, "a"), _worker(2, "b")))
+    h.submit(_request("big", env={"GPUSTACK_MODEL_VRAM_CLAIM": str(100 * GIB)}))
+    epoch = h.rt.client.get(h.rt.keys.epoch)
+    for state in ("unreachable", "not_ready"):  # a worker going (further) down unblocks nothing
+        h.event({"kind": "worker_state", "worker_id": 2, "state": state})
+    h.event({"kind": "worker_removed", "worker_id": 2})
+    assert h.rt.client.get(h.rt.keys.epoch) == epoch
+    item = h.queue.popleft()
+    step = pipeline.decide(h.rt, item.request_id, item.seq, item.attempt, "t")
+    h.event({"kind": "worker_labels", "worker_id": 1, "labels": {"os": "linux"}})  # the same labels
+    assert step is not None and pipeline.publish(h.rt, step) == "parked"
+    assert h.events(["sched.request.woken"]) == []
+    h.event({"kind": "worker_labels", "worker_id": 1, "labels": {"zone": "z"}})  # can unblock
+    assert h.rt.client.get(h.rt.keys.epoch) != epoch
+
+
+# --------------------------------------------------- reschedule identities
+def test_rescheduled_ids_never_collide_with_submitted_ones() -> None:
+    h = _two_workers_with_a_booking()
+    h.submit(_request("r~1", worker_selector={"gpu": "spare"}))  # a user chose this id
+    h.pump()
+    h.event({"kind": "instance_deleted", "request_id": "r~1"})
+    summary = h.event({"kind": "worker_removed", "worker_id": _booked_worker(h, "r")})
+    assert summary["rescheduled"] == ["r~2"]
+    h.pump()
+    assert _statuses(h)[-1] == ("r~2", "scheduled")
+    assert h.record("r~2")["reschedule_of"].startswith("req:r@")
+
+
+# ------------------------------------------------------------ bad events
+def test_invalid_snapshot_events_are_rejected_naming_the_row() -> None:
+    h = Harness()
+    bad = h.event({"kind": "snapshot", "workers": [{"id": "x"}]})
+    assert (bad["status"], bad["field"]) == ("rejected", "workers.0.id")
+    twice = [_worker(1, "a"), _worker(1, "b")]
+    dup = h.event({"kind": "snapshot", "workers": twice})
+    assert (dup["status"], dup["field"]) == ("rejected", "workers.1.id")
+    assert [e.data["field"] for e in h.events(["sched.cluster.event_rejected"])] == [
+        "workers.0.id", "workers.1.id"]
+    assert h.rt.cluster.version() == 0
+
+
+def test_gpu_memory_changes_must_name_the_workers_gpus() -> None:
+    h = Harness()
+    h.apply(_cluster(_worker(1, "a", total=8 * GIB)))
+    wrong = h.event({"kind": "gpu_memory_changed", "worker_id": 1, "gpus": [{"index": 3, "total": H100}]})
+    assert (wrong["status"], wrong["field"]) == ("rejected", "gpus.0.index")
+    assert h.event({"kind": "gpu_memory_changed", "worker_id": 1,
+                    "gpus": [{"type": "rocm", "index": 0, "total": H100}]})["status"] == "rejected"
+    assert h.rt.cluster.version() == 1
+    untyped = h.event({"kind": "gpu_memory_changed", "worker_id": 1, "gpus": [{"index": 0, "total": H100}]})
+    assert untyped["status"] == "applied"
+    assert h.rt.cluster.ledger()[0] == {"1:cuda:0": H100}
+
+
+def test_a_snapshot_reports_gpus_booked_past_their_capacity() -> None:
+    h = Harness()
+    busy = {"workers": [_worker(1, "a", total=40 * GIB)], "model_instances": [
+        {"id": 5, "name": "cp", "worker_id": 1, "gpu_type": "cuda", "gpu_indexes": [0],
+         "computed_resource_claim": {"vram": {"0": 30 * GIB}}}]}
+    h.apply(busy)
+    assert h.events(["sched.ledger.overbooked"]) == []
+    h.apply({**busy, "workers": [_worker(1, "a", total=20 * GIB)]})
+    (over,) = h.events(["sched.ledger.overbooked"])
+    assert over.data == {"worker_id": 1, "gpus": [{"gpu": "1:cuda:0", "booked": 30 * GIB,
+                                                   "capacity": 20 * GIB}]}

@@ -120,7 +120,7 @@ def _book(h: Harness, rid: str, claims: dict[str, int], workers: list[int]) -> s
     meta = {"src": "gpusched", "rid": rid, "pin": False, "w": workers}
     data = {"instance_key": key, "row": row, "meta": meta}
     booking = Booking(key, json.dumps(row), json.dumps(meta), encode_amounts(claims), json.dumps(data))
-    return h.rt.store.reserve(rid, 0, 0, booking, 0, "{}").status
+    return h.rt.store.reserve(rid, 0, 0, booking, 0, "{}", result_digest="d").status
 
 
 def test_snapshot_keeps_live_bookings_and_drops_those_on_vanished_workers() -> None:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tasks.store import Booking, outbox_member, parse_outbox_member
+from tasks.store import REDRIVE_DOUBLINGS, Booking, Reserved, outbox_member, parse_outbox_member
 from tasks.testing import Harness
 
 
@@ -70,6 +70,10 @@ def _booking(claims: str, key: str = "req:r1") -> Booking:
     return Booking(key, row, meta, claims, data)
 
 
+def _reserve(h: Harness, booking: Booking, retry_due_ms: int = 0) -> Reserved:
+    return h.rt.store.reserve("r1", 0, 0, booking, retry_due_ms, "{}", result_digest="d")
+
+
 def _capacity(h: Harness, **gpus: int) -> None:
     h.rt.client.hset(h.rt.keys.capacity, mapping={k.replace("_", ":"): v for k, v in gpus.items()})
 
@@ -78,7 +82,7 @@ def test_reserve_books_every_gpu_or_none(h: Harness) -> None:
     _capacity(h, **{"1_cuda_0": 100, "1_cuda_1": 100})
     h.rt.client.hset(h.rt.keys.booked, "1:cuda:1", 60)
     _decided(h)
-    conflict = h.rt.store.reserve("r1", 0, 0, _booking("1:cuda:0=50;1:cuda:1=50"), 999, "{}")
+    conflict = _reserve(h, _booking("1:cuda:0=50;1:cuda:1=50"), 999)
     assert conflict.status == "conflict" and conflict.next_attempt == 1
     assert h.rt.client.hgetall(h.rt.keys.booked) == {"1:cuda:1": "60"}  # nothing booked
     detail = json.loads(conflict.detail or "{}")
@@ -91,7 +95,7 @@ def test_reserve_books_every_gpu_or_none(h: Harness) -> None:
 def test_reserve_books_atomically_and_bumps_the_version_once(h: Harness) -> None:
     _capacity(h, **{"1_cuda_0": 100, "2_cuda_0": 100})
     _decided(h)
-    booked = h.rt.store.reserve("r1", 0, 0, _booking("1:cuda:0=40;2:cuda:0=100"), 0, "{}")
+    booked = _reserve(h, _booking("1:cuda:0=40;2:cuda:0=100"), 0)
     assert booked.status == "booked" and booked.version == 1
     assert h.rt.client.hgetall(h.rt.keys.booked) == {"1:cuda:0": "40", "2:cuda:0": "100"}
     assert h.rt.client.hget(h.rt.keys.claims, "req:r1") == "1:cuda:0=40;2:cuda:0=100"
@@ -99,14 +103,14 @@ def test_reserve_books_atomically_and_bumps_the_version_once(h: Harness) -> None
     assert (meta["v"], meta["i"], meta["rid"]) == (1, 0, "r1")
     change = h.rt.client.xrange(h.rt.keys.changes)
     assert [(f["version"], f["type"]) for _, f in change] == [("1", "sched.reservation.booked")]
-    again = h.rt.store.reserve("r1", 0, 0, _booking("1:cuda:0=40"), 0, "{}")
+    again = _reserve(h, _booking("1:cuda:0=40"), 0)
     assert again.status == "duplicate" and again.detail == "req:r1"
     assert h.rt.client.hget(h.rt.keys.booked, "1:cuda:0") == "40"
 
 
 def test_reserve_on_a_vanished_gpu_conflicts(h: Harness) -> None:
     _decided(h)
-    outcome = h.rt.store.reserve("r1", 0, 0, _booking("9:cuda:0=1"), 0, "{}")
+    outcome = _reserve(h, _booking("9:cuda:0=1"), 0)
     assert outcome.status == "conflict"
     assert json.loads(outcome.detail or "{}")["gpus"][0]["capacity"] is None
 
@@ -114,15 +118,18 @@ def test_reserve_on_a_vanished_gpu_conflicts(h: Harness) -> None:
 def test_reserve_gives_up_after_the_attempt_budget(h: Harness) -> None:
     h = Harness(settings=h.settings.model_copy(update={"conflict_max_attempts": 1}))
     _decided(h)
-    outcome = h.rt.store.reserve("r1", 0, 0, _booking("1:cuda:0=1"), 0, "{}")
+    outcome = _reserve(h, _booking("1:cuda:0=1"), 0)
     assert outcome.status == "exhausted"
     assert h.rt.client.zcard(h.rt.keys.outbox) == 0  # no retry queued
 
 
 def test_publish_is_exactly_once(h: Harness) -> None:
+    _capacity(h, **{"1_cuda_0": 100})
     _decided(h)
-    first = h.rt.store.publish("r1", "scheduled", seq=0)
-    second = h.rt.store.publish("r1", "scheduled", seq=0)
+    # a scheduled result is published only once its booking is made (finding 1)
+    assert _reserve(h, _booking("1:cuda:0=40"), 0).status == "booked"
+    first = h.rt.store.publish("r1", "scheduled", seq=0, attempt=0, result_digest="d")
+    second = h.rt.store.publish("r1", "scheduled", seq=0, attempt=0, result_digest="d")
     assert first[0] == "published" and second[0] == "duplicate"
     results = h.results()
     assert len(results) == 1 and results[0]["terminal"] == "1"
@@ -133,17 +140,23 @@ def test_publish_is_exactly_once(h: Harness) -> None:
 
 def test_edge_rejection_never_overwrites_an_inflight_request(h: Harness) -> None:
     _accept(h)
-    outcome = h.rt.store.publish("r1", "rejected", result_json="{}", request_json="{}")
+    outcome = _reject(h, "r1", "{}")
     assert outcome[0] == "duplicate"
-    fresh = h.rt.store.publish("r2", "rejected", result_json='{"status":"rejected"}', request_json="{}")
+    fresh = _reject(h, "r2", '{"status":"rejected"}')
     assert fresh[0] == "published"
     assert h.record("r2")["state"] == "done"
     assert h.rt.client.ttl(h.rt.keys.request("r2")) > 0
 
 
+def _reject(h: Harness, rid: str, result_json: str) -> tuple[str, str | None]:
+    return h.rt.store.reject(rid, request_json="{}", request_digest="rd", result_json=result_json,
+                             result_digest="d", error=None)
+
+
 def _park(h: Harness, rid: str, seq: int, epoch: int = 0, announce: bool = True) -> tuple[str, str | None]:
     return h.rt.store.park(
-        rid, seq, 0, parked_entry=json.dumps({"seq": seq, "reasons": ["insufficient_vram"]}),
+        rid, seq, 0, result_digest="d",
+        parked_entry=json.dumps({"seq": seq, "reasons": ["insufficient_vram"]}),
         notice_json="", event_data="{}", epoch=epoch, requeue_due_ms=5, announce=announce,
     )
 
@@ -156,6 +169,7 @@ def test_park_announces_unschedulable_once_per_request(h: Harness) -> None:
     woken = h.rt.store.wake([("r1", 0)], {"by": "test"}, 7)
     assert woken == [("r1", 1)]
     h.rt.store.begin("r1", 1, 0, "t")
+    h.rt.store.record_decision("r1", 1, 0, 0, '{"status":"unschedulable"}', "d", "{}")  # parks once decided
     assert _park(h, "r1", 1) == ("parked", "")  # parked again, not announced again
     assert [r["status"] for r in h.results()] == ["unschedulable"]
     assert h.results()[0]["terminal"] == "0"
@@ -230,3 +244,102 @@ def test_delivery_counter_counts_and_clears(h: Harness) -> None:
     assert h.rt.client.ttl(h.rt.keys.delivery("t")) > 0
     h.rt.store.clear_delivery("t")
     assert h.rt.store.count_delivery("t") == 1
+
+
+def _step(rid: str = "r1", seq: int = 0, attempt: int = 0) -> str:
+    return json.dumps({"request_id": rid, "seq": seq, "attempt": attempt, "action": "reserve",
+                       "status": "scheduled", "version": 0, "epoch": 0, "result_digest": "d"})
+
+
+def test_the_first_decision_recorded_for_an_attempt_wins(h: Harness) -> None:
+    _accept(h)
+    h.rt.store.begin("r1", 0, 0, "t1")
+    h.rt.store.begin("r1", 0, 0, "t2")  # a second decider of the same attempt
+    assert h.rt.store.record_decision("r1", 0, 0, 1, '{"x":1}', "d", "{}", _step())
+    second = h.rt.store.record_decision("r1", 0, 0, 2, '{"x":2}', "d2", "{}", "{}")
+    assert not second and second.earlier is not None
+    assert (second.earlier.state, second.earlier.step_json) == ("decided", _step())
+    record = h.record("r1")
+    assert (record["result"], record["result_digest"], record["decided_version"]) == ('{"x":1}', "d", "1")
+    assert len(h.events(["sched.decision.made"])) == 1
+    resumed = h.rt.store.begin("r1", 0, 0, "t3")  # a later delivery continues with the recorded step
+    assert resumed.status == "resume" and resumed.recorded == second.earlier
+    assert h.record("r1")["state"] == "decided"
+
+
+def test_a_booked_attempt_resumes_and_a_parked_one_is_skipped(h: Harness) -> None:
+    _capacity(h, **{"1_cuda_0": 100})
+    _accept(h)
+    h.rt.store.begin("r1", 0, 0, "t")
+    h.rt.store.record_decision("r1", 0, 0, 0, "{}", "d", "{}", _step())
+    assert _reserve(h, _booking("1:cuda:0=1")).status == "booked"
+    begun = h.rt.store.begin("r1", 0, 0, "t2")
+    assert begun.status == "resume" and begun.recorded is not None and begun.recorded.state == "booked"
+    _accept(h, "r2")
+    h.rt.store.begin("r2", 0, 0, "t")
+    h.rt.store.record_decision("r2", 0, 0, 0, "{}", "d", "{}", _step("r2"))
+    _park(h, "r2", 0)
+    assert h.rt.store.begin("r2", 0, 0, "t2").status == "skip"
+
+
+def test_a_contended_park_arms_its_retry_timer_in_the_same_step(h: Harness) -> None:
+    _decided(h)
+    outcome = h.rt.store.park(
+        "r1", 0, 0, result_digest="d", parked_entry=json.dumps({"seq": 0, "reasons": ["x"]}),
+        notice_json="", event_data="{}", epoch=0, requeue_due_ms=5, announce=False,
+        retry_timer=("retry:r1|0", 4242),
+    )
+    assert outcome == ("parked", "")
+    assert h.rt.client.zscore(h.rt.keys.timers, "retry:r1|0") == 4242
+
+
+def test_dead_lettering_a_booked_request_publishes_its_booking(h: Harness) -> None:
+    _capacity(h, **{"1_cuda_0": 100})
+    _decided(h)
+    assert _reserve(h, _booking("1:cuda:0=40")).status == "booked"
+    _, result_id = h.rt.store.dead_letter(
+        request_id="r1", task_name="gpusched.publish", task_id="t", reason="worker_lost_repeatedly",
+        detail="x", deliveries=4, args_json="[]", rejected_json='{"status":"rejected"}',
+        result_digest="d",
+    )
+    assert result_id
+    assert [(r["status"], r["result"]) for r in h.results()] == [("scheduled", '{"status":"scheduled"}')]
+    record = h.record("r1")
+    assert (record["state"], record["status"], record["result_digest"]) == ("done", "scheduled", "d")
+    assert h.rt.client.ttl(h.rt.keys.request("r1")) == -1  # lives as long as its booking
+    assert h.rt.cluster.ledger()[1] == {"1:cuda:0": 40}
+    assert h.events(["sched.result.published"])[0].data["result_digest"] == "d"
+
+
+def test_dead_lettering_a_message_that_no_longer_drives_its_request_changes_nothing(h: Harness) -> None:
+    _decided(h)
+    base = dict(request_id="r1", task_name="gpusched.reserve", task_id="t", reason="task_error",
+                detail="x", deliveries=3, args_json="[]", rejected_json='{"status":"rejected"}')
+    assert h.rt.store.dead_letter(**base, seq=0, attempt=1)[1] == ""  # another attempt
+    assert h.rt.store.dead_letter(**base, result_digest="other")[1] == ""  # another decision
+    assert h.rt.store.dead_letter(**base, intake_task="t9")[1] == ""  # not the accepting message
+    assert h.rt.store.dead_letter(**{**base, "request_id": "unknown"})[1] == ""
+    assert h.results() == [] and h.record("r1")["state"] == "decided"
+    assert h.rt.client.exists(h.rt.keys.request("unknown")) == 0
+    assert h.rt.client.xlen(h.rt.keys.deadletter) == 4
+    _, result_id = h.rt.store.dead_letter(**base, result_digest="d")
+    assert result_id and h.results()[0]["status"] == "rejected"
+    assert h.events(["sched.result.published"])[0].data["result_digest"]  # the rejection's digest
+
+
+def test_the_redrive_step_backs_off_and_forgets_obsolete_entries(h: Harness) -> None:
+    _accept(h, outbox_due_ms=1)
+    now = h.rt.store.now_ms()
+    period = int(h.settings.stuck_after_s * 1000)
+    assert h.rt.store.redrive("r1", 0, 0, 1) == ("decide", "queued")
+    assert h.rt.client.zscore(h.rt.keys.outbox, "r1|0|0") == now + 2 * period
+    assert h.rt.store.redrive("r1", 0, 0, 1) == ("decide", "queued")
+    assert h.rt.client.zscore(h.rt.keys.outbox, "r1|0|0") == now + 4 * period
+    for _ in range(10):
+        h.rt.store.redrive("r1", 0, 0, 1)
+    assert h.rt.client.zscore(h.rt.keys.outbox, "r1|0|0") == now + 2**REDRIVE_DOUBLINGS * period
+    assert h.rt.store.redrive("r1", 0, 1, 1)[0] == "gone"  # not the current attempt: entry kept
+    h.rt.client.zadd(h.rt.keys.outbox, {"r1|0|1": 7})
+    assert h.rt.store.redrive("r1", 0, 1, 7)[0] == "gone"
+    assert h.rt.client.zscore(h.rt.keys.outbox, "r1|0|1") is None
+    assert [e.data["redrives"] for e in h.events(["sched.request.redriven"])] == list(range(1, 13))

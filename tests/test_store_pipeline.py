@@ -3,22 +3,30 @@
 from __future__ import annotations
 
 import json
+import socket
+import threading
+import time
+from collections import deque
 from typing import Any
 
 import pytest
-from builders import GIB, RTX_4090, instance, model, uniform_worker
-from hypothesis import HealthCheck, given, settings
+from builders import GIB, H100, RTX_4090, instance, model, uniform_worker
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from kombu.exceptions import OperationalError
 from pydantic import ValidationError
 
+from tasks import client as client_module
 from tasks import pipeline
 from tasks.chain import ChainConfigError, load_chain, parse_chain
+from tasks.client import ServiceClient, WaitTimeout
 from tasks.edge import normalize
 from tasks.mirror import ClusterMirror
 from tasks.outcome import OVERCOMMIT_MESSAGE
 from tasks.replay import format_report, replay
+from tasks.runtime import BLOCK_MARGIN_S, redis_client
 from tasks.settings import Settings
-from tasks.testing import Harness
+from tasks.testing import Harness, booking_violations, isolated_settings
 
 SMALL = {"GPUSTACK_MODEL_VRAM_CLAIM": str(10 * GIB)}
 
@@ -59,7 +67,7 @@ def test_non_object_requests_are_rejected_with_a_digest_id() -> None:
 def test_ids_are_generated_from_content_and_inline_cluster_rows_are_ignored() -> None:
     raw = {"model": model(), "workers": [uniform_worker(1, "w", 1, RTX_4090)]}
     first, second = normalize(raw), normalize(dict(raw))
-    assert first.request_id == second.request_id and first.inline_cluster
+    assert first.request_id == second.request_id
     assert "workers" not in json.loads(first.request_json)
 
 
@@ -142,7 +150,7 @@ def test_the_decide_lease_books_inside_the_decision() -> None:
 
 
 def test_a_conflicting_reservation_retries_with_a_fresh_snapshot() -> None:
-    h = Harness(settings=Settings(decide_lock=False))
+    h = Harness(settings=isolated_settings(decide_lock=False))
     h.apply(_cluster(workers=1, gpus=2))
     first, second = _decide_two_on_one_snapshot(h)
     assert first.booking == {**first.booking, "claims": second.booking["claims"]}  # type: ignore[index]
@@ -179,7 +187,7 @@ def test_a_lost_decision_message_is_sent_again_by_the_watchdog() -> None:
 
 
 def test_a_lost_publish_step_is_resumed_by_the_watchdog() -> None:
-    h = Harness(settings=Settings(decide_lock=False))
+    h = Harness(settings=isolated_settings(decide_lock=False))
     h.apply(_cluster())
     h.submit(_request("r"))
     item = h.queue.popleft()
@@ -190,11 +198,12 @@ def test_a_lost_publish_step_is_resumed_by_the_watchdog() -> None:
     assert [s["action"] for s in h.resumed] == ["publish"]
     assert [r["status"] for r in h.results()] == ["scheduled"]
     h.clock.advance(h.settings.stuck_after_s + 1)
-    assert h.drain() == {"enqueued": 0, "timers": 0}
+    assert h.drain() == {"enqueued": 0, "followups": 0, "timers": 0}
 
 
 def test_exhausted_conflicts_park_quietly_and_retry_on_a_timer() -> None:
-    h = Harness(settings=Settings(conflict_max_attempts=1, conflict_retry_after_s=2, decide_lock=False))
+    h = Harness(settings=isolated_settings(
+        conflict_max_attempts=1, conflict_retry_after_s=2, decide_lock=False))
     h.apply(_cluster(workers=1, gpus=2))
     first, second = _decide_two_on_one_snapshot(h)
     pipeline.publish(h.rt, pipeline.reserve(h.rt, first))  # type: ignore[arg-type]
@@ -357,10 +366,276 @@ def test_settings_read_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_cluster_partitions_hash_tag_every_key() -> None:
-    h = Harness(settings=Settings(cluster="c1"))
+    h = Harness(settings=isolated_settings(cluster="c1"))
     h.apply(_cluster())
     h.submit(_request("r"))
     h.pump()
     keys = h.rt.client.keys("*")
     assert keys and all(key.startswith("gpusched:{c1}:") for key in keys)
     assert h.rt.keys.requests_queue == "gpusched.{c1}.requests"
+
+
+# ------------------------------------------------- one decision per attempt
+def test_a_duplicate_decision_of_one_attempt_continues_with_the_recorded_one() -> None:
+    h = Harness(settings=isolated_settings(decide_lock=False))
+    h.apply({"workers": [uniform_worker(1, "w1", 1, RTX_4090)], "model_instances": []})
+    h.submit(_request("a"))
+    h.queue.clear()
+    first = pipeline.decide(h.rt, "a", 0, 0, "task-A")
+    # the cluster changes, then the same attempt is delivered again (redelivery, re-drive)
+    h.event({"kind": "worker_added", "worker": uniform_worker(2, "w2", 1, H100)})
+    h.event({"kind": "worker_state", "worker_id": 1, "state": "not_ready"})
+    second = pipeline.decide(h.rt, "a", 0, 0, "task-B")
+    assert first is not None and second is not None
+    assert second.to_dict() == first.to_dict()  # not a second decision on the new cluster
+    assert len(h.events(["sched.decision.made"])) == 1
+    for step in (pipeline.reserve(h.rt, first), pipeline.reserve(h.rt, second)):
+        assert step is not None and pipeline.publish(h.rt, step) in ("published", "duplicate")
+    (result,) = h.results()
+    assert json.loads(result["result"])["candidates"][0]["worker_name"] == "w1"
+    assert booking_violations(h.rt) == []
+
+
+def test_steps_of_another_decision_cannot_book_publish_or_park() -> None:
+    h = Harness(settings=isolated_settings(decide_lock=False))
+    h.apply(_cluster())
+    h.submit(_request("a"))
+    item = h.queue.popleft()
+    step = pipeline.decide(h.rt, item.request_id, item.seq, item.attempt, "t")
+    assert step is not None and step.action == "reserve"
+    forged = pipeline.Step.from_dict({**step.to_dict(), "result_digest": "0" * 64})
+    assert pipeline.reserve(h.rt, forged) is None  # stale: not the recorded decision
+    assert h.rt.cluster.ledger()[1] == {}
+    forged.action = "publish"
+    assert pipeline.publish(h.rt, forged) == "stale"
+    booked = pipeline.reserve(h.rt, step)
+    assert booked is not None and h.record("a")["state"] == "booked"
+    parking = pipeline.Step.from_dict({**step.to_dict(), "action": "park", "reasons": ["x"]})
+    assert pipeline.publish(h.rt, parking) == "stale"  # a booked request never parks
+    assert h.rt.store.parked() == {} and h.results() == []
+    assert pipeline.publish(h.rt, booked) == "published"
+
+
+def test_a_redelivered_decision_that_had_booked_resumes_its_publish_at_once() -> None:
+    h = Harness()
+    h.apply(_cluster())
+    h.submit(_request("r"))
+    item = h.queue.popleft()
+    pipeline.decide(h.rt, item.request_id, item.seq, item.attempt, "t")  # booked; then killed
+    assert h.record("r")["state"] == "booked"
+    again = pipeline.decide(h.rt, item.request_id, item.seq, item.attempt, "t")  # redelivered
+    assert again is not None and again.action == "publish"
+    assert pipeline.publish(h.rt, again) == "published"  # no wait for the watchdog
+    assert [r["status"] for r in h.results()] == ["scheduled"]
+
+
+class _Interleaving:
+    """Runs pipeline steps one at a time, so a test can interleave them with anything."""
+
+    def __init__(self, h: Harness) -> None:
+        self.h = h
+        self.delivered: list[Any] = []
+        self.to_reserve: list[pipeline.Step] = []
+        self.to_publish: list[pipeline.Step] = []
+
+    def decide(self, n: int, *, again: bool) -> None:
+        pool = deque(self.delivered[-3:]) if again else self.h.queue  # again: a duplicate delivery
+        if pool:
+            item = pool.popleft()
+            self.delivered.append(item)
+            step = pipeline.decide(self.h.rt, item.request_id, item.seq, item.attempt, f"t{n}")
+            if step is not None:
+                (self.to_reserve if step.action == "reserve" else self.to_publish).append(step)
+
+    def reserve(self) -> None:
+        if self.to_reserve:
+            reserved = pipeline.reserve(self.h.rt, self.to_reserve.pop(0))
+            if reserved is not None:
+                self.to_publish.append(reserved)
+
+    def publish(self) -> None:
+        if self.to_publish:
+            pipeline.publish(self.h.rt, self.to_publish.pop(0))
+
+    def finish(self) -> None:
+        while self.to_reserve or self.to_publish:
+            self.reserve()
+            self.publish()
+        self.h.pump()
+
+
+def _cluster_change(h: Harness, op: str, n: int) -> None:
+    if op == "grow":
+        h.event({"kind": "worker_added", "worker": uniform_worker(10 + n, f"x{n}", 1, H100)})
+    elif op in ("down", "up"):
+        state = "not_ready" if op == "down" else "ready"
+        h.event({"kind": "worker_state", "worker_id": 1 + n % 2, "state": state})
+    elif op == "free" and h.rt.cluster.instance_meta():
+        h.event({"kind": "instance_deleted", "instance_key": sorted(h.rt.cluster.instance_meta())[0]})
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(["submit", "decide", "redeliver", "reserve", "publish", "grow", "down",
+                                 "up", "free"]), min_size=4, max_size=24),
+       st.booleans())
+@example(  # a decision, then the cluster changes and the same attempt is delivered again (finding 1)
+    ["submit", "decide", "grow", "publish", "down", "redeliver", "reserve", "reserve", "publish",
+     "publish"], False)
+def test_what_is_published_is_what_is_booked(ops: list[str], lease: bool) -> None:
+    """Steps of any decision interleave with duplicates and cluster changes; published == booked."""
+    h = Harness(settings=isolated_settings(decide_lock=lease))
+    h.apply(_cluster(workers=2, gpus=1))
+    run = _Interleaving(h)
+    for n, op in enumerate(ops):
+        if op == "submit":
+            h.submit(_request(f"r{n}"))
+        elif op in ("decide", "redeliver"):
+            run.decide(n, again=op == "redeliver")
+        elif op == "reserve":
+            run.reserve()
+        elif op == "publish":
+            run.publish()
+        else:
+            _cluster_change(h, op, n)
+        assert booking_violations(h.rt) == []
+    run.finish()
+    assert booking_violations(h.rt) == []
+    terminal = [f["request_id"] for f in h.results() if f["terminal"] == "1"]
+    assert len(terminal) == len(set(terminal))
+
+
+def test_client_wait_returns_only_published_results() -> None:
+    h = Harness(settings=isolated_settings(decide_lock=False))
+    h.apply({"workers": [uniform_worker(1, "w1", 1, RTX_4090)],
+             "model_instances": [instance(7, 1, {0: RTX_4090 - GIB})]})
+    h.submit(_request("a"))
+    h.pump()
+    client = ServiceClient.__new__(ServiceClient)
+    client.rt = h.rt
+    notice = client.stored_result("a")
+    assert notice is not None and notice["status"] == "unschedulable"
+    h.event({"kind": "instance_deleted", "instance_id": 7})
+    item = h.queue.popleft()
+    pipeline.decide(h.rt, item.request_id, item.seq, item.attempt, "t")  # decided, not published
+    assert h.record("a")["state"] == "decided"
+    assert client.stored_result("a") == notice  # the published notice, not the new decision
+    assert client.stored_result("a", terminal=True) is None
+    h.pump()
+    h.queue.append(item)
+    h.pump()
+    final = client.stored_result("a", terminal=True)
+    assert final is not None and final["status"] == "scheduled"
+
+
+# ---------------------------------------------------------------- watchdog
+def test_the_watchdog_backs_off_and_logs_every_redrive() -> None:
+    h = Harness()
+    h.apply(_cluster())
+    h.submit(_request("r"))  # its message waits in a long queue backlog
+    period = h.settings.stuck_after_s
+    for _ in range(2):
+        h.clock.advance(period + 1)
+        h.drain()
+    assert len(h.queue) == 2  # one re-drive, not one per period
+    h.clock.advance(2 * period)
+    h.drain()
+    assert len(h.queue) == 3
+    redriven = h.events(["sched.request.redriven"])
+    assert [e.data["redrives"] for e in redriven] == [1, 2]
+    assert redriven[1].data["next_due_ms"] - h.rt.store.now_ms() == 4 * period * 1000
+    h.pump()  # every copy of the message: one decision, one result
+    assert len(h.events(["sched.decision.made"])) == 1
+    assert [r["status"] for r in h.results()] == ["scheduled"]
+    assert h.rt.client.zcard(h.rt.keys.outbox) == 0
+
+
+def test_an_accepted_request_whose_message_cannot_be_sent_is_still_driven() -> None:
+    h = Harness()
+    h.apply(_cluster())
+    sent = h.rt.dispatch
+
+    def broker_down(*args: Any) -> None:
+        raise OperationalError("broker unreachable")
+
+    h.rt.dispatch = broker_down
+    assert h.submit(_request("r")).status == "accepted"  # recorded: not an error for the caller
+    h.rt.dispatch = sent
+    assert not h.queue
+    h.clock.advance(h.settings.outbox_lease_s + 1)
+    assert h.drain()["enqueued"] == 1
+    h.pump()
+    assert [r["status"] for r in h.results()] == ["scheduled"]
+
+
+def test_the_module_level_submit_takes_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, Any] = {}
+
+    class Recording:
+        def submit(self, request: Any, **kwargs: Any) -> dict[str, Any]:
+            seen.update(kwargs)
+            return {"status": "scheduled"}
+
+    monkeypatch.setattr(client_module, "default_client", Recording)
+    assert client_module.submit({"request_id": "r"}, wait=True, terminal=True) == {"status": "scheduled"}
+    assert seen == {"wait": True, "timeout": 30.0, "terminal": True}
+
+
+def test_edge_rejections_log_the_received_request() -> None:
+    h = Harness()
+    h.submit({"request_id": "bad", "model": {"name": "m", "replicas": -1}})
+    assert [e.type for e in h.events()] == [
+        "sched.request.received", "sched.request.rejected", "sched.result.published"]
+    received = h.events(["sched.request.received"])[0]
+    assert received.request_id == "bad" and received.data["request"]["model"]["replicas"] == -1
+
+
+# ---------------------------------------------------------------- runtime
+def test_each_thread_gets_its_own_runtime() -> None:
+    from tasks.runtime import get_runtime, reset_runtime
+
+    def noop(*_: Any) -> None:
+        return None
+
+    mine = get_runtime(noop, noop)
+    assert get_runtime(noop, noop) is mine
+    other: list[Any] = []
+    thread = threading.Thread(target=lambda: other.append(get_runtime(noop, noop)))
+    thread.start()
+    thread.join()
+    assert other[0] is not mine and other[0].mirror is not mine.mirror
+    reset_runtime()
+    assert get_runtime(noop, noop) is not mine
+    reset_runtime()
+
+
+def test_a_half_open_connection_cannot_hang_wait() -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    accepted: list[socket.socket] = []
+    threading.Thread(target=lambda: accepted.append(listener.accept()[0]), daemon=True).start()
+    h = Harness()
+    client = ServiceClient.__new__(ServiceClient)
+    client.rt = h.rt
+    settings_ = isolated_settings(redis_url=f"redis://127.0.0.1:{listener.getsockname()[1]}/0")
+    client._blocking = redis_client(settings_, blocking=True, max_block_ms=200)  # never answers
+    started = time.monotonic()
+    with pytest.raises(WaitTimeout):
+        client.wait("r", timeout=1.0)
+    assert time.monotonic() - started < 1.0 + 0.2 + BLOCK_MARGIN_S + 1.0
+    client._blocking.close()
+    for sock in (*accepted, listener):
+        sock.close()
+
+
+def test_replay_uses_the_request_as_received_before_each_decision() -> None:
+    h = Harness()
+    h.apply(_cluster(workers=1, gpus=2))
+    h.submit(_request("r"))
+    h.pump()
+    h.event({"kind": "instance_deleted", "request_id": "r"})
+    h.rt.client.delete(h.rt.keys.request("r"))  # request_ttl_s elapsed: the id is free again
+    h.submit(_request("r", env={"GPUSTACK_MODEL_VRAM_CLAIM": str(12 * GIB)}))
+    h.pump()
+    report = replay(h.rt.client, h.rt.cluster)
+    assert (report.replayed, report.identical, report.differ) == (2, 2, 0)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import fakeredis
 import pytest
+from builders import RTX_4090, model, uniform_worker
 
-from tasks.scripts import SCRIPT_DIR, SCRIPT_NAMES, script_source
+from tasks.scripts import SCRIPT_DIR, SCRIPT_NAMES, Scripts, loaded_source, script_source
 from tasks.streams import (
     EVENT_TYPES,
     SCHEMA_VERSION,
@@ -23,7 +25,7 @@ from tasks.streams import (
     read_group,
     read_new,
 )
-from tasks.testing import Harness
+from tasks.testing import Harness, isolated_settings
 
 
 @pytest.fixture
@@ -67,15 +69,37 @@ def test_the_audit_stream_is_never_trimmed(client: fakeredis.FakeRedis) -> None:
         append_event(client, "gpusched:events", "sched.worker.health", {"n": n})
     assert client.xlen("gpusched:events") == 1500
     assert sum(1 for _ in iter_stream(client, "gpusched:events", page=100)) == 1500
-    for name in SCRIPT_NAMES:
-        source = script_source(name)
+    for name in (*SCRIPT_NAMES, "lib"):
+        source = (SCRIPT_DIR / f"{name}.lua").read_text()
         emit = re.search(r"local function emit\(.*?\nend\n", source, re.S)
         if emit:
             assert "MAXLEN" not in emit.group(0) and "MINID" not in emit.group(0), name
 
 
+def test_no_script_trims_the_audit_stream() -> None:
+    """Every trimming XADD in the loaded scripts targets a stream documented as trimmed."""
+    trimmed = re.compile(r"redis\.call\('XADD',\s*([\w.\[\]]+),\s*'(?:MAXLEN|MINID)'")
+    for name in SCRIPT_NAMES:
+        keys = _documented_keys(script_source(name))
+        for target in trimmed.findall(loaded_source(name)):
+            index = re.fullmatch(r"KEYS\[(\d+)\]", target)
+            documented = keys[int(index.group(1))] if index else [target]
+            assert documented and not any("events" in key for key in documented), (name, target)
+            assert any(stream in key for key in documented for stream in ("results", "changes")), (
+                name, target)
+
+
+def test_scripts_keep_the_events_they_write_when_the_other_streams_are_trimmed() -> None:
+    h = Harness(settings=isolated_settings(results_maxlen=1000))
+    for n in range(1100):  # each: received, rejected, published events and one result entry
+        h.rt.store.reject(f"r{n}", request_json="{}", request_digest="d", result_json="{}",
+                          result_digest="d", error=None)
+    assert h.rt.client.xlen(h.rt.keys.events) == 3 * 1100
+    assert h.events()[0].request_id == "r0" and h.events()[-1].request_id == "r1099"
+
+
 def test_each_script_header_documents_every_key_and_argument() -> None:
-    assert sorted(p.stem for p in SCRIPT_DIR.glob("*.lua")) == sorted(SCRIPT_NAMES)
+    assert sorted(p.stem for p in SCRIPT_DIR.glob("*.lua")) == sorted((*SCRIPT_NAMES, "lib"))
     for name in SCRIPT_NAMES:
         source = script_source(name)
         header = "\n".join(line for line in source.splitlines() if line.startswith("--"))
@@ -86,11 +110,87 @@ def test_each_script_header_documents_every_key_and_argument() -> None:
         for used in set(re.findall(r"ARGV\[(\d+)\]", body)):
             documented = re.search(rf"ARGV\[{used}\]", header) or _in_range(header, int(used))
             assert documented, f"{name}: ARGV[{used}] undocumented"
+    library = (SCRIPT_DIR / "lib.lua").read_text()
+    assert not re.search(r"KEYS\[", "\n".join(
+        line for line in library.splitlines() if not line.startswith("--")))
 
 
 def _in_range(header: str, index: int) -> bool:
     """``ARGV[6..]`` / ``ARGV[6], ARGV[7], ...`` document open-ended argument lists."""
-    return any(index >= int(start) for start in re.findall(r"ARGV\[(\d+)\](?:\.\.|,\s*ARGV)", header))
+    return any(index >= int(start) for start in _open_starts(header, "ARGV"))
+
+
+def _open_starts(header: str, kind: str) -> list[str]:
+    return re.findall(rf"{kind}\[(\d+)(?:\.\.\]|\](?:\.\.|,\s*{kind}))", header)
+
+
+def _documented_keys(source: str) -> dict[int, list[str]]:
+    """KEYS index → the key names its header line documents (``<...>`` = any text)."""
+    documented: dict[int, list[str]] = {}
+    for line in source.splitlines():
+        found = re.match(r"-- KEYS\[(\d+)\]\s+(.*)", line)
+        if found:
+            documented[int(found.group(1))] = re.findall(r"gpusched[^\s,()]*", found.group(2))
+    return documented
+
+
+def _key_pattern(documented: str) -> str:
+    return ".+".join(re.escape(part) for part in re.split(r"<[^>]+>", documented))
+
+
+def _exercise_every_script(h: Harness) -> None:
+    h.apply({"workers": [uniform_worker(1, "a", 1, RTX_4090), uniform_worker(2, "b", 1, RTX_4090)]})
+    h.submit({"request_id": "bad", "model": {"backend": "vLLM"}})
+    claim = {"GPUSTACK_MODEL_VRAM_CLAIM": str(20 * (1 << 30))}
+    for rid in ("r1", "r2", "r3"):
+        h.submit({"request_id": rid, "model": model(env=claim)})
+    h.pump()
+    h.event({"kind": "worker_state", "worker_id": 2, "state": "unreachable"})
+    h.event({"kind": "instance_deleted", "request_id": "r1"})
+    h.event({"kind": "worker_removed", "worker_id": 2})
+    h.rt.store.dead_letter(request_id="r3", task_name="gpusched.decide", task_id="t",
+                           reason="task_error", detail="x", deliveries=3, args_json="[]",
+                           rejected_json="{}", seq=1)
+    h.submit({"request_id": "late", "model": model(env=claim)})
+    h.queue.clear()
+    h.rt.store.schedule_timer("grace:1", 0)
+    h.clock.advance(h.settings.stuck_after_s + 61)
+    h.drain()
+    h.pump()
+
+
+def test_every_script_caller_passes_the_keys_and_arguments_its_header_documents(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[tuple[str, list[str], list[Any]]] = []
+    real = Scripts.run
+
+    def recording(self: Scripts, name: str, keys: list[str], args: list[Any]) -> Any:
+        calls.append((name, list(keys), list(args)))
+        return real(self, name, keys, args)
+
+    monkeypatch.setattr(Scripts, "run", recording)
+    _exercise_every_script(Harness())
+    assert {name for name, _, _ in calls} == set(SCRIPT_NAMES)
+    for name, keys, args in calls:
+        source = script_source(name)
+        header = "\n".join(line for line in source.splitlines() if line.startswith("--"))
+        documented = _documented_keys(source)
+        open_keys = [int(start) for start in _open_starts(header, "KEYS")]
+        if open_keys:
+            assert len(keys) >= min(open_keys) - 1, name
+        else:
+            assert len(keys) == max(documented), (name, len(keys), max(documented))
+        for index, names in documented.items():
+            if names:
+                pattern = "|".join(_key_pattern(key) for key in names)
+                assert re.fullmatch(pattern, keys[index - 1]), (name, index, keys[index - 1], names)
+        argv = [int(i) for i in re.findall(r"ARGV\[(\d+)\]", header)]
+        open_args = [int(start) for start in _open_starts(header, "ARGV")]
+        if open_args:
+            assert len(args) >= min(open_args) - 1, name
+        else:
+            assert len(args) == max(argv), (name, len(args), max(argv))
 
 
 def test_consumer_group_reads_acks_and_reclaims_a_crashed_consumers_entries(

@@ -1,7 +1,10 @@
 """The service's Lua scripts, one atomic step each (headers document KEYS and ARGV).
 
-Loaded once per client with ``register_script`` (EVALSHA, falling back to
-SCRIPT LOAD after a server restart).
+Every script is loaded with ``lib.lua`` (the functions the scripts share:
+``emit``, ``release_instance``, ``finish``, ``track_health``, ``follow_up``)
+prepended, so each runs as one chunk with those as local functions. Loaded
+once per client with ``register_script`` (EVALSHA, falling back to SCRIPT LOAD
+after a server restart).
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from redis.commands.core import Script
 #: Folder of the ``*.lua`` files (shipped as package data).
 SCRIPT_DIR = Path(__file__).resolve().parent
 
+#: The functions every script is loaded with (not a script itself).
+LIBRARY = "lib.lua"
+
 #: Every script the service runs.
 SCRIPT_NAMES = (
     "accept",
@@ -27,6 +33,8 @@ SCRIPT_NAMES = (
     "park",
     "publish",
     "record_decision",
+    "redrive",
+    "reject",
     "release",
     "reserve",
     "wake",
@@ -47,6 +55,17 @@ def script_source(name: str) -> str:
     return (SCRIPT_DIR / f"{name}.lua").read_text(encoding="utf-8")
 
 
+@cache
+def loaded_source(name: str) -> str:
+    """What is sent to Redis for ``name``: ``lib.lua``, then the script.
+
+    Raises:
+        KeyError: unknown script name.
+    """
+    library = (SCRIPT_DIR / LIBRARY).read_text(encoding="utf-8")
+    return f"{library}\n{script_source(name)}"
+
+
 class Scripts:
     """Registered scripts bound to one Redis client."""
 
@@ -60,5 +79,5 @@ class Scripts:
         """Run script ``name`` with ``keys`` and ``args`` (values are sent as strings)."""
         script = self._registered.get(name)
         if script is None:
-            script = self._registered[name] = self._client.register_script(script_source(name))
+            script = self._registered[name] = self._client.register_script(loaded_source(name))
         return script(keys=keys, args=[str(arg) for arg in args])

@@ -1,7 +1,7 @@
--- ack_due.lua — remove a delay-set member only if it still has the score the
--- caller saw (a member re-scheduled meanwhile, e.g. a newer retry, survives).
+-- ack_due.lua — remove a fired timer only if it still has the score the
+-- caller saw (a timer re-armed meanwhile, e.g. a newer retry, survives).
 --
--- KEYS[1]  sorted set               gpusched:outbox | gpusched:timers
+-- KEYS[1]  delay sorted set         gpusched:timers (the drainer acks fired timers with it)
 --
 -- ARGV[1]  member
 -- ARGV[2]  expected score (ms)

@@ -9,20 +9,26 @@
 -- ARGV[4]  now (ms)
 --
 -- Returns {"ok", request_json, wake_epoch} and sets state=deciding when the
--- record is at this (seq, attempt) and not finished; {"stale", state, seq,
--- attempt} when the message is behind the record; {"skip", state} when the
--- record is already booked/parked/done; {"missing"} for an unknown request.
+-- record is at this (seq, attempt) and waiting for (or in) its decision;
+-- {"resume", state, step_json} when this (seq, attempt) is already decided
+-- (state decided or booked): the caller continues with the recorded step
+-- instead of deciding again (one decision per attempt, whoever delivers it);
+-- {"stale", state, seq, attempt} when the message is behind the record;
+-- {"skip", state} when the record is parked or done; {"missing"} for an
+-- unknown request.
 
-local r = redis.call('HMGET', KEYS[1], 'state', 'seq', 'attempt', 'request')
+local r = redis.call('HMGET', KEYS[1], 'state', 'seq', 'attempt', 'request', 'step')
 if not r[1] then return {'missing'} end
 local state = r[1]
 if r[2] ~= ARGV[1] or r[3] ~= ARGV[2] then
   return {'stale', state, r[2] or '', r[3] or ''}
 end
-if state ~= 'queued' and state ~= 'retrying' and state ~= 'woken'
-   and state ~= 'deciding' and state ~= 'decided' then
-  return {'skip', state}
+if state == 'queued' or state == 'retrying' or state == 'woken' or state == 'deciding' then
+  redis.call('HSET', KEYS[1], 'state', 'deciding', 'decider', ARGV[3], 'updated_ms', ARGV[4])
+  local epoch = redis.call('GET', KEYS[2]) or '0'
+  return {'ok', r[4], epoch}
 end
-redis.call('HSET', KEYS[1], 'state', 'deciding', 'decider', ARGV[3], 'updated_ms', ARGV[4])
-local epoch = redis.call('GET', KEYS[2]) or '0'
-return {'ok', r[4], epoch}
+if (state == 'decided' or state == 'booked') and r[5] and r[5] ~= '' then
+  return {'resume', state, r[5]}
+end
+return {'skip', state}

@@ -1,10 +1,11 @@
--- claim_due.lua — lease the due members of a delay set (outbox or timers).
+-- claim_due.lua — lease the due members of a delay set (outbox, timers, follow-ups).
 --
 -- At-least-once hand-off: a due member is not removed but pushed to the lease
--- deadline; the caller acts on it and then removes it with ack_due.lua. If
+-- deadline; the caller acts on it and then removes or re-arms it (a timer with
+-- ack_due.lua, an outbox entry with redrive.lua, a follow-up once done). If
 -- the caller dies, the member becomes due again when the lease expires.
 --
--- KEYS[1]  sorted set               gpusched:outbox | gpusched:timers
+-- KEYS[1]  sorted set               gpusched:outbox | gpusched:timers | gpusched:followups
 --
 -- ARGV[1]  now (ms)
 -- ARGV[2]  lease deadline (ms)

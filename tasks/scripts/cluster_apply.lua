@@ -2,10 +2,15 @@
 --
 -- Workers and control-plane instances are replaced wholesale; instances booked
 -- by gpusched are kept when all their workers are still present (unless the
--- snapshot takes them over, see ARGV[7]); the rest are dropped and reported so
--- the caller reschedules them. The ledger (capacity, booked) is rebuilt from
--- scratch, the snapshot stored once under its digest, the version bumped and
--- the change logged with a reference to the digest (never the whole snapshot).
+-- snapshot takes them over, see ARGV[7]); the rest are dropped. The ledger
+-- (capacity, booked) is rebuilt from scratch and GPUs booked past their
+-- capacity are reported (sched.ledger.overbooked), the snapshot stored once
+-- under its digest, the version and the wake epoch bumped and the change
+-- logged with a reference to the digest (never the whole snapshot). Every
+-- worker's outage clocks follow its readiness in the snapshot like for a
+-- worker_state event (track_health in lib.lua); vanished workers lose their
+-- clocks. The follow-up work (reschedule the dropped bookings, wake every
+-- parked request) is recorded in the same step.
 --
 -- KEYS[1]  cluster version counter  gpusched:cluster:version
 -- KEYS[2]  wake epoch counter       gpusched:cluster:epoch
@@ -19,32 +24,33 @@
 -- KEYS[10] changes stream           gpusched:cluster:changes
 -- KEYS[11] audit stream             gpusched:events
 -- KEYS[12] snapshot key             gpusched:snapshot:<sha256>
+-- KEYS[13] worker health hash       gpusched:cluster:health
+-- KEYS[14] timers sorted set        gpusched:timers
+-- KEYS[15] follow-ups sorted set    gpusched:followups
+-- KEYS[16] follow-up jobs hash       gpusched:followup_jobs
 --
 -- ARGV[1]  event id                 ARGV[2] event time (ISO)    ARGV[3] event source
 -- ARGV[4]  snapshot digest (sha256 of ARGV[5])
 -- ARGV[5]  snapshot JSON {"workers": [...], "model_instances": [...]}
 -- ARGV[6]  changes stream MAXLEN (approximate)
 -- ARGV[7]  ";"-joined request ids whose bookings the snapshot now lists itself
--- ARGV[8]  number of workers W, then W triples: worker id, row JSON, "gpu_key=capacity;..."
--- then     number of instances I, then I quadruples: instance key, row JSON,
---          meta JSON without order, "gpu_key=bytes;..." claims
+-- ARGV[8]  now (ms)
+-- ARGV[9]  unreachable grace (ms)   ARGV[10] ready-stable period (ms)
+-- ARGV[11] follow-up due time (ms)
+-- ARGV[12..] number of workers W, then W triples: worker id, row JSON,
+--          "gpu_key=capacity;..."; then number of instances I, then I
+--          quadruples: instance key, row JSON, meta JSON without order,
+--          "gpu_key=bytes;..." claims
 --
--- Returns {version, dropped_json}: dropped = [{key, meta}] bookings whose
--- workers are gone.
-
-local function emit(stream, etype, rid, version, data, n)
-  local eid = ARGV[1]
-  if n > 0 then eid = eid .. '.' .. n end
-  return redis.call('XADD', stream, '*', 'schema_version', '1', 'type', etype,
-    'event_id', eid, 'time', ARGV[2], 'source', ARGV[3], 'request_id', rid,
-    'cluster_version', version, 'data', data)
-end
+-- Returns {version, dropped_json, followup_id}: dropped = [{key, meta}]
+-- bookings whose workers are gone.
 
 local version = redis.call('INCR', KEYS[1])
+local v = tostring(version)
 redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[12], ARGV[5], 'NX')
 
-local p = 8
+local p = 12
 local n_workers = tonumber(ARGV[p]); p = p + 1
 local present = {}
 local workers = {}
@@ -91,6 +97,10 @@ for _, key in ipairs(redis.call('HKEYS', KEYS[7])) do
   end
 end
 
+local old_rows = {}
+local stored = redis.call('HGETALL', KEYS[3])
+for i = 1, #stored, 2 do old_rows[stored[i]] = stored[i + 1] end
+
 redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[6])
 for _, w in ipairs(workers) do
   redis.call('HSET', KEYS[3], w[1], w[2])
@@ -120,10 +130,38 @@ for _, key in ipairs(redis.call('HKEYS', KEYS[9])) do
   end
 end
 
-local v = tostring(version)
 local data = cjson.encode({digest = ARGV[4], kept = kept_keys, dropped = dropped,
   taken_over = taken_over, workers = n_workers, instances = n_instances})
 redis.call('XADD', KEYS[10], 'MAXLEN', '~', ARGV[6], '*',
   'version', v, 'type', 'sched.cluster.applied', 'data', data)
 emit(KEYS[11], 'sched.cluster.applied', '', v, data, 0)
-return {v, cjson.encode(dropped)}
+
+local n = 0
+local clocks = {health = KEYS[13], timers = KEYS[14], events = KEYS[11]}
+for _, w in ipairs(workers) do
+  local over = {}
+  for gk in string.gmatch(w[3], '([^;=]+)=%d+') do
+    local booked = tonumber(redis.call('HGET', KEYS[6], gk) or '0')
+    local cap = tonumber(redis.call('HGET', KEYS[5], gk))
+    if booked > cap then over[#over + 1] = {gpu = gk, booked = booked, capacity = cap} end
+  end
+  if #over > 0 then
+    n = n + 1
+    emit(KEYS[11], 'sched.ledger.overbooked', '', v,
+      cjson.encode({worker_id = tonumber(w[1]), gpus = over}), n)
+  end
+  if track_health(clocks, w[1], worker_state(old_rows[w[1]]), worker_state(w[2]),
+      tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), n + 1) then
+    n = n + 1
+  end
+end
+for wid, _ in pairs(old_rows) do
+  if not present[wid] then
+    redis.call('HDEL', KEYS[13], wid)
+    redis.call('ZREM', KEYS[14], 'grace:' .. wid, 'stable:' .. wid)
+  end
+end
+
+local job = follow_up({due = KEYS[15], jobs = KEYS[16]}, ARGV[11], 'worker_gone_in_snapshot',
+  dropped, true, {{kind = 'snapshot', workers = {}}})
+return {v, cjson.encode(dropped), job}

@@ -1,4 +1,9 @@
--- publish.lua — record a request's terminal result exactly once.
+-- publish.lua — publish a decided request's terminal result exactly once.
+--
+-- Only the decision recorded for the request's current (seq, attempt) is
+-- published (same result digest), and a "scheduled" result only once its
+-- booking is made (state booked); a "rejected" one (the core rejected the
+-- stored request) from state decided.
 --
 -- KEYS[1]  request record hash      gpusched:req:<request_id>
 -- KEYS[2]  results stream           gpusched:results
@@ -9,58 +14,32 @@
 -- ARGV[1]  event id                 ARGV[2] event time (ISO)    ARGV[3] event source
 -- ARGV[4]  request id
 -- ARGV[5]  status: scheduled | rejected
--- ARGV[6]  result JSON, or "" to publish the result stored by record_decision
--- ARGV[7]  expected decision seq, or "" to skip the check
--- ARGV[8]  results stream MAXLEN (approximate; consumers ack well before)
--- ARGV[9]  record TTL (s) once rejected (the idempotency window; a scheduled
+-- ARGV[6]  decision seq             ARGV[7] attempt
+-- ARGV[8]  result digest of the decision the step comes from
+-- ARGV[9]  results stream MAXLEN (approximate; consumers ack well before)
+-- ARGV[10] record TTL (s) once rejected (the idempotency window; a scheduled
 --          record lives until its instance is released)
--- ARGV[10] now (ms)
--- ARGV[11] result digest ("" = the digest stored by record_decision)
+-- ARGV[11] now (ms)
 -- ARGV[12] data JSON of a sched.request.rejected event, "" for none
--- ARGV[13] request JSON of an edge rejection: creates the record, and only if
---          no record exists (an in-flight request is never overwritten); "" otherwise
 --
--- Returns {"published", results_entry_id}; {"duplicate", state} when a
--- terminal result exists; {"stale", state} on a seq mismatch;
--- {"no_result"} if ARGV[6] is "" and nothing is stored.
+-- Returns {"published", results_entry_id}; {"duplicate", "done"} when a
+-- terminal result exists; {"stale", state} when the record is at another
+-- (seq, attempt) or decision, or not ready for this status; {"missing"}.
 
-local function emit(stream, etype, rid, version, data, n)
-  local eid = ARGV[1]
-  if n > 0 then eid = eid .. '.' .. n end
-  return redis.call('XADD', stream, '*', 'schema_version', '1', 'type', etype,
-    'event_id', eid, 'time', ARGV[2], 'source', ARGV[3], 'request_id', rid,
-    'cluster_version', version, 'data', data)
-end
-
-local r = redis.call('HMGET', KEYS[1], 'state', 'result', 'seq', 'result_digest', 'attempt')
+local r = redis.call('HMGET', KEYS[1], 'state', 'seq', 'attempt', 'result_digest', 'result')
 local state = r[1]
+if not state then return {'missing'} end
 if state == 'done' then return {'duplicate', state} end
-if state and ARGV[13] ~= '' then return {'duplicate', state} end
-if state and ARGV[7] ~= '' and r[3] ~= ARGV[7] then return {'stale', state} end
-local result = ARGV[6]
-if result == '' then result = r[2] end
-if not result then return {'no_result'} end
-local seq = r[3] or '0'
-local digest = ARGV[11]
-if digest == '' then digest = r[4] or '' end
+if r[2] ~= ARGV[6] or r[3] ~= ARGV[7] or r[4] ~= ARGV[8] or not r[5] then
+  return {'stale', state}
+end
+local needed = 'decided'
+if ARGV[5] == 'scheduled' then needed = 'booked' end
+if state ~= needed then return {'stale', state} end
 
-local id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[8], '*',
-  'request_id', ARGV[4], 'result', result, 'status', ARGV[5], 'terminal', '1', 'seq', seq)
-redis.call('HSET', KEYS[1], 'state', 'done', 'status', ARGV[5], 'result', result,
-  'result_id', id, 'result_digest', digest, 'seq', seq, 'updated_ms', ARGV[10])
-if not state then
-  redis.call('HSET', KEYS[1], 'request', ARGV[13], 'attempt', '0', 'created_ms', ARGV[10])
-end
-if ARGV[5] ~= 'scheduled' then
-  -- a scheduled record lives as long as its booking (it is needed to reschedule
-  -- the instance); the release path sets its TTL
-  redis.call('EXPIRE', KEYS[1], ARGV[9])
-end
-redis.call('HDEL', KEYS[4], ARGV[4])
-redis.call('ZREM', KEYS[5], ARGV[4] .. '|' .. seq .. '|' .. (r[5] or '0'))
 if ARGV[12] ~= '' then
   emit(KEYS[3], 'sched.request.rejected', ARGV[4], '', ARGV[12], 1)
 end
-emit(KEYS[3], 'sched.result.published', ARGV[4], '', cjson.encode({
-  status = ARGV[5], terminal = true, results_id = id, result_digest = digest}), 0)
+local k = {record = KEYS[1], results = KEYS[2], events = KEYS[3], parked = KEYS[4], outbox = KEYS[5]}
+local id = finish(k, ARGV[4], ARGV[5], r[5], r[4], r[2], r[3], ARGV[9], ARGV[10], ARGV[11], 0)
 return {'published', id}

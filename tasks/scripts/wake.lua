@@ -14,14 +14,6 @@
 -- incremented (a new decision) and "<request_id>|<seq>|0" enters the outbox.
 -- Returns a flat list {request_id, new_seq, ...} of the requests woken.
 
-local function emit(stream, etype, rid, version, data, n)
-  local eid = ARGV[1]
-  if n > 0 then eid = eid .. '.' .. n end
-  return redis.call('XADD', stream, '*', 'schema_version', '1', 'type', etype,
-    'event_id', eid, 'time', ARGV[2], 'source', ARGV[3], 'request_id', rid,
-    'cluster_version', version, 'data', data)
-end
-
 local woken = {}
 for i = 4, #KEYS do
   local rid = ARGV[6 + (i - 4) * 2]

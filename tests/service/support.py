@@ -21,6 +21,7 @@ from tasks.ledger import overbooked
 from tasks.localrun import WorkerProcess
 from tasks.settings import Settings
 from tasks.streams import iter_stream
+from tasks.testing import booking_violations
 
 GIB = 1 << 30
 RTX_4090 = 26_015_170_560
@@ -173,11 +174,13 @@ class Deployment:
         return self.idle() and request_ids <= set(self.outcomes())
 
     def assert_ledger_consistent(self) -> None:
-        """Invariant 3, and the ledger equals the claims of the instances it lists."""
+        """Invariant 3, the ledger equals the claims of the instances it lists, and every
+        published placement is exactly what the ledger books for its request."""
         capacity, booked = self.client.rt.cluster.ledger()
         assert overbooked(capacity, booked) == {}
         totals: Counter[str] = Counter()
         for claims in self.client.rt.cluster.claims().values():
             totals.update(claims)
         assert {k: v for k, v in totals.items() if v} == booked
+        assert booking_violations(self.client.rt) == []
 
