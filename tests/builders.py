@@ -124,6 +124,36 @@ def weight_for_estimate(gib: float) -> int:
     return int(((gib * GIB) - 2 * GIB) / 1.2) + 1
 
 
+def view(
+    worker_id: int,
+    totals: list[int],
+    *,
+    name: str | None = None,
+    ip: str | None = None,
+    type_: str = "cuda",
+    vendor: str = "nvidia",
+) -> Any:
+    """A core ``WorkerView`` (ready, nothing reserved) with one GPU per entry of ``totals``."""
+    from types import MappingProxyType
+
+    from scheduler_core.cluster import Gpu, WorkerView
+
+    return WorkerView(
+        id=worker_id,
+        name=name or f"w{worker_id}",
+        ip=ip,
+        ifname=None,
+        cluster_id=None,
+        labels=MappingProxyType({}),
+        state="ready",
+        reserved_ram=0,
+        reserved_vram=0,
+        ram_total=0,
+        is_unified_memory=False,
+        gpus=tuple(Gpu(type_, i, t, vendor) for i, t in enumerate(totals)),
+    )
+
+
 def request(
     model_row: dict[str, Any],
     workers: list[dict[str, Any]],

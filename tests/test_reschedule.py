@@ -30,10 +30,23 @@ def _statuses(h: Harness) -> list[tuple[str, str]]:
     return [(r["request_id"], r["status"]) for r in h.results()]
 
 
+def _assert_rescheduled_after_grace(h: Harness) -> None:
+    """Not rescheduled 59 s into the 60 s grace; rescheduled and placed as r~1 just after it."""
+    h.clock.advance(59)
+    h.drain()
+    assert h.events(["sched.instance.rescheduled"]) == []
+    h.clock.advance(2)
+    h.drain()
+    h.pump()
+    assert _statuses(h)[-1] == ("r~1", "scheduled")
+
+
 # ------------------------------------------------------------------- reasons
 def test_reasons_come_from_the_blocking_filter_or_the_strategies() -> None:
-    events = [{"level": "info", "action": "a", "message": "m", "reason": "tp_not_divisible"},
-              {"level": "info", "action": "b", "message": "m", "reason": "insufficient_vram"}]
+    events = [
+        {"level": "info", "action": "a", "message": "m", "reason": "tp_not_divisible"},
+        {"level": "info", "action": "b", "message": "m", "reason": "insufficient_vram"},
+    ]
     result = ScheduleResult.model_validate({"request_id": "r", "status": "unschedulable", "events": events})
     assert blocking_reasons(result, None) == ["insufficient_vram", "tp_not_divisible"]
     assert blocking_reasons(result, "label_mismatch") == ["label_mismatch"]
@@ -94,14 +107,15 @@ def _cluster(*workers: dict[str, Any]) -> dict[str, Any]:
 def test_a_freed_gpu_places_the_parked_request_and_only_that_one() -> None:
     h = Harness()
     h.apply(_cluster(_worker(1, "a", labels={"gpu": "4090"}), _worker(2, "b", labels={"gpu": "x"})))
-    h.submit(_request("first", env={"GPUSTACK_MODEL_VRAM_CLAIM": str(20 * GIB)},
-                      worker_selector={"gpu": "4090"}))
-    h.submit(_request("waits", env={"GPUSTACK_MODEL_VRAM_CLAIM": str(20 * GIB)},
-                      worker_selector={"gpu": "4090"}))
+    h.submit(
+        _request("first", env={"GPUSTACK_MODEL_VRAM_CLAIM": str(20 * GIB)}, worker_selector={"gpu": "4090"})
+    )
+    h.submit(
+        _request("waits", env={"GPUSTACK_MODEL_VRAM_CLAIM": str(20 * GIB)}, worker_selector={"gpu": "4090"})
+    )
     h.submit(_request("label", worker_selector={"gpu": "nowhere"}))
     h.pump()
-    assert _statuses(h) == [("first", "scheduled"), ("waits", "unschedulable"),
-                            ("label", "unschedulable")]
+    assert _statuses(h) == [("first", "scheduled"), ("waits", "unschedulable"), ("label", "unschedulable")]
     parked = h.rt.store.parked()
     assert ParkedEntry.model_validate_json(parked["waits"]).reasons == ["insufficient_vram"]
     assert ParkedEntry.model_validate_json(parked["label"]).reasons == ["label_mismatch"]
@@ -151,8 +165,9 @@ def test_gpu_memory_growth_wakes_capacity_waiters() -> None:
     h.submit(_request("big"))
     h.pump()
     assert _statuses(h) == [("big", "unschedulable")]
-    summary = h.event({"kind": "gpu_memory_changed", "worker_id": 1,
-                       "gpus": [{"type": "cuda", "index": 0, "total": H100}]})
+    summary = h.event(
+        {"kind": "gpu_memory_changed", "worker_id": 1, "gpus": [{"type": "cuda", "index": 0, "total": H100}]}
+    )
     assert summary["woken"] == ["big"]
     h.pump()
     assert _statuses(h)[-1] == ("big", "scheduled")
@@ -181,10 +196,18 @@ def test_deleting_an_instance_twice_is_harmless() -> None:
 
 # ------------------------------------------------------------- rescheduling
 def _two_workers_with_a_booking(**settings: Any) -> Harness:
-    h = Harness(settings=Harness().settings.model_copy(update={
-        "unreachable_grace_s": 60, "ready_stable_s": 30, **settings}))
-    h.apply(_cluster(_worker(1, "a", labels={"gpu": "x"}), _worker(2, "b", labels={"gpu": "x"}),
-                     _worker(3, "c", labels={"gpu": "spare"})))
+    h = Harness(
+        settings=Harness().settings.model_copy(
+            update={"unreachable_grace_s": 60, "ready_stable_s": 30, **settings}
+        )
+    )
+    h.apply(
+        _cluster(
+            _worker(1, "a", labels={"gpu": "x"}),
+            _worker(2, "b", labels={"gpu": "x"}),
+            _worker(3, "c", labels={"gpu": "spare"}),
+        )
+    )
     h.submit(_request("r", worker_selector={"gpu": "x"}))
     h.pump()
     return h
@@ -219,13 +242,7 @@ def test_unreachable_beyond_grace_reschedules_but_a_short_outage_does_not() -> N
     h.drain()
     assert h.rt.store.record("r")["state"] == "done" and len(h.results()) == 1
     h.event({"kind": "worker_state", "worker_id": lost, "state": "unreachable"})
-    h.clock.advance(59)
-    h.drain()
-    assert h.events(["sched.instance.rescheduled"]) == []
-    h.clock.advance(2)
-    h.drain()
-    h.pump()
-    assert _statuses(h)[-1] == ("r~1", "scheduled")
+    _assert_rescheduled_after_grace(h)
 
 
 def test_a_flapping_worker_accumulates_its_outage_instead_of_restarting_the_grace() -> None:
@@ -289,8 +306,14 @@ def test_rescheduling_is_suspended_when_most_workers_are_down() -> None:
 
 def test_control_plane_instances_on_a_lost_worker_are_reported_not_moved() -> None:
     h = Harness()
-    row = {"id": 5, "name": "cp", "worker_id": 1, "gpu_type": "cuda", "gpu_indexes": [0],
-           "computed_resource_claim": {"vram": {"0": GIB}}}
+    row = {
+        "id": 5,
+        "name": "cp",
+        "worker_id": 1,
+        "gpu_type": "cuda",
+        "gpu_indexes": [0],
+        "computed_resource_claim": {"vram": {"0": GIB}},
+    }
     h.apply({"workers": [_worker(1, "a"), _worker(2, "b")], "model_instances": [row]})
     h.event({"kind": "worker_state", "worker_id": 1, "state": "unreachable"})
     h.clock.advance(61)
@@ -384,26 +407,26 @@ def test_a_redelivered_state_event_keeps_the_outage_clock_it_started() -> None:
 def test_a_snapshot_reporting_a_worker_down_starts_its_outage_clock() -> None:
     h = _two_workers_with_a_booking()
     lost = _booked_worker(h, "r")
-    rows = [_worker(1, "a", labels={"gpu": "x"}), _worker(2, "b", labels={"gpu": "x"}),
-            _worker(3, "c", labels={"gpu": "spare"})]
+    rows = [
+        _worker(1, "a", labels={"gpu": "x"}),
+        _worker(2, "b", labels={"gpu": "x"}),
+        _worker(3, "c", labels={"gpu": "spare"}),
+    ]
     rows[lost - 1] = {**rows[lost - 1], "state": "unreachable"}
     h.apply({"workers": rows, "model_instances": []})
     health = h.events(["sched.worker.health"])
     assert [(e.data["worker_id"], e.data["state"]) for e in health] == [(lost, "unreachable")]
-    h.clock.advance(59)
-    h.drain()
-    assert h.events(["sched.instance.rescheduled"]) == []
-    h.clock.advance(2)
-    h.drain()
-    h.pump()
-    assert _statuses(h)[-1] == ("r~1", "scheduled")
+    _assert_rescheduled_after_grace(h)
 
 
 def test_a_snapshot_reporting_a_worker_ready_again_restarts_its_hysteresis() -> None:
     h = _two_workers_with_a_booking()
     lost = _booked_worker(h, "r")
-    rows = [_worker(1, "a", labels={"gpu": "x"}), _worker(2, "b", labels={"gpu": "x"}),
-            _worker(3, "c", labels={"gpu": "spare"})]
+    rows = [
+        _worker(1, "a", labels={"gpu": "x"}),
+        _worker(2, "b", labels={"gpu": "x"}),
+        _worker(3, "c", labels={"gpu": "spare"}),
+    ]
     h.event({"kind": "worker_state", "worker_id": lost, "state": "unreachable"})
     h.clock.advance(10)
     h.drain()
@@ -467,7 +490,9 @@ def test_invalid_snapshot_events_are_rejected_naming_the_row() -> None:
     dup = h.event({"kind": "snapshot", "workers": twice})
     assert (dup["status"], dup["field"]) == ("rejected", "workers.1.id")
     assert [e.data["field"] for e in h.events(["sched.cluster.event_rejected"])] == [
-        "workers.0.id", "workers.1.id"]
+        "workers.0.id",
+        "workers.1.id",
+    ]
     assert h.rt.cluster.version() == 0
 
 
@@ -476,8 +501,16 @@ def test_gpu_memory_changes_must_name_the_workers_gpus() -> None:
     h.apply(_cluster(_worker(1, "a", total=8 * GIB)))
     wrong = h.event({"kind": "gpu_memory_changed", "worker_id": 1, "gpus": [{"index": 3, "total": H100}]})
     assert (wrong["status"], wrong["field"]) == ("rejected", "gpus.0.index")
-    assert h.event({"kind": "gpu_memory_changed", "worker_id": 1,
-                    "gpus": [{"type": "rocm", "index": 0, "total": H100}]})["status"] == "rejected"
+    assert (
+        h.event(
+            {
+                "kind": "gpu_memory_changed",
+                "worker_id": 1,
+                "gpus": [{"type": "rocm", "index": 0, "total": H100}],
+            }
+        )["status"]
+        == "rejected"
+    )
     assert h.rt.cluster.version() == 1
     untyped = h.event({"kind": "gpu_memory_changed", "worker_id": 1, "gpus": [{"index": 0, "total": H100}]})
     assert untyped["status"] == "applied"
@@ -486,12 +519,24 @@ def test_gpu_memory_changes_must_name_the_workers_gpus() -> None:
 
 def test_a_snapshot_reports_gpus_booked_past_their_capacity() -> None:
     h = Harness()
-    busy = {"workers": [_worker(1, "a", total=40 * GIB)], "model_instances": [
-        {"id": 5, "name": "cp", "worker_id": 1, "gpu_type": "cuda", "gpu_indexes": [0],
-         "computed_resource_claim": {"vram": {"0": 30 * GIB}}}]}
+    busy = {
+        "workers": [_worker(1, "a", total=40 * GIB)],
+        "model_instances": [
+            {
+                "id": 5,
+                "name": "cp",
+                "worker_id": 1,
+                "gpu_type": "cuda",
+                "gpu_indexes": [0],
+                "computed_resource_claim": {"vram": {"0": 30 * GIB}},
+            }
+        ],
+    }
     h.apply(busy)
     assert h.events(["sched.ledger.overbooked"]) == []
     h.apply({**busy, "workers": [_worker(1, "a", total=20 * GIB)]})
     (over,) = h.events(["sched.ledger.overbooked"])
-    assert over.data == {"worker_id": 1, "gpus": [{"gpu": "1:cuda:0", "booked": 30 * GIB,
-                                                   "capacity": 20 * GIB}]}
+    assert over.data == {
+        "worker_id": 1,
+        "gpus": [{"gpu": "1:cuda:0", "booked": 30 * GIB, "capacity": 20 * GIB}],
+    }

@@ -39,10 +39,19 @@ def _snapshot() -> dict[str, object]:
         ],
         "model_instances": [
             instance(10, 1, {0: 30 * GIB}),
-            instance(11, 1, {1: 10 * GIB}, subordinates=[
-                {"worker_id": 2, "gpu_type": "cuda", "gpu_indexes": [0],
-                 "computed_resource_claim": {"vram": {"0": 5 * GIB}}},
-            ]),
+            instance(
+                11,
+                1,
+                {1: 10 * GIB},
+                subordinates=[
+                    {
+                        "worker_id": 2,
+                        "gpu_type": "cuda",
+                        "gpu_indexes": [0],
+                        "computed_resource_claim": {"vram": {"0": 5 * GIB}},
+                    },
+                ],
+            ),
         ],
     }
 
@@ -65,8 +74,13 @@ def test_claims_follow_the_core_rules_for_leaders_and_subordinates() -> None:
 
 
 def test_untyped_instances_count_against_every_type_and_not_their_subordinates() -> None:
-    row = instance(1, 1, {0: 7}, gpu_type=None, subordinates=[
-        {"worker_id": 2, "gpu_indexes": [0], "computed_resource_claim": {"vram": {"0": 3}}}])
+    row = instance(
+        1,
+        1,
+        {0: 7},
+        gpu_type=None,
+        subordinates=[{"worker_id": 2, "gpu_indexes": [0], "computed_resource_claim": {"vram": {"0": 3}}}],
+    )
     claims = instance_claims(ModelInstance.model_validate(row), {1: ("cuda", "rocm")})
     assert claims == {"1:cuda:0": 7, "1:rocm:0": 7}
 
@@ -115,8 +129,13 @@ def _book(h: Harness, rid: str, claims: dict[str, int], workers: list[int]) -> s
     h.rt.store.begin(rid, 0, 0, "t")
     h.rt.store.record_decision(rid, 0, 0, 0, "{}", "d", "{}")
     key = f"req:{rid}"
-    row = {"name": key, "worker_id": workers[0], "gpu_type": "cuda", "gpu_indexes": [0],
-           "computed_resource_claim": {"vram": {"0": 1}}}
+    row = {
+        "name": key,
+        "worker_id": workers[0],
+        "gpu_type": "cuda",
+        "gpu_indexes": [0],
+        "computed_resource_claim": {"vram": {"0": 1}},
+    }
     meta = {"src": "gpusched", "rid": rid, "pin": False, "w": workers}
     data = {"instance_key": key, "row": row, "meta": meta}
     booking = Booking(key, json.dumps(row), json.dumps(meta), encode_amounts(claims), json.dumps(data))
@@ -181,13 +200,19 @@ _claims = st.dictionaries(st.integers(0, 3), st.integers(0, 40 * GIB), min_size=
 def _clusters(draw: st.DrawFn) -> dict[str, object]:
     count = draw(st.integers(1, 4))
     workers = [
-        uniform_worker(w, f"w{w}", draw(st.integers(1, 4)), draw(st.sampled_from([RTX_4090, H100])),
-                       reserved_vram=draw(st.sampled_from([0, GIB])))
+        uniform_worker(
+            w,
+            f"w{w}",
+            draw(st.integers(1, 4)),
+            draw(st.sampled_from([RTX_4090, H100])),
+            reserved_vram=draw(st.sampled_from([0, GIB])),
+        )
         for w in range(1, count + 1)
     ]
     instances = [
-        instance(i, draw(st.integers(1, count)), draw(_claims),
-                 gpu_type=draw(st.sampled_from(["cuda", None])))
+        instance(
+            i, draw(st.integers(1, count)), draw(_claims), gpu_type=draw(st.sampled_from(["cuda", None]))
+        )
         for i in range(draw(st.integers(0, 6)))
     ]
     return {"workers": workers, "model_instances": instances}

@@ -149,15 +149,23 @@ def test_edge_rejection_never_overwrites_an_inflight_request(h: Harness) -> None
 
 
 def _reject(h: Harness, rid: str, result_json: str) -> tuple[str, str | None]:
-    return h.rt.store.reject(rid, request_json="{}", request_digest="rd", result_json=result_json,
-                             result_digest="d", error=None)
+    return h.rt.store.reject(
+        rid, request_json="{}", request_digest="rd", result_json=result_json, result_digest="d", error=None
+    )
 
 
 def _park(h: Harness, rid: str, seq: int, epoch: int = 0, announce: bool = True) -> tuple[str, str | None]:
     return h.rt.store.park(
-        rid, seq, 0, result_digest="d",
+        rid,
+        seq,
+        0,
+        result_digest="d",
         parked_entry=json.dumps({"seq": seq, "reasons": ["insufficient_vram"]}),
-        notice_json="", event_data="{}", epoch=epoch, requeue_due_ms=5, announce=announce,
+        notice_json="",
+        event_data="{}",
+        epoch=epoch,
+        requeue_due_ms=5,
+        announce=announce,
     )
 
 
@@ -217,9 +225,15 @@ def test_outbox_members_round_trip_ids_containing_separators() -> None:
 
 def test_dead_letter_rejects_an_unfinished_request_once(h: Harness) -> None:
     _accept(h)
-    kwargs = dict(task_name="gpusched.decide", task_id="t", reason="worker_lost_repeatedly",
-                  detail="3 deliveries died", deliveries=4, args_json='["r1"]',
-                  rejected_json='{"status":"rejected"}')
+    kwargs = dict(
+        task_name="gpusched.decide",
+        task_id="t",
+        reason="worker_lost_repeatedly",
+        detail="3 deliveries died",
+        deliveries=4,
+        args_json='["r1"]',
+        rejected_json='{"status":"rejected"}',
+    )
     dead_id, result_id = h.rt.store.dead_letter(request_id="r1", **kwargs)  # type: ignore[arg-type]
     assert dead_id and result_id
     again = h.rt.store.dead_letter(request_id="r1", **kwargs)  # type: ignore[arg-type]
@@ -232,8 +246,14 @@ def test_dead_letter_rejects_an_unfinished_request_once(h: Harness) -> None:
 
 def test_dead_letter_without_a_request_only_records_the_message(h: Harness) -> None:
     _, result_id = h.rt.store.dead_letter(
-        request_id="", task_name="gpusched.cluster_event", task_id="t", reason="task_error",
-        detail="boom", deliveries=3, args_json="[]", rejected_json="{}",
+        request_id="",
+        task_name="gpusched.cluster_event",
+        task_id="t",
+        reason="task_error",
+        detail="boom",
+        deliveries=3,
+        args_json="[]",
+        rejected_json="{}",
     )
     assert result_id == "" and h.results() == []
     assert h.events(["sched.request.dead_lettered"])[0].data["reason"] == "task_error"
@@ -247,8 +267,18 @@ def test_delivery_counter_counts_and_clears(h: Harness) -> None:
 
 
 def _step(rid: str = "r1", seq: int = 0, attempt: int = 0) -> str:
-    return json.dumps({"request_id": rid, "seq": seq, "attempt": attempt, "action": "reserve",
-                       "status": "scheduled", "version": 0, "epoch": 0, "result_digest": "d"})
+    return json.dumps(
+        {
+            "request_id": rid,
+            "seq": seq,
+            "attempt": attempt,
+            "action": "reserve",
+            "status": "scheduled",
+            "version": 0,
+            "epoch": 0,
+            "result_digest": "d",
+        }
+    )
 
 
 def test_the_first_decision_recorded_for_an_attempt_wins(h: Harness) -> None:
@@ -285,8 +315,16 @@ def test_a_booked_attempt_resumes_and_a_parked_one_is_skipped(h: Harness) -> Non
 def test_a_contended_park_arms_its_retry_timer_in_the_same_step(h: Harness) -> None:
     _decided(h)
     outcome = h.rt.store.park(
-        "r1", 0, 0, result_digest="d", parked_entry=json.dumps({"seq": 0, "reasons": ["x"]}),
-        notice_json="", event_data="{}", epoch=0, requeue_due_ms=5, announce=False,
+        "r1",
+        0,
+        0,
+        result_digest="d",
+        parked_entry=json.dumps({"seq": 0, "reasons": ["x"]}),
+        notice_json="",
+        event_data="{}",
+        epoch=0,
+        requeue_due_ms=5,
+        announce=False,
         retry_timer=("retry:r1|0", 4242),
     )
     assert outcome == ("parked", "")
@@ -298,8 +336,14 @@ def test_dead_lettering_a_booked_request_publishes_its_booking(h: Harness) -> No
     _decided(h)
     assert _reserve(h, _booking("1:cuda:0=40")).status == "booked"
     _, result_id = h.rt.store.dead_letter(
-        request_id="r1", task_name="gpusched.publish", task_id="t", reason="worker_lost_repeatedly",
-        detail="x", deliveries=4, args_json="[]", rejected_json='{"status":"rejected"}',
+        request_id="r1",
+        task_name="gpusched.publish",
+        task_id="t",
+        reason="worker_lost_repeatedly",
+        detail="x",
+        deliveries=4,
+        args_json="[]",
+        rejected_json='{"status":"rejected"}',
         result_digest="d",
     )
     assert result_id
@@ -313,8 +357,16 @@ def test_dead_lettering_a_booked_request_publishes_its_booking(h: Harness) -> No
 
 def test_dead_lettering_a_message_that_no_longer_drives_its_request_changes_nothing(h: Harness) -> None:
     _decided(h)
-    base = dict(request_id="r1", task_name="gpusched.reserve", task_id="t", reason="task_error",
-                detail="x", deliveries=3, args_json="[]", rejected_json='{"status":"rejected"}')
+    base = dict(
+        request_id="r1",
+        task_name="gpusched.reserve",
+        task_id="t",
+        reason="task_error",
+        detail="x",
+        deliveries=3,
+        args_json="[]",
+        rejected_json='{"status":"rejected"}',
+    )
     assert h.rt.store.dead_letter(**base, seq=0, attempt=1)[1] == ""  # another attempt
     assert h.rt.store.dead_letter(**base, result_digest="other")[1] == ""  # another decision
     assert h.rt.store.dead_letter(**base, intake_task="t9")[1] == ""  # not the accepting message

@@ -36,11 +36,20 @@ def _request(rid: str, **fields: Any) -> dict[str, Any]:
 
 
 def _cluster(workers: int = 2, gpus: int = 2) -> dict[str, Any]:
-    return {"workers": [uniform_worker(w, f"w{w}", gpus, RTX_4090) for w in range(1, workers + 1)],
-            "model_instances": []}
+    return {
+        "workers": [uniform_worker(w, f"w{w}", gpus, RTX_4090) for w in range(1, workers + 1)],
+        "model_instances": [],
+    }
 
 
 # ---------------------------------------------------------------------- edge
+def _submit_and_decide(h: Harness, request_id: str) -> pipeline.Step | None:
+    """Submit a request and run the decide step of its queued message (task id "t")."""
+    h.submit(_request(request_id))
+    item = h.queue.popleft()
+    return pipeline.decide(h.rt, item.request_id, item.seq, item.attempt, "t")
+
+
 def test_invalid_requests_are_rejected_at_the_edge_naming_the_field() -> None:
     h = Harness()
     bad = h.submit({"request_id": "bad", "model": {"name": "m", "replicas": -1}})
@@ -141,9 +150,7 @@ def _decide_two_on_one_snapshot(h: Harness) -> tuple[pipeline.Step, pipeline.Ste
 def test_the_decide_lease_books_inside_the_decision() -> None:
     h = Harness()
     h.apply(_cluster(workers=1, gpus=2))
-    h.submit(_request("a"))
-    item = h.queue.popleft()
-    step = pipeline.decide(h.rt, item.request_id, item.seq, item.attempt, "t")
+    step = _submit_and_decide(h, "a")
     assert step is not None and step.action == "publish"
     assert h.record("a")["state"] == "booked"
     assert h.rt.client.exists(h.rt.keys.decide_lock) == 0  # released
@@ -161,7 +168,9 @@ def test_a_conflicting_reservation_retries_with_a_fresh_snapshot() -> None:
     assert 0 <= retry.countdown <= h.settings.max_countdown_s
     watchdog = h.rt.store.now_ms() + int(h.settings.stuck_after_s * 1000)
     assert h.rt.client.zrange(h.rt.keys.outbox, 0, -1, withscores=True) == [
-        ("a|0|0", pytest.approx(watchdog, abs=1000)), ("b|0|1", watchdog)]
+        ("a|0|0", pytest.approx(watchdog, abs=1000)),
+        ("b|0|1", watchdog),
+    ]
     pipeline.publish(h.rt, first)
     h.pump()
     assert sorted(r["status"] for r in h.results()) == ["scheduled", "scheduled"]
@@ -189,9 +198,7 @@ def test_a_lost_decision_message_is_sent_again_by_the_watchdog() -> None:
 def test_a_lost_publish_step_is_resumed_by_the_watchdog() -> None:
     h = Harness(settings=isolated_settings(decide_lock=False))
     h.apply(_cluster())
-    h.submit(_request("r"))
-    item = h.queue.popleft()
-    step = pipeline.decide(h.rt, item.request_id, item.seq, item.attempt, "t")
+    step = _submit_and_decide(h, "r")
     assert step is not None and pipeline.reserve(h.rt, step) is not None  # publish never runs
     h.clock.advance(h.settings.stuck_after_s + 1)
     h.drain()
@@ -202,8 +209,9 @@ def test_a_lost_publish_step_is_resumed_by_the_watchdog() -> None:
 
 
 def test_exhausted_conflicts_park_quietly_and_retry_on_a_timer() -> None:
-    h = Harness(settings=isolated_settings(
-        conflict_max_attempts=1, conflict_retry_after_s=2, decide_lock=False))
+    h = Harness(
+        settings=isolated_settings(conflict_max_attempts=1, conflict_retry_after_s=2, decide_lock=False)
+    )
     h.apply(_cluster(workers=1, gpus=2))
     first, second = _decide_two_on_one_snapshot(h)
     pipeline.publish(h.rt, pipeline.reserve(h.rt, first))  # type: ignore[arg-type]
@@ -305,10 +313,19 @@ def test_replay_reports_a_tampered_decision_with_a_diff() -> None:
     data = dict(target.data)
     data["result_digest"] = "0" * 64
     data["outcome"] = {**data["outcome"], "selected": 99}
-    h.rt.client.xadd(h.rt.keys.events, {
-        "schema_version": "1", "type": "sched.decision.made", "event_id": "forged", "time": target.time,
-        "source": "test", "request_id": target.request_id or "",
-        "cluster_version": str(target.cluster_version), "data": json.dumps(data)})
+    h.rt.client.xadd(
+        h.rt.keys.events,
+        {
+            "schema_version": "1",
+            "type": "sched.decision.made",
+            "event_id": "forged",
+            "time": target.time,
+            "source": "test",
+            "request_id": target.request_id or "",
+            "cluster_version": str(target.cluster_version),
+            "data": json.dumps(data),
+        },
+    )
     report = replay(h.rt.client, h.rt.cluster)
     assert report.differ == 1
     assert any(line.startswith("-") and "99" in line for line in report.differences[0].diff)
@@ -325,8 +342,13 @@ def test_replay_skips_decisions_whose_snapshot_is_gone() -> None:
 
 # ------------------------------------------------------------ chain, settings
 def test_chain_config_selects_and_orders_plugins(tmp_path: Any) -> None:
-    loaded = parse_chain({"filters": [{"name": "status"}, {"name": "labels", "enabled": False}],
-                          "strategies": [{"name": "single_worker_single_gpu"}], "scorer": "binpack"})
+    loaded = parse_chain(
+        {
+            "filters": [{"name": "status"}, {"name": "labels", "enabled": False}],
+            "strategies": [{"name": "single_worker_single_gpu"}],
+            "scorer": "binpack",
+        }
+    )
     assert [f.name for f in loaded.chain.filters] == ["status"]
     assert [s.name for s in loaded.chain.strategies] == ["single_worker_single_gpu"]
     assert loaded.placement_override == "binpack"
@@ -399,9 +421,7 @@ def test_a_duplicate_decision_of_one_attempt_continues_with_the_recorded_one() -
 def test_steps_of_another_decision_cannot_book_publish_or_park() -> None:
     h = Harness(settings=isolated_settings(decide_lock=False))
     h.apply(_cluster())
-    h.submit(_request("a"))
-    item = h.queue.popleft()
-    step = pipeline.decide(h.rt, item.request_id, item.seq, item.attempt, "t")
+    step = _submit_and_decide(h, "a")
     assert step is not None and step.action == "reserve"
     forged = pipeline.Step.from_dict({**step.to_dict(), "result_digest": "0" * 64})
     assert pipeline.reserve(h.rt, forged) is None  # stale: not the recorded decision
@@ -475,12 +495,20 @@ def _cluster_change(h: Harness, op: str, n: int) -> None:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.sampled_from(["submit", "decide", "redeliver", "reserve", "publish", "grow", "down",
-                                 "up", "free"]), min_size=4, max_size=24),
-       st.booleans())
+@given(
+    st.lists(
+        st.sampled_from(
+            ["submit", "decide", "redeliver", "reserve", "publish", "grow", "down", "up", "free"]
+        ),
+        min_size=4,
+        max_size=24,
+    ),
+    st.booleans(),
+)
 @example(  # a decision, then the cluster changes and the same attempt is delivered again (finding 1)
-    ["submit", "decide", "grow", "publish", "down", "redeliver", "reserve", "reserve", "publish",
-     "publish"], False)
+    ["submit", "decide", "grow", "publish", "down", "redeliver", "reserve", "reserve", "publish", "publish"],
+    False,
+)
 def test_what_is_published_is_what_is_booked(ops: list[str], lease: bool) -> None:
     """Steps of any decision interleave with duplicates and cluster changes; published == booked."""
     h = Harness(settings=isolated_settings(decide_lock=lease))
@@ -506,8 +534,12 @@ def test_what_is_published_is_what_is_booked(ops: list[str], lease: bool) -> Non
 
 def test_client_wait_returns_only_published_results() -> None:
     h = Harness(settings=isolated_settings(decide_lock=False))
-    h.apply({"workers": [uniform_worker(1, "w1", 1, RTX_4090)],
-             "model_instances": [instance(7, 1, {0: RTX_4090 - GIB})]})
+    h.apply(
+        {
+            "workers": [uniform_worker(1, "w1", 1, RTX_4090)],
+            "model_instances": [instance(7, 1, {0: RTX_4090 - GIB})],
+        }
+    )
     h.submit(_request("a"))
     h.pump()
     client = ServiceClient.__new__(ServiceClient)
@@ -584,7 +616,10 @@ def test_edge_rejections_log_the_received_request() -> None:
     h = Harness()
     h.submit({"request_id": "bad", "model": {"name": "m", "replicas": -1}})
     assert [e.type for e in h.events()] == [
-        "sched.request.received", "sched.request.rejected", "sched.result.published"]
+        "sched.request.received",
+        "sched.request.rejected",
+        "sched.result.published",
+    ]
     received = h.events(["sched.request.received"])[0]
     assert received.request_id == "bad" and received.data["request"]["model"]["replicas"] == -1
 

@@ -35,8 +35,9 @@ def client() -> fakeredis.FakeRedis:
 
 def test_envelope_round_trips() -> None:
     meta = EventMeta("e1", "2026-01-01T00:00:00.000000Z", "host:1")
-    fields = event_fields("sched.request.parked", {"reasons": ["x"]}, request_id="r",
-                          cluster_version=7, meta=meta)
+    fields = event_fields(
+        "sched.request.parked", {"reasons": ["x"]}, request_id="r", cluster_version=7, meta=meta
+    )
     event = Event.from_entry("1-0", fields)
     assert event.schema_version == SCHEMA_VERSION
     assert (event.type, event.request_id, event.cluster_version) == ("sched.request.parked", "r", 7)
@@ -50,8 +51,18 @@ def test_cluster_wide_events_have_no_request_or_version() -> None:
 
 def test_every_event_a_scenario_writes_is_a_known_versioned_type() -> None:
     h = Harness()
-    h.apply({"workers": [{"id": 1, "name": "a", "state": "ready", "status": {"gpu_devices": [
-        {"type": "cuda", "index": 0, "memory": {"total": 1 << 34}}]}}]})
+    h.apply(
+        {
+            "workers": [
+                {
+                    "id": 1,
+                    "name": "a",
+                    "state": "ready",
+                    "status": {"gpu_devices": [{"type": "cuda", "index": 0, "memory": {"total": 1 << 34}}]},
+                }
+            ]
+        }
+    )
     h.submit({"request_id": "bad", "model": {"backend": "vLLM"}})
     h.submit({"request_id": "ok", "model": {"name": "m", "env": {"GPUSTACK_MODEL_VRAM_CLAIM": "1024"}}})
     h.pump()
@@ -86,14 +97,17 @@ def test_no_script_trims_the_audit_stream() -> None:
             documented = keys[int(index.group(1))] if index else [target]
             assert documented and not any("events" in key for key in documented), (name, target)
             assert any(stream in key for key in documented for stream in ("results", "changes")), (
-                name, target)
+                name,
+                target,
+            )
 
 
 def test_scripts_keep_the_events_they_write_when_the_other_streams_are_trimmed() -> None:
     h = Harness(settings=isolated_settings(results_maxlen=1000))
     for n in range(1100):  # each: received, rejected, published events and one result entry
-        h.rt.store.reject(f"r{n}", request_json="{}", request_digest="d", result_json="{}",
-                          result_digest="d", error=None)
+        h.rt.store.reject(
+            f"r{n}", request_json="{}", request_digest="d", result_json="{}", result_digest="d", error=None
+        )
     assert h.rt.client.xlen(h.rt.keys.events) == 3 * 1100
     assert h.events()[0].request_id == "r0" and h.events()[-1].request_id == "r1099"
 
@@ -111,8 +125,9 @@ def test_each_script_header_documents_every_key_and_argument() -> None:
             documented = re.search(rf"ARGV\[{used}\]", header) or _in_range(header, int(used))
             assert documented, f"{name}: ARGV[{used}] undocumented"
     library = (SCRIPT_DIR / "lib.lua").read_text()
-    assert not re.search(r"KEYS\[", "\n".join(
-        line for line in library.splitlines() if not line.startswith("--")))
+    assert not re.search(
+        r"KEYS\[", "\n".join(line for line in library.splitlines() if not line.startswith("--"))
+    )
 
 
 def _in_range(header: str, index: int) -> bool:
@@ -148,9 +163,17 @@ def _exercise_every_script(h: Harness) -> None:
     h.event({"kind": "worker_state", "worker_id": 2, "state": "unreachable"})
     h.event({"kind": "instance_deleted", "request_id": "r1"})
     h.event({"kind": "worker_removed", "worker_id": 2})
-    h.rt.store.dead_letter(request_id="r3", task_name="gpusched.decide", task_id="t",
-                           reason="task_error", detail="x", deliveries=3, args_json="[]",
-                           rejected_json="{}", seq=1)
+    h.rt.store.dead_letter(
+        request_id="r3",
+        task_name="gpusched.decide",
+        task_id="t",
+        reason="task_error",
+        detail="x",
+        deliveries=3,
+        args_json="[]",
+        rejected_json="{}",
+        seq=1,
+    )
     h.submit({"request_id": "late", "model": model(env=claim)})
     h.queue.clear()
     h.rt.store.schedule_timer("grace:1", 0)

@@ -8,9 +8,9 @@ computed from the formula (reserve in MiB, fraction rounded to 3 decimals).
 from __future__ import annotations
 
 import pytest
-from builders import ASCEND_910B, H100, H200, MIB, RTX_4080, RTX_4090, RTX_4090_SMALL
+from builders import ASCEND_910B, H100, H200, MIB, RTX_4080, RTX_4090, RTX_4090_SMALL, view
 
-from scheduler_core.cluster import ClusterState, Gpu, WorkerView
+from scheduler_core.cluster import ClusterState
 from scheduler_core.mem_fraction import (
     FractionFlags,
     ManualSelection,
@@ -161,25 +161,8 @@ def test_vlm_defaults_when_vision_config_is_empty():
     )
 
 
-def _worker(
-    worker_id: int, name: str, totals: list[int], type_: str = "cuda", vendor: str = "nvidia"
-) -> WorkerView:
-    from types import MappingProxyType
-
-    return WorkerView(
-        id=worker_id,
-        name=name,
-        ip=None,
-        ifname=None,
-        cluster_id=None,
-        labels=MappingProxyType({}),
-        state="ready",
-        reserved_ram=0,
-        reserved_vram=0,
-        ram_total=0,
-        is_unified_memory=False,
-        gpus=tuple(Gpu(type_, i, t, vendor) for i, t in enumerate(totals)),
-    )
+def _worker(worker_id: int, name: str, totals: list[int], type_: str = "cuda", vendor: str = "nvidia"):
+    return view(worker_id, totals, name=name, type_=type_, vendor=vendor)
 
 
 def test_calculator_manual_selection_sets_tp_and_pp_and_min_gpu():

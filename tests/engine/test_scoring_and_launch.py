@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from types import MappingProxyType
-
 import pytest
-from builders import GIB, H100, RTX_4090, instance, model, request, uniform_worker
+from builders import GIB, H100, RTX_4090, instance, model, request, uniform_worker, view
 
 from scheduler_core import schedule
-from scheduler_core.cluster import ClusterState, Gpu, WorkerView
+from scheduler_core.cluster import ClusterState
 from scheduler_core.launch import launch_arguments, parallelism
 from scheduler_core.scoring import binpack_score, pick_highest
 from scheduler_core.strategies import Candidate, Claim, Subordinate
@@ -58,21 +56,8 @@ def test_spread_when_every_candidate_worker_runs_the_model():
     assert result.candidates[result.selected].worker_name == "a"
 
 
-def _view(worker_id: int, count: int) -> WorkerView:
-    return WorkerView(
-        id=worker_id,
-        name=f"w{worker_id}",
-        ip=f"10.0.0.{worker_id}",
-        ifname=None,
-        cluster_id=None,
-        labels=MappingProxyType({}),
-        state="ready",
-        reserved_ram=0,
-        reserved_vram=0,
-        ram_total=0,
-        is_unified_memory=False,
-        gpus=tuple(Gpu("cuda", i, 100) for i in range(count)),
-    )
+def _view(worker_id: int, count: int):
+    return view(worker_id, [100] * count, ip=f"10.0.0.{worker_id}")
 
 
 def _claim(amount: int, count: int) -> Claim:

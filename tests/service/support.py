@@ -60,11 +60,27 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval
 def worker_row(wid: int, gpus: int, total: int = RTX_4090, **extra: Any) -> dict[str, Any]:
     """A GPUStack worker row with ``gpus`` identical CUDA GPUs."""
     return {
-        "id": wid, "name": f"node-{wid:04d}", "ip": f"10.1.{wid // 250}.{wid % 250}", "cluster_id": 1,
-        "state": "ready", "labels": {"gpu": "4090"}, "system_reserved": {"ram": 0, "vram": 0},
-        "status": {"memory": {"total": 512 * GIB}, "gpu_devices": [
-            {"uuid": f"GPU-{wid}-{i}", "name": "RTX 4090", "vendor": "nvidia", "type": "cuda", "index": i,
-             "memory": {"total": total}} for i in range(gpus)]},
+        "id": wid,
+        "name": f"node-{wid:04d}",
+        "ip": f"10.1.{wid // 250}.{wid % 250}",
+        "cluster_id": 1,
+        "state": "ready",
+        "labels": {"gpu": "4090"},
+        "system_reserved": {"ram": 0, "vram": 0},
+        "status": {
+            "memory": {"total": 512 * GIB},
+            "gpu_devices": [
+                {
+                    "uuid": f"GPU-{wid}-{i}",
+                    "name": "RTX 4090",
+                    "vendor": "nvidia",
+                    "type": "cuda",
+                    "index": i,
+                    "memory": {"total": total},
+                }
+                for i in range(gpus)
+            ],
+        },
         **extra,
     }
 
@@ -80,12 +96,20 @@ def llm_request(rid: str, tp: int = 1, **model_fields: Any) -> dict[str, Any]:
     return {
         "request_id": rid,
         "model": {
-            "id": abs(hash(rid)) % 10_000, "name": "qwen2.5-7b", "backend": "SGLang",
-            "backend_parameters": params, "categories": ["llm"], "cluster_id": 1,
+            "id": abs(hash(rid)) % 10_000,
+            "name": "qwen2.5-7b",
+            "backend": "SGLang",
+            "backend_parameters": params,
+            "categories": ["llm"],
+            "cluster_id": 1,
             "hf_config": {
-                "architectures": ["Qwen2ForCausalLM"], "num_attention_heads": 28,
-                "num_key_value_heads": 4, "hidden_size": 3584, "num_hidden_layers": 28,
-                "vocab_size": 152064, "max_position_embeddings": 32768,
+                "architectures": ["Qwen2ForCausalLM"],
+                "num_attention_heads": 28,
+                "num_key_value_heads": 4,
+                "hidden_size": 3584,
+                "num_hidden_layers": 28,
+                "vocab_size": 152064,
+                "max_position_embeddings": 32768,
             },
             "weight_bytes": 15_231_233_024,
             **model_fields,
@@ -118,8 +142,12 @@ class Deployment:
     def start_workers(self, count: int, *, ready: bool = True) -> list[WorkerProcess]:
         """Start ``count`` worker processes (prefork, one pool process each)."""
         started = [
-            WorkerProcess(self.env, f"w{len(self.workers) + i}",
-                          self.logs / f"worker-{len(self.workers) + i}.log", loglevel="INFO").start()
+            WorkerProcess(
+                self.env,
+                f"w{len(self.workers) + i}",
+                self.logs / f"worker-{len(self.workers) + i}.log",
+                loglevel="INFO",
+            ).start()
             for i in range(count)
         ]
         self.workers.extend(started)
@@ -183,4 +211,3 @@ class Deployment:
             totals.update(claims)
         assert {k: v for k, v in totals.items() if v} == booked
         assert booking_violations(self.client.rt) == []
-

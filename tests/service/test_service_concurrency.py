@@ -27,7 +27,8 @@ def _requests() -> tuple[list[dict[str, object]], set[str]]:
 
 @pytest.mark.parametrize("decide_lock", [False, True], ids=["optimistic", "decide-lease"])
 def test_concurrent_workers_never_overbook_and_finish_every_request_once(
-    deployment: Callable[..., Deployment], decide_lock: bool,
+    deployment: Callable[..., Deployment],
+    decide_lock: bool,
 ) -> None:
     d = deployment(decide_lock=decide_lock)
     d.client.apply_cluster(cluster(24, 2))

@@ -34,7 +34,11 @@ def test_requests_results_events_wakeups_and_replay(deployment: Callable[..., De
     waits = d.client.submit(_example("03-qwen72b-tp4.json"), wait=True, timeout=60)
     bad = d.client.submit(_example("04-bad-parameters.json"), wait=True, timeout=60)
     assert [r["status"] for r in (qwen, llama, waits, bad)] == [  # type: ignore[index]
-        "scheduled", "scheduled", "unschedulable", "rejected"]
+        "scheduled",
+        "scheduled",
+        "unschedulable",
+        "rejected",
+    ]
     assert bad["error"]["field"] == "model.backend_parameters"  # type: ignore[index]
 
     again = d.client.submit(_example("01-qwen7b-l40s.json"))
@@ -52,15 +56,28 @@ def test_requests_results_events_wakeups_and_replay(deployment: Callable[..., De
     d.assert_ledger_consistent()
 
     types = {e["type"] for e in d.events()}
-    assert {"sched.request.received", "sched.decision.made", "sched.reservation.booked",
-            "sched.result.published", "sched.request.parked", "sched.request.woken",
-            "sched.instance.released", "sched.cluster.applied", "sched.request.rejected",
-            "sched.request.duplicate"} <= types
-    logged = [json.loads(line) for line in (d.logs / "worker-0.log").read_text().splitlines()
-              + (d.logs / "worker-1.log").read_text().splitlines() if line.startswith("{")]
+    assert {
+        "sched.request.received",
+        "sched.decision.made",
+        "sched.reservation.booked",
+        "sched.result.published",
+        "sched.request.parked",
+        "sched.request.woken",
+        "sched.instance.released",
+        "sched.cluster.applied",
+        "sched.request.rejected",
+        "sched.request.duplicate",
+    } <= types
+    logged = [
+        json.loads(line)
+        for line in (d.logs / "worker-0.log").read_text().splitlines()
+        + (d.logs / "worker-1.log").read_text().splitlines()
+        if line.startswith("{")
+    ]
     steps = {"gpusched.decide", "gpusched.reserve", "gpusched.publish"}
-    traced = [line for line in logged
-              if line.get("logger") == "celery.app.trace" and line.get("task_name") in steps]
+    traced = [
+        line for line in logged if line.get("logger") == "celery.app.trace" and line.get("task_name") in steps
+    ]
     assert traced and all(line.get("request_id", "").startswith("demo-") for line in traced)
 
 

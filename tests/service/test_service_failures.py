@@ -24,7 +24,7 @@ SLOW_CLUSTER = (2000, 8)
 def _in_flight(d: Deployment) -> list[str]:
     """Task ids whose current delivery has started and not finished."""
     prefix = d.keys.delivery("")
-    return [str(key)[len(prefix):] for key in d.redis.scan_iter(match=f"{prefix}*")]
+    return [str(key)[len(prefix) :] for key in d.redis.scan_iter(match=f"{prefix}*")]
 
 
 def _deliveries(d: Deployment) -> set[int]:
@@ -45,9 +45,7 @@ def _kill_pool(worker: WorkerProcess) -> int:
 
 
 def _lost_pool_processes(d: Deployment) -> int:
-    return sum(
-        path.read_text(errors="replace").count("SIGKILL") for path in d.logs.glob("worker-*.log")
-    )
+    return sum(path.read_text(errors="replace").count("SIGKILL") for path in d.logs.glob("worker-*.log"))
 
 
 #: Pool kills plus the whole-worker kill below: the most deliveries of one message that can
@@ -98,7 +96,10 @@ def test_a_message_that_keeps_killing_workers_is_dead_lettered(
     (entry,) = d.redis.xrange(d.keys.deadletter)
     fields = entry[1]
     assert (fields["request_id"], fields["task"], fields["reason"]) == (
-        "poison", "gpusched.decide", "worker_lost_repeatedly")
+        "poison",
+        "gpusched.decide",
+        "worker_lost_repeatedly",
+    )
     assert d.outcomes()["poison"] == {"terminal": 1, "rejected": 1}
     assert d.client.rt.cluster.instance_meta() == {}
     assert d.events("sched.request.dead_lettered")
