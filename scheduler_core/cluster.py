@@ -12,11 +12,12 @@ memoises allocatable resources per ``(worker id, GPU type)``.
 
 from __future__ import annotations
 
+import operator
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from scheduler_core._schemas import ModelInstance, SubordinateWorker, Worker
 
@@ -129,35 +130,53 @@ def _counts_for_type(instance_type: str | None, gpu_type: str | None) -> bool:
 
 #: A memo entry: the worker view and bound instances it was computed from, and the value.
 _MemoEntry = tuple[WorkerView, tuple[ModelInstance, ...], "Allocatable"]
+#: A stage entry: the worker copy and allocatable object an outcome was computed from.
+_StageEntry = tuple[WorkerView, "Allocatable", object]
+
+_T = TypeVar("_T")
+
+
+def same_objects(first: Sequence[object], second: Sequence[object]) -> bool:
+    """True when both sequences hold the very same objects in the same order."""
+    return len(first) == len(second) and all(map(operator.is_, first, second))
 
 
 class SnapshotMemo:
-    """Allocatable resources remembered *across* decisions on a slowly changing cluster.
+    """State remembered *across* decisions on a slowly changing cluster.
 
     A long-lived decider (the service's worker process) keeps one and passes it
-    to every ``schedule()`` call. An entry is reused only when the worker view
-    and every instance bound to the worker are the very same objects as when it
-    was computed (the memo holds references, so identities cannot be recycled);
-    any change to the worker's row or instances recomputes it. Results are
-    byte-identical with or without a memo. Not thread-safe: one per thread.
+    to every ``schedule()`` call. It holds three kinds of entries, each reused
+    only while the objects it was computed from are the very same objects (the
+    memo holds references, so identities cannot be recycled):
+
+    * allocatable resources per ``(worker id, GPU type)``, valid while the
+      worker view and every instance bound to the worker are unchanged;
+    * values derived from a whole worker list (the validated views of a
+      snapshot, the GPU-type grouping, the fraction inputs), valid while the
+      list holds the same objects in the same order;
+    * per-worker strategy outcomes, keyed by the stage and every decision
+      input the stage reads, valid while the worker copy and its allocatable
+      object are unchanged.
+
+    Results are byte-identical with or without a memo. Not thread-safe: one per thread.
     """
 
-    __slots__ = ("_entries",)
+    __slots__ = ("_derived", "_entries", "_stages")
 
-    #: Entries kept at most; beyond it the memo starts over (workers come and go).
+    #: Entries kept at most per kind; beyond it that kind starts over (workers come and go).
     LIMIT = 200_000
 
     def __init__(self) -> None:
         self._entries: dict[tuple[int, str | None], _MemoEntry] = {}
+        self._derived: dict[object, tuple[tuple[object, ...], object]] = {}
+        self._stages: dict[tuple[object, ...], _StageEntry] = {}
 
     def get(
         self, key: tuple[int, str | None], view: WorkerView, bound: tuple[ModelInstance, ...]
     ) -> Allocatable | None:
         """The remembered value when ``view`` and ``bound`` are unchanged, else None."""
         entry = self._entries.get(key)
-        if entry is None or entry[0] is not view or len(entry[1]) != len(bound):
-            return None
-        if any(old is not new for old, new in zip(entry[1], bound, strict=True)):
+        if entry is None or entry[0] is not view or not same_objects(entry[1], bound):
             return None
         return entry[2]
 
@@ -172,6 +191,37 @@ class SnapshotMemo:
         if len(self._entries) >= self.LIMIT:
             self._entries.clear()
         self._entries[key] = (view, bound, value)
+
+    def derived(self, slot: object, items: Sequence[object], compute: Callable[[], _T]) -> _T:
+        """``compute()``, reused while ``items`` holds the same objects as when it ran.
+
+        ``slot`` names what is derived (one value per slot); ``compute`` must be a
+        pure function of ``items`` and of constants the slot name captures.
+        Exceptions propagate and nothing is remembered.
+        """
+        entry = self._derived.get(slot)
+        if entry is not None and same_objects(entry[0], items):
+            return entry[1]  # type: ignore[return-value]
+        value = compute()
+        if len(self._derived) >= 64:  # a handful of slots in use; stale ones go
+            self._derived.clear()
+        self._derived[slot] = (tuple(items), value)
+        return value
+
+    def stage(self, key: tuple[object, ...], worker: WorkerView, allocatable: Allocatable) -> object | None:
+        """A strategy's outcome for ``key`` when ``worker`` and ``allocatable`` are unchanged."""
+        entry = self._stages.get(key)
+        if entry is None or entry[0] is not worker or entry[1] is not allocatable:
+            return None
+        return entry[2]
+
+    def remember_stage(
+        self, key: tuple[object, ...], worker: WorkerView, allocatable: Allocatable, outcome: object
+    ) -> None:
+        """Remember a strategy's per-worker outcome (``key`` carries every decision input)."""
+        if len(self._stages) >= self.LIMIT:
+            self._stages.clear()
+        self._stages[key] = (worker, allocatable, outcome)
 
 
 class ClusterState:
@@ -193,6 +243,11 @@ class ClusterState:
                 self._bound[worker_id].append(instance)
         self._cache: dict[tuple[int, str | None], Allocatable] = {}
         self._memo = memo
+
+    @property
+    def memo(self) -> SnapshotMemo | None:
+        """The cross-decision memo this view was built with, if any."""
+        return self._memo
 
     def instances_on(self, worker_id: int) -> Sequence[ModelInstance]:
         """Instances bound to the worker as main or as subordinate, in input order."""

@@ -23,6 +23,7 @@ from scheduler_core.cluster import (
     ClusterState,
     SnapshotMemo,
     WorkerView,
+    group_workers_by_gpu_type,
     sort_workers_by_gpu_count,
     worker_view,
 )
@@ -159,18 +160,26 @@ def _schedule(request: Any, request_id: str, chain: Chain, memo: SnapshotMemo | 
         return _rejected(request_id, "internal_error", f"{type(error).__name__}: {error}", None)
 
 
-def _snapshot(request: ScheduleRequest) -> list[WorkerView]:
-    if request.workers is None:
+def _snapshot(request: ScheduleRequest, memo: SnapshotMemo | None) -> list[WorkerView]:
+    """The validated worker views (reused across decisions while the rows are the same objects)."""
+    workers = request.workers
+    if workers is None:
         raise RequestError("workers", "workers are required when no cluster state is held")
+    if memo is None:
+        return _validated_views(workers)
+    return memo.derived("views", workers, lambda: _validated_views(workers))
+
+
+def _validated_views(workers: Sequence[Worker]) -> list[WorkerView]:
     seen_ids: set[int] = set()
     seen_names: set[str] = set()
-    for position, worker in enumerate(request.workers):
+    for position, worker in enumerate(workers):
         if worker.id in seen_ids or worker.name in seen_names:
             raise RequestError(f"workers.{position}", f"duplicate worker {worker.name!r} (id {worker.id})")
         seen_ids.add(worker.id)
         seen_names.add(worker.name)
         _check_gpu_identity(worker, position)
-    return [worker_view(worker) for worker in request.workers]
+    return [worker_view(worker) for worker in workers]
 
 
 def _check_gpu_identity(worker: Worker, position: int) -> None:
@@ -215,7 +224,7 @@ def _model_facts(request: ScheduleRequest) -> tuple[ModelFacts, list[str], Model
 def _decide(
     request: ScheduleRequest, request_id: str, chain_: Chain, memo: SnapshotMemo | None
 ) -> ScheduleResult:
-    views = _snapshot(request)
+    views = _snapshot(request, memo)
     model = request.model
     facts, categories, model_params = _model_facts(request)
     plan = build_plan(model, diffusion="image" in categories)
@@ -247,7 +256,7 @@ def _decide(
         check_vision_tp=plan.check_vision_tp,
     )
     # GPUStack computes fractions before sorting; order does not change a minimum.
-    ordered = sort_workers_by_gpu_count(chain.workers)
+    ordered = _ordered_workers(selection, chain.workers, memo)
     if not selection.is_diffusion:
         selection.mfs_by_type = fractions_by_type(plan, selection, ordered, user_fraction)
     outcome = run_strategies(selection, ordered, chain_.strategies)
@@ -255,6 +264,27 @@ def _decide(
     if diffusion_args is None or result.selected is None:
         return result
     return _with_diffusion_plan(result, selection, facts, outcome.candidates[result.selected], diffusion_args)
+
+
+def _ordered_workers(
+    selection: Selection, workers: Sequence[WorkerView], memo: SnapshotMemo | None
+) -> list[WorkerView]:
+    """The filtered workers by GPU count, with their GPU-type grouping seeded in ``selection``.
+
+    With a memo both are reused while the filter passes the same views, so the
+    per-type worker copies keep their identity across decisions (which the
+    strategies' cross-decision outcomes rely on).
+    """
+    if memo is None:
+        return sort_workers_by_gpu_count(workers)
+
+    def derive() -> tuple[list[WorkerView], dict[str | None, list[WorkerView]]]:
+        ordered = sort_workers_by_gpu_count(workers)
+        return ordered, group_workers_by_gpu_type(ordered)
+
+    ordered, grouped = memo.derived("ordered", workers, derive)
+    selection.seed_grouping(ordered, grouped)
+    return ordered
 
 
 def _shown_candidates(scores: Sequence[float], limit: int | None) -> list[int]:

@@ -225,6 +225,21 @@ class MemFractionCalculator:
             totals.extend(gpu.total for gpu in worker.gpus if selected is None or gpu.index in selected)
         return min(totals) if totals else 0
 
+    def _worker_inputs(self, workers: Sequence[WorkerView]) -> tuple[int, bool]:
+        """What the fraction reads from the workers: the smallest GPU and the NPU verdict.
+
+        Without manual selection both depend on the workers alone, so a
+        cross-decision memo reuses them while the same worker views are passed.
+        """
+        memo = self._cluster.memo
+        if memo is None or self._selection.active:
+            return self.min_gpu_total(workers), self.is_npu(workers)
+        return memo.derived(
+            ("fraction_inputs", self._gpu_type),
+            workers,
+            lambda: (self.min_gpu_total(workers), self.is_npu(workers)),
+        )
+
     def _selected_indexes(self, worker: WorkerView) -> Sequence[int] | None:
         if not self._selection.active:
             return None
@@ -238,10 +253,11 @@ class MemFractionCalculator:
 
     def fraction(self, workers: Sequence[WorkerView]) -> float:
         """The fraction for this type, from the workers of this type."""
+        min_total, npu = self._worker_inputs(workers)
         return port_fraction(
             self._flags,
-            byte_to_mib(self.min_gpu_total(workers)),
-            is_npu=self.is_npu(workers),
+            byte_to_mib(min_total),
+            is_npu=npu,
             max_tp=self.max_tp(),
             max_pp=self.max_pp(),
             vision_config=self._vision_config,

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from scheduler_core._schemas import ModelInstance
-from scheduler_core.cluster import Allocatable, ClusterState, WorkerView
+from scheduler_core.cluster import Allocatable, ClusterState
 from scheduler_core.strategies._base import Candidate, Claim
 
 #: GPUStack's scale-up placement max score.
@@ -120,9 +120,9 @@ def _ranges(load: _Load, workers: Sequence[int]) -> _Ranges:
     return _Ranges((min(currents), max(currents)), (min(others), max(others)), 0 in currents)
 
 
-def _worker_score(worker: WorkerView, load: _Load, ranges: _Ranges) -> float:
-    current = load.worker_current.get(worker.id, 0)
-    other_inv = _inverse(load.worker_other.get(worker.id, 0), *ranges.other)
+def _worker_score(current: int, other: int, ranges: _Ranges) -> float:
+    """The worker term from the worker's instance counts (this model, others)."""
+    other_inv = _inverse(other, *ranges.other)
     current_inv = _inverse(current, *ranges.current)
     if ranges.any_worker_without_model:
         if current == 0:
@@ -147,25 +147,47 @@ def _gpu_score(candidate: Candidate, load: _Load) -> float:
     return sum(scores) / len(scores)
 
 
+#: The GPU term of a candidate whose GPUs run no instance: 1 / (1 + 0 + 0.2 × 0) for
+#: each GPU, and the mean of n such terms is exactly 1.0 as well.
+_IDLE_GPU_SCORE = 1.0
+
+
 def spread_scores(
     candidates: Sequence[Candidate], instances: Iterable[ModelInstance], model_id: int | None
 ) -> list[float]:
-    """Spread scores: fewer instances on the worker and on its GPUs score higher."""
+    """Spread scores: fewer instances on the worker and on its GPUs score higher.
+
+    The worker term depends only on the worker's two instance counts and the
+    GPU term is exactly 1.0 on a worker whose GPUs run nothing, so both are
+    computed once per distinct value rather than per candidate (same floats).
+    """
     if not candidates:
         return []
     load = _load(instances, model_id)
     ranges = _ranges(load, list(dict.fromkeys(c.worker.id for c in candidates)))
+    busy_gpus = {worker_id for worker_id, _ in load.gpu_current} | {w for w, _ in load.gpu_other}
+    by_counts: dict[tuple[int, int], float] = {}
     per_worker: dict[int, float] = {}  # the worker term is the same for all its candidates
+    idle_term: dict[float, float] = {}
     scores: list[float] = []
     for candidate in candidates:
-        worker = per_worker.get(candidate.worker.id)
+        worker_id = candidate.worker.id
+        worker = per_worker.get(worker_id)
         if worker is None:
-            worker = _worker_score(candidate.worker, load, ranges) * MAX_SCORE
-            per_worker[candidate.worker.id] = worker
+            counts = (load.worker_current.get(worker_id, 0), load.worker_other.get(worker_id, 0))
+            worker = by_counts.get(counts)
+            if worker is None:
+                worker = by_counts[counts] = _worker_score(*counts, ranges) * MAX_SCORE
+            per_worker[worker_id] = worker
         if not candidate.gpu_indexes:
             scores.append(worker)
-            continue
-        scores.append(0.85 * worker + 0.15 * _gpu_score(candidate, load) * MAX_SCORE)
+        elif worker_id in busy_gpus:
+            scores.append(0.85 * worker + 0.15 * _gpu_score(candidate, load) * MAX_SCORE)
+        else:
+            score = idle_term.get(worker)
+            if score is None:
+                score = idle_term[worker] = 0.85 * worker + 0.15 * _IDLE_GPU_SCORE * MAX_SCORE
+            scores.append(score)
     return scores
 
 
@@ -180,8 +202,7 @@ def score_candidates(
 
 def pick_highest(scores: Sequence[float]) -> int | None:
     """Index of the first highest score (GPUStack: strict ``>``), None when there is none."""
-    best: int | None = None
-    for position, score in enumerate(scores):
-        if best is None or score > scores[best]:
-            best = position
-    return best
+    if not scores:
+        return None
+    # max() keeps the first of equal maxima, which is GPUStack's strict ">" walk.
+    return max(range(len(scores)), key=scores.__getitem__)

@@ -88,6 +88,32 @@ class Selection:
     _by_type: dict[int, dict[str | None, list[WorkerView]]] = field(default_factory=dict)
     #: Per-decision memo for strategies (keys carry the strategy name and every input).
     memo: dict[tuple[object, ...], object] = field(default_factory=dict)
+    _inputs_key: tuple[object, ...] | None = None
+
+    def inputs_key(self) -> tuple[object, ...]:
+        """Every scalar decision input a per-worker stage may read, as a hashable key.
+
+        The model's claims and fractions, the GPU count, the divisibility rules'
+        inputs and the extended-KV-cache settings (the RAM claim). Two decisions
+        with equal keys evaluate an unchanged worker identically, so a
+        cross-decision memo may reuse the worker's outcome under this key.
+        """
+        if self._inputs_key is None:
+            params = self.model_params
+            kv = self.model.extended_kv_cache
+            self._inputs_key = (
+                self.vram_claim,
+                self.ram_claim,
+                tuple(self.mfs_by_type.items()),
+                self.gpu_count,
+                self.is_diffusion,
+                self.check_vision_tp,
+                params.num_attention_heads,
+                params.vision_num_attention_heads,
+                params.vocab_size,
+                (kv.enabled, kv.ram_size, kv.ram_ratio) if kv else None,
+            )
+        return self._inputs_key
 
     def workers_by_type(self, workers: Sequence[WorkerView]) -> dict[str | None, list[WorkerView]]:
         """``group_workers_by_gpu_type(workers)``, computed once per worker list per decision."""
@@ -96,6 +122,12 @@ class Selection:
         if grouped is None:
             grouped = self._by_type[key] = group_workers_by_gpu_type(workers)
         return grouped
+
+    def seed_grouping(
+        self, workers: Sequence[WorkerView], grouped: dict[str | None, list[WorkerView]]
+    ) -> None:
+        """Record ``group_workers_by_gpu_type(workers)`` computed elsewhere (a memo)."""
+        self._by_type[id(workers)] = grouped
 
     @property
     def is_diffusion(self) -> bool:

@@ -77,11 +77,41 @@ def _evaluate(selection: Selection, worker: WorkerView, gpu_type: str | None) ->
     return _WorkerOutcome((), list_message(message))
 
 
-def _worker_candidates(selection: Selection, worker: WorkerView, gpu_type: str | None) -> list[Candidate]:
-    key = ("single_worker_single_gpu", *worker_shape(selection, worker, gpu_type))
-    outcome = selection.memo.get(key)
-    if not isinstance(outcome, _WorkerOutcome):
-        outcome = selection.memo[key] = _evaluate(selection, worker, gpu_type)
+@dataclass(frozen=True, slots=True)
+class _WorkerCandidates:
+    """One worker's part of the stage: its candidates, or the failure message."""
+
+    candidates: tuple[Candidate, ...]
+    message: str | None
+
+
+def _worker_candidates(
+    selection: Selection, worker: WorkerView, gpu_type: str | None
+) -> tuple[Candidate, ...]:
+    outcome = _outcome(selection, worker, gpu_type)
     if outcome.message is not None:
         selection.events.add(Level.INFO, Action.AUTO_SINGLE_GPU, outcome.message, "insufficient_vram")
-    return [Candidate(worker, gpu_type_, (index,), claim) for index, gpu_type_, claim in outcome.fits]
+    return outcome.candidates
+
+
+def _outcome(selection: Selection, worker: WorkerView, gpu_type: str | None) -> _WorkerCandidates:
+    """The worker's outcome: from the cross-decision memo while the worker is unchanged,
+    else from the per-decision memo of equal worker shapes, else evaluated."""
+    memo = selection.cluster.memo
+    if memo is not None:
+        allocatable = selection.cluster.allocatable(worker, gpu_type)
+        stage_key = ("single_worker_single_gpu", selection.inputs_key(), gpu_type, worker.id)
+        remembered = memo.stage(stage_key, worker, allocatable)
+        if isinstance(remembered, _WorkerCandidates):
+            return remembered
+    key = ("single_worker_single_gpu", *worker_shape(selection, worker, gpu_type))
+    shaped = selection.memo.get(key)
+    if not isinstance(shaped, _WorkerOutcome):
+        shaped = selection.memo[key] = _evaluate(selection, worker, gpu_type)
+    candidates = tuple(
+        Candidate(worker, gpu_type_, (index,), claim) for index, gpu_type_, claim in shaped.fits
+    )
+    outcome = _WorkerCandidates(candidates, shaped.message)
+    if memo is not None:
+        memo.remember_stage(stage_key, worker, allocatable, outcome)
+    return outcome

@@ -90,22 +90,50 @@ def _evaluate(selection: Selection, worker: WorkerView, gpu_type: str | None) ->
     return _WorkerOutcome(tuple(tracked), None)
 
 
+@dataclass(frozen=True, slots=True)
+class _WorkerCandidate:
+    """One worker's part of the stage: the groups tracked for the message and its candidate."""
+
+    tracked: tuple[tuple[int, int], ...]
+    candidate: Candidate | None
+
+
 def _worker_candidate(selection: Selection, worker: WorkerView, gpu_type: str | None) -> list[Candidate]:
     if len(worker.gpus) < 2:
         return []
-    key = ("single_worker_multi_gpu", *worker_shape(selection, worker, gpu_type))
-    outcome = selection.memo.get(key)
-    if not isinstance(outcome, _WorkerOutcome):
-        outcome = selection.memo[key] = _evaluate(selection, worker, gpu_type)
+    outcome = _outcome(selection, worker, gpu_type)
     tracker = selection.multi_gpu
     for total, satisfied in outcome.tracked:  # GPUStack's "largest group" bookkeeping, in order
         if total > tracker.vram:
             tracker.vram, tracker.satisfied, tracker.total_gpus = total, satisfied, len(worker.gpus)
-    if outcome.claims is not None:
-        claim = selection.claim(outcome.claims, selection.mfs(gpu_type))
-        return [Candidate(worker, gpu_type, tuple(outcome.claims), claim)]
+    if outcome.candidate is not None:
+        return [outcome.candidate]
     _record_failure(selection, gpu_type)
     return []
+
+
+def _outcome(selection: Selection, worker: WorkerView, gpu_type: str | None) -> _WorkerCandidate:
+    """The worker's outcome: from the cross-decision memo while the worker is unchanged,
+    else from the per-decision memo of equal worker shapes, else evaluated."""
+    memo = selection.cluster.memo
+    if memo is not None:
+        allocatable = selection.cluster.allocatable(worker, gpu_type)
+        stage_key = ("single_worker_multi_gpu", selection.inputs_key(), gpu_type, worker.id)
+        remembered = memo.stage(stage_key, worker, allocatable)
+        if isinstance(remembered, _WorkerCandidate):
+            return remembered
+    key = ("single_worker_multi_gpu", *worker_shape(selection, worker, gpu_type))
+    shaped = selection.memo.get(key)
+    if not isinstance(shaped, _WorkerOutcome):
+        shaped = selection.memo[key] = _evaluate(selection, worker, gpu_type)
+    candidate = None
+    if shaped.claims is not None:
+        claim = selection.claim(shaped.claims, selection.mfs(gpu_type))
+        candidate = Candidate(worker, gpu_type, tuple(shaped.claims), claim)
+    outcome = _WorkerCandidate(shaped.tracked, candidate)
+    if memo is not None:
+        memo.remember_stage(stage_key, worker, allocatable, outcome)
+    return outcome
 
 
 def _record_failure(selection: Selection, gpu_type: str | None) -> None:

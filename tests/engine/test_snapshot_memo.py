@@ -1,0 +1,148 @@
+"""The cross-decision ``SnapshotMemo`` never changes a result.
+
+A long-lived decider keeps one memo across decisions while the cluster moves
+under it (bookings, deletions, worker rows replaced, workers leaving). Every
+decision with the memo must be byte-identical to the same decision without
+it. The random walks mix what the memo keys on: models (claims, fractions, tp
+sizes, extended KV cache, spread/binpack, label selectors, manual selection),
+GPU types (CUDA and ROCm, mixed workers), states and the worker list itself.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduler_core import ModelInstance, ScheduleRequest, SnapshotMemo, Worker, schedule
+from scheduler_core.decision import Chain
+from tests.builders import GIB, H100, MI300X, RTX_4090, gpu, model, weight_for_estimate, worker
+
+TOTALS = {"cuda": (RTX_4090, H100, 48 * GIB), "rocm": (MI300X,)}
+
+
+def _worker_row(rng: random.Random, worker_id: int) -> dict[str, Any]:
+    kind = rng.choice(["cuda", "cuda", "rocm", "mixed"])
+    count = rng.choice([1, 2, 4, 8])
+    if kind == "mixed":
+        gpus = [gpu(i, H100) for i in range(count)] + [
+            gpu(i, MI300X, type_="rocm", vendor="amd") for i in range(2)
+        ]
+    else:
+        total = rng.choice(TOTALS[kind])
+        vendor = "amd" if kind == "rocm" else "nvidia"
+        gpus = [gpu(i, total, type_=kind, vendor=vendor) for i in range(count)]
+    return worker(
+        worker_id, f"w{worker_id}", gpus,
+        state=rng.choice(["ready"] * 5 + ["not_ready"]),
+        labels={"rack": rng.choice(["a", "b"])},
+        reserved_vram=rng.choice([0, 0, GIB]),
+    )
+
+
+def _model_row(rng: random.Random, workers: list[Worker]) -> dict[str, Any]:
+    tp = rng.choice([None, 1, 2, 4, 8])
+    params = [] if tp is None else ["--tp-size", str(tp)]
+    if rng.random() < 0.15:
+        params += ["--mem-fraction-static", "0.8"]
+    row = model(
+        id=rng.choice([1, 2, 3]),
+        name=f"m{rng.randrange(3)}",
+        backend_parameters=params,
+        placement_strategy=rng.choice(["spread", "spread", "binpack"]),
+        weight_bytes=weight_for_estimate(rng.choice([6, 14, 30, 70, 150])),
+    )
+    if rng.random() < 0.5:  # 32 heads divide every tp size; Qwen's 28 reject tp 8
+        row["hf_config"] = {**row["hf_config"], "num_attention_heads": 32, "num_key_value_heads": 8}
+    if rng.random() < 0.2:
+        row["worker_selector"] = {"rack": rng.choice(["a", "b"])}
+    if rng.random() < 0.15:
+        row["extended_kv_cache"] = {"enabled": True, "ram_ratio": 1.5}
+    if rng.random() < 0.1 and workers:
+        chosen = rng.choice(workers)
+        devices = chosen.status.gpu_devices if chosen.status else None
+        if devices:
+            device = devices[0]
+            row["gpu_selector"] = {"gpu_ids": [f"{chosen.name}:{device.type}:{device.index}"]}
+    return row
+
+
+def _booked(result: Any, number: int, model_id: int) -> ModelInstance:
+    chosen = result.candidates[result.selected]
+    row: dict[str, Any] = {
+        "id": 10_000 + number,
+        "name": f"booked-{number}",
+        "model_id": model_id,
+        "worker_id": chosen.worker_id,
+        "gpu_type": chosen.gpu_type,
+        "gpu_indexes": chosen.gpu_indexes,
+        "computed_resource_claim": chosen.computed_resource_claim.model_dump(),
+    }
+    if chosen.subordinate_workers:
+        row["distributed_servers"] = {
+            "subordinate_workers": [s.model_dump() for s in chosen.subordinate_workers]
+        }
+    return ModelInstance.model_validate(row)
+
+
+def _change_cluster(rng: random.Random, workers: list[Worker], placed: list[ModelInstance]) -> None:
+    """One random cluster change, in place of the lists (as a fold would rebuild them)."""
+    roll = rng.random()
+    if roll < 0.25 and placed:
+        placed.pop(rng.randrange(len(placed)))
+    elif roll < 0.45 and workers:
+        position = rng.randrange(len(workers))
+        workers[position] = Worker.model_validate(_worker_row(rng, workers[position].id))
+    elif roll < 0.55 and len(workers) > 2:
+        gone = workers.pop(rng.randrange(len(workers))).id
+        placed[:] = [i for i in placed if i.worker_id != gone]
+    elif roll < 0.6:
+        new_id = max((w.id for w in workers), default=0) + 1
+        workers.append(Worker.model_validate(_worker_row(rng, new_id)))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1))
+def test_memo_matches_fresh_decisions_on_a_moving_cluster(seed: int) -> None:
+    rng = random.Random(seed)
+    workers = [Worker.model_validate(_worker_row(rng, i)) for i in range(1, rng.randint(3, 12))]
+    placed: list[ModelInstance] = []
+    memo = SnapshotMemo()
+    chain = Chain(max_candidates=rng.choice([None, 3]))
+    for step in range(14):
+        row = _model_row(rng, workers)
+        request = ScheduleRequest.model_validate({"request_id": f"r{step}", "model": row}).model_copy(
+            update={"workers": list(workers), "model_instances": list(placed)}
+        )
+        remembered = schedule(request, memo=memo, chain=chain)
+        fresh = schedule(request, chain=chain)
+        assert remembered.model_dump_json() == fresh.model_dump_json(), f"step {step}"
+        if remembered.status == "scheduled" and rng.random() < 0.8:
+            placed.append(_booked(remembered, step, row["id"]))
+        if rng.random() < 0.5:
+            _change_cluster(rng, workers, placed)
+
+
+def test_memo_reuses_outcomes_of_unchanged_workers() -> None:
+    """After a booking only the booked worker is evaluated again (the others come from the memo)."""
+    rows = [Worker.model_validate(worker(i, f"w{i}", [gpu(g, H100) for g in range(4)])) for i in (1, 2, 3)]
+    memo = SnapshotMemo()
+    tp2 = model(backend_parameters=["--tp-size", "2"], weight_bytes=weight_for_estimate(30))
+
+    def decide(placed: list[ModelInstance]) -> Any:
+        request = ScheduleRequest.model_validate({"request_id": "r", "model": tp2})
+        return schedule(request.model_copy(update={"workers": rows, "model_instances": placed}), memo=memo)
+
+    first = decide([])
+    stage_entries = dict(memo._stages)
+    booked = _booked(first, 1, 1)
+    second = decide([booked])
+    assert second.model_dump_json() == schedule(
+        ScheduleRequest.model_validate({"request_id": "r", "model": tp2}).model_copy(
+            update={"workers": rows, "model_instances": [booked]}
+        )
+    ).model_dump_json()
+    changed = {key[-1] for key, entry in memo._stages.items() if stage_entries.get(key) is not entry}
+    assert changed == {booked.worker_id}
