@@ -128,8 +128,8 @@ def _counts_for_type(instance_type: str | None, gpu_type: str | None) -> bool:
     return gpu_type is None or instance_type is None or instance_type == gpu_type
 
 
-#: A memo entry: the worker view and bound instances it was computed from, and the value.
-_MemoEntry = tuple[WorkerView, tuple[ModelInstance, ...], "Allocatable"]
+#: A memo entry: the worker view the value was computed from, and the value.
+_MemoEntry = tuple[WorkerView, "Allocatable"]
 #: A stage entry: the worker copy and allocatable object an outcome was computed from.
 _StageEntry = tuple[WorkerView, "Allocatable", object]
 
@@ -150,7 +150,9 @@ class SnapshotMemo:
     memo holds references, so identities cannot be recycled):
 
     * allocatable resources per ``(worker id, GPU type)``, valid while the
-      worker view and every instance bound to the worker are unchanged;
+      worker view and every instance bound to the worker are unchanged (each
+      new instance list is compared with the previous one, and the entries of
+      the workers an added or removed instance occupies are forgotten);
     * values derived from a whole worker list (the validated views of a
       snapshot, the GPU-type grouping, the fraction inputs), valid while the
       list holds the same objects in the same order;
@@ -161,36 +163,55 @@ class SnapshotMemo:
     Results are byte-identical with or without a memo. Not thread-safe: one per thread.
     """
 
-    __slots__ = ("_derived", "_entries", "_stages")
+    __slots__ = ("_derived", "_entries", "_instances", "_stages")
 
     #: Entries kept at most per kind; beyond it that kind starts over (workers come and go).
     LIMIT = 200_000
 
     def __init__(self) -> None:
-        self._entries: dict[tuple[int, str | None], _MemoEntry] = {}
+        self._entries: dict[int, dict[str | None, _MemoEntry]] = {}
+        self._instances: tuple[ModelInstance, ...] = ()
         self._derived: dict[object, tuple[tuple[object, ...], object]] = {}
         self._stages: dict[tuple[object, ...], _StageEntry] = {}
 
-    def get(
-        self, key: tuple[int, str | None], view: WorkerView, bound: tuple[ModelInstance, ...]
-    ) -> Allocatable | None:
-        """The remembered value when ``view`` and ``bound`` are unchanged, else None."""
-        entry = self._entries.get(key)
-        if entry is None or entry[0] is not view or not same_objects(entry[1], bound):
-            return None
-        return entry[2]
+    def track_instances(self, instances: tuple[ModelInstance, ...]) -> None:
+        """Forget the allocatable entries of workers whose bound instances changed.
 
-    def put(
-        self,
-        key: tuple[int, str | None],
-        view: WorkerView,
-        bound: tuple[ModelInstance, ...],
-        value: Allocatable,
-    ) -> None:
-        """Remember ``value`` for this exact view and bound instances."""
+        Compares ``instances`` with the list of the previous call by identity
+        (allocatable sums do not depend on order); afterwards every remaining
+        entry is valid for ``instances`` while its worker view is unchanged.
+        """
+        previous, self._instances = self._instances, instances
+        if previous is instances:
+            return
+        before = {id(instance) for instance in previous}
+        after = {id(instance) for instance in instances}
+        if len(before) != len(previous) or len(after) != len(instances):
+            self._entries.clear()  # an instance object listed twice: no cheap diff
+            return
+        touched: set[int] = set()
+        for instance in previous:
+            if id(instance) not in after:
+                touched.update(_occupied_workers(instance))
+        for instance in instances:
+            if id(instance) not in before:
+                touched.update(_occupied_workers(instance))
+        for worker_id in touched:
+            self._entries.pop(worker_id, None)
+
+    def get(self, worker_id: int, gpu_type: str | None, view: WorkerView) -> Allocatable | None:
+        """The remembered value when ``view`` is unchanged (see :meth:`track_instances`), else None."""
+        per_type = self._entries.get(worker_id)
+        entry = per_type.get(gpu_type) if per_type is not None else None
+        if entry is None or entry[0] is not view:
+            return None
+        return entry[1]
+
+    def put(self, worker_id: int, gpu_type: str | None, view: WorkerView, value: Allocatable) -> None:
+        """Remember ``value`` for this exact view (and the tracked instances)."""
         if len(self._entries) >= self.LIMIT:
             self._entries.clear()
-        self._entries[key] = (view, bound, value)
+        self._entries.setdefault(worker_id, {})[gpu_type] = (view, value)
 
     def derived(self, slot: object, items: Sequence[object], compute: Callable[[], _T]) -> _T:
         """``compute()``, reused while ``items`` holds the same objects as when it ran.
@@ -243,6 +264,8 @@ class ClusterState:
                 self._bound[worker_id].append(instance)
         self._cache: dict[tuple[int, str | None], Allocatable] = {}
         self._memo = memo
+        if memo is not None:
+            memo.track_instances(self.instances)
 
     @property
     def memo(self) -> SnapshotMemo | None:
@@ -266,11 +289,10 @@ class ClusterState:
         if self._memo is None:
             cached = self._compute(full, gpu_type)
         else:
-            bound = tuple(self._bound.get(worker.id, ()))
-            cached = self._memo.get(key, full, bound)
+            cached = self._memo.get(worker.id, gpu_type, full)
             if cached is None:
                 cached = self._compute(full, gpu_type)
-                self._memo.put(key, full, bound, cached)
+                self._memo.put(worker.id, gpu_type, full, cached)
         self._cache[key] = cached
         return cached
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import heapq
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -296,8 +297,12 @@ def _shown_candidates(scores: Sequence[float], limit: int | None) -> list[int]:
     """
     if limit is None or len(scores) <= limit:
         return list(range(len(scores)))
-    ranked = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
-    return sorted(ranked[: max(limit, 1)])
+    limit = max(limit, 1)
+    # The limit-th highest score; every higher one is shown, then the earliest ties.
+    cutoff = heapq.nlargest(limit, scores)[-1]
+    above = [i for i, score in enumerate(scores) if score > cutoff]
+    ties = [i for i, score in enumerate(scores) if score == cutoff][: limit - len(above)]
+    return sorted(above + ties)
 
 
 def _with_diffusion_plan(

@@ -167,27 +167,27 @@ def spread_scores(
     ranges = _ranges(load, list(dict.fromkeys(c.worker.id for c in candidates)))
     busy_gpus = {worker_id for worker_id, _ in load.gpu_current} | {w for w, _ in load.gpu_other}
     by_counts: dict[tuple[int, int], float] = {}
-    per_worker: dict[int, float] = {}  # the worker term is the same for all its candidates
-    idle_term: dict[float, float] = {}
     scores: list[float] = []
-    for candidate in candidates:
+    append = scores.append
+    last_id: int | None = None
+    worker = idle = 0.0
+    busy = False
+    for candidate in candidates:  # a worker's candidates come one after another
         worker_id = candidate.worker.id
-        worker = per_worker.get(worker_id)
-        if worker is None:
+        if worker_id != last_id:
+            last_id = worker_id
             counts = (load.worker_current.get(worker_id, 0), load.worker_other.get(worker_id, 0))
-            worker = by_counts.get(counts)
-            if worker is None:
+            worker = by_counts.get(counts, -1.0)
+            if worker < 0:
                 worker = by_counts[counts] = _worker_score(*counts, ranges) * MAX_SCORE
-            per_worker[worker_id] = worker
+            busy = worker_id in busy_gpus
+            idle = 0.85 * worker + 0.15 * _IDLE_GPU_SCORE * MAX_SCORE
         if not candidate.gpu_indexes:
-            scores.append(worker)
-        elif worker_id in busy_gpus:
-            scores.append(0.85 * worker + 0.15 * _gpu_score(candidate, load) * MAX_SCORE)
+            append(worker)
+        elif busy:
+            append(0.85 * worker + 0.15 * _gpu_score(candidate, load) * MAX_SCORE)
         else:
-            score = idle_term.get(worker)
-            if score is None:
-                score = idle_term[worker] = 0.85 * worker + 0.15 * _IDLE_GPU_SCORE * MAX_SCORE
-            scores.append(score)
+            append(idle)
     return scores
 
 

@@ -146,3 +146,16 @@ def test_memo_reuses_outcomes_of_unchanged_workers() -> None:
     ).model_dump_json()
     changed = {key[-1] for key, entry in memo._stages.items() if stage_entries.get(key) is not entry}
     assert changed == {booked.worker_id}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    scores=st.lists(st.sampled_from([0.0, 42.5, 85.0, 90.25, 100.0]), max_size=40),
+    limit=st.integers(min_value=1, max_value=12),
+)
+def test_shown_candidates_are_the_best_scoring_earliest_first(scores: list[float], limit: int) -> None:
+    """The capped list is the ``limit`` best by (score desc, index asc), in selector order."""
+    from scheduler_core.decision import _shown_candidates
+
+    expected = sorted(sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:limit])
+    assert _shown_candidates(scores, limit) == expected
