@@ -129,7 +129,7 @@ def _counts_for_type(instance_type: str | None, gpu_type: str | None) -> bool:
 
 
 #: A memo entry: the worker view the value was computed from, and the value.
-_MemoEntry = tuple[WorkerView, "Allocatable"]
+_MemoEntry = tuple[WorkerView, object]
 #: A stage entry: the worker copy and allocatable object an outcome was computed from.
 _StageEntry = tuple[WorkerView, "Allocatable", object]
 
@@ -169,7 +169,7 @@ class SnapshotMemo:
     LIMIT = 200_000
 
     def __init__(self) -> None:
-        self._entries: dict[int, dict[str | None, _MemoEntry]] = {}
+        self._entries: dict[int, dict[object, _MemoEntry]] = {}
         self._instances: tuple[ModelInstance, ...] = ()
         self._derived: dict[object, tuple[tuple[object, ...], object]] = {}
         self._stages: dict[tuple[object, ...], _StageEntry] = {}
@@ -199,19 +199,21 @@ class SnapshotMemo:
         for worker_id in touched:
             self._entries.pop(worker_id, None)
 
-    def get(self, worker_id: int, gpu_type: str | None, view: WorkerView) -> Allocatable | None:
-        """The remembered value when ``view`` is unchanged (see :meth:`track_instances`), else None."""
-        per_type = self._entries.get(worker_id)
-        entry = per_type.get(gpu_type) if per_type is not None else None
+    def get(self, worker_id: int, key: object, view: WorkerView) -> object | None:
+        """A per-worker value (``key``: a GPU type for allocatable resources, or a
+        tuple naming another value) while ``view`` is unchanged and no tracked
+        instance bound to the worker changed (see :meth:`track_instances`)."""
+        per_worker = self._entries.get(worker_id)
+        entry = per_worker.get(key) if per_worker is not None else None
         if entry is None or entry[0] is not view:
             return None
         return entry[1]
 
-    def put(self, worker_id: int, gpu_type: str | None, view: WorkerView, value: Allocatable) -> None:
-        """Remember ``value`` for this exact view (and the tracked instances)."""
+    def put(self, worker_id: int, key: object, view: WorkerView, value: object) -> None:
+        """Remember a per-worker value for this exact view (and the tracked instances)."""
         if len(self._entries) >= self.LIMIT:
             self._entries.clear()
-        self._entries.setdefault(worker_id, {})[gpu_type] = (view, value)
+        self._entries.setdefault(worker_id, {})[key] = (view, value)
 
     def derived(self, slot: object, items: Sequence[object], compute: Callable[[], _T]) -> _T:
         """``compute()``, reused while ``items`` holds the same objects as when it ran.
@@ -272,6 +274,29 @@ class ClusterState:
         """The cross-decision memo this view was built with, if any."""
         return self._memo
 
+    def remembered_per_worker(
+        self, worker_ids: Iterable[int], key: tuple[object, ...], compute: Callable[[int], _T]
+    ) -> dict[int, _T]:
+        """``compute(worker_id)`` for each worker: a pure function of its view and bound instances.
+
+        With a memo each value is reused across decisions while both are
+        unchanged; ``key`` names the value and every other input it depends on.
+        """
+        memo = self._memo
+        if memo is None:
+            return {worker_id: compute(worker_id) for worker_id in worker_ids}
+        values: dict[int, _T] = {}
+        views = self._workers
+        for worker_id in worker_ids:
+            view = views.get(worker_id)
+            value = memo.get(worker_id, key, view) if view is not None else None
+            if value is None:
+                value = compute(worker_id)
+                if view is not None:
+                    memo.put(worker_id, key, view, value)
+            values[worker_id] = value  # type: ignore[assignment]
+        return values
+
     def instances_on(self, worker_id: int) -> Sequence[ModelInstance]:
         """Instances bound to the worker as main or as subordinate, in input order."""
         return self._bound.get(worker_id, ())
@@ -289,8 +314,10 @@ class ClusterState:
         if self._memo is None:
             cached = self._compute(full, gpu_type)
         else:
-            cached = self._memo.get(worker.id, gpu_type, full)
-            if cached is None:
+            remembered = self._memo.get(worker.id, gpu_type, full)
+            if isinstance(remembered, Allocatable):
+                cached = remembered
+            else:
                 cached = self._compute(full, gpu_type)
                 self._memo.put(worker.id, gpu_type, full, cached)
         self._cache[key] = cached

@@ -10,7 +10,6 @@ request does not carry, so it contributes nothing here.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -64,17 +63,31 @@ def binpack_score(candidate: Candidate, cluster: ClusterState) -> float:
 
 
 @dataclass(frozen=True, slots=True)
-class _Load:
-    """Instance counts per worker and per (worker, GPU index); this model vs others.
+class _WorkerLoad:
+    """One worker's instance counts, in total and per GPU index, and per model id.
 
     Keyed by index only, as GPUStack counts them (an instance without a GPU type
-    still loads its GPUs).
+    still loads its GPUs). Independent of the model being placed, so a
+    cross-decision memo can keep it while the worker's instances are unchanged.
     """
 
-    worker_current: Mapping[int, int]
-    worker_other: Mapping[int, int]
-    gpu_current: Mapping[tuple[int, int], int]
-    gpu_other: Mapping[tuple[int, int], int]
+    total: int
+    gpus: Mapping[int, int]
+    by_model: Mapping[int | None, tuple[int, Mapping[int, int]]]
+
+    def counts(self, model_id: int | None) -> tuple[int, int]:
+        """(placements of ``model_id``, placements of other models) on the worker."""
+        if model_id is None:
+            return 0, self.total
+        current = self.by_model.get(model_id)
+        placed = current[0] if current else 0
+        return placed, self.total - placed
+
+    def gpu_counts(self, model_id: int | None, index: int) -> tuple[int, int]:
+        """(instances of ``model_id``, of other models) on GPU ``index``."""
+        current = self.by_model.get(model_id) if model_id is not None else None
+        placed = current[1].get(index, 0) if current else 0
+        return placed, self.gpus.get(index, 0) - placed
 
 
 def _placements(instance: ModelInstance) -> Iterable[tuple[int, list[int]]]:
@@ -86,19 +99,23 @@ def _placements(instance: ModelInstance) -> Iterable[tuple[int, list[int]]]:
             yield sub.worker_id, list(sub.gpu_indexes or ())
 
 
-def _load(instances: Iterable[ModelInstance], model_id: int | None) -> _Load:
-    counts: dict[bool, tuple[dict[int, int], dict[tuple[int, int], int]]] = {
-        True: (defaultdict(int), defaultdict(int)),
-        False: (defaultdict(int), defaultdict(int)),
-    }
-    for instance in instances:
-        same = model_id is not None and instance.model_id == model_id
-        per_worker, per_gpu = counts[same]
-        for worker_id, indexes in _placements(instance):
-            per_worker[worker_id] += len(indexes) or 1  # a CPU instance counts once
+def _worker_load(cluster: ClusterState, worker_id: int) -> _WorkerLoad:
+    """GPUStack's per-worker and per-GPU instance counts for one worker, per model."""
+    total = 0
+    gpus: dict[int, int] = {}
+    by_model: dict[int | None, tuple[int, dict[int, int]]] = {}
+    for instance in cluster.instances_on(worker_id):
+        for placed_on, indexes in _placements(instance):
+            if placed_on != worker_id:
+                continue
+            count = len(indexes) or 1  # a CPU instance counts once
+            placed, per_gpu = by_model.get(instance.model_id, (0, {}))
+            total += count
             for index in indexes:
-                per_gpu[(worker_id, index)] += 1
-    return _Load(counts[True][0], counts[False][0], counts[True][1], counts[False][1])
+                gpus[index] = gpus.get(index, 0) + 1
+                per_gpu[index] = per_gpu.get(index, 0) + 1
+            by_model[instance.model_id] = (placed + count, per_gpu)
+    return _WorkerLoad(total, gpus, by_model)
 
 
 def _inverse(value: float, low: float, high: float) -> float:
@@ -114,9 +131,10 @@ class _Ranges:
     any_worker_without_model: bool
 
 
-def _ranges(load: _Load, workers: Sequence[int]) -> _Ranges:
-    currents = [load.worker_current.get(w, 0) for w in workers]
-    others = [load.worker_other.get(w, 0) for w in workers]
+def _ranges(counts: Iterable[tuple[int, int]]) -> _Ranges:
+    pairs = list(counts)
+    currents = [current for current, _ in pairs]
+    others = [other for _, other in pairs]
     return _Ranges((min(currents), max(currents)), (min(others), max(others)), 0 in currents)
 
 
@@ -131,19 +149,14 @@ def _worker_score(current: int, other: int, ranges: _Ranges) -> float:
     return 0.50 + 0.25 * current_inv + 0.15 * other_inv
 
 
-def _gpu_score(candidate: Candidate, load: _Load) -> float:
-    if len(candidate.gpu_indexes) == 1:  # the common single-GPU case, without the list
-        key = (candidate.worker.id, candidate.gpu_indexes[0])
-        return 1.0 / (1 + load.gpu_current.get(key, 0) + 0.2 * load.gpu_other.get(key, 0))
-    scores = [
-        1.0
-        / (
-            1
-            + load.gpu_current.get((candidate.worker.id, i), 0)
-            + 0.2 * load.gpu_other.get((candidate.worker.id, i), 0)
-        )
-        for i in candidate.gpu_indexes
-    ]
+def _gpu_term(placed: int, others: int) -> float:
+    return 1.0 / (1 + placed + 0.2 * others)
+
+
+def _gpu_score(indexes: Sequence[int], load: _WorkerLoad, model_id: int | None) -> float:
+    if len(indexes) == 1:  # the common single-GPU case, without the list
+        return _gpu_term(*load.gpu_counts(model_id, indexes[0]))
+    scores = [_gpu_term(*load.gpu_counts(model_id, i)) for i in indexes]
     return sum(scores) / len(scores)
 
 
@@ -153,39 +166,45 @@ _IDLE_GPU_SCORE = 1.0
 
 
 def spread_scores(
-    candidates: Sequence[Candidate], instances: Iterable[ModelInstance], model_id: int | None
+    candidates: Sequence[Candidate], cluster: ClusterState, model_id: int | None
 ) -> list[float]:
     """Spread scores: fewer instances on the worker and on its GPUs score higher.
 
-    The worker term depends only on the worker's two instance counts and the
-    GPU term is exactly 1.0 on a worker whose GPUs run nothing, so both are
-    computed once per distinct value rather than per candidate (same floats).
+    Counts are taken per candidate worker from the instances bound to it (and
+    reused across decisions while they are unchanged, see
+    :meth:`ClusterState.remembered`). The worker term depends only on the
+    worker's two counts and the GPU term is exactly 1.0 on a worker whose GPUs
+    run nothing, so both are computed once per distinct value (same floats).
     """
     if not candidates:
         return []
-    load = _load(instances, model_id)
-    ranges = _ranges(load, list(dict.fromkeys(c.worker.id for c in candidates)))
-    busy_gpus = {worker_id for worker_id, _ in load.gpu_current} | {w for w, _ in load.gpu_other}
+    loads = cluster.remembered_per_worker(
+        dict.fromkeys(c.worker.id for c in candidates), ("spread_load",),
+        lambda worker_id: _worker_load(cluster, worker_id),
+    )
+    counts = {worker_id: load.counts(model_id) for worker_id, load in loads.items()}
+    ranges = _ranges(counts.values())
     by_counts: dict[tuple[int, int], float] = {}
     scores: list[float] = []
     append = scores.append
     last_id: int | None = None
+    load = next(iter(loads.values()))
     worker = idle = 0.0
     busy = False
     for candidate in candidates:  # a worker's candidates come one after another
         worker_id = candidate.worker.id
         if worker_id != last_id:
-            last_id = worker_id
-            counts = (load.worker_current.get(worker_id, 0), load.worker_other.get(worker_id, 0))
-            worker = by_counts.get(counts, -1.0)
+            last_id, load = worker_id, loads[worker_id]
+            pair = counts[worker_id]
+            worker = by_counts.get(pair, -1.0)
             if worker < 0:
-                worker = by_counts[counts] = _worker_score(*counts, ranges) * MAX_SCORE
-            busy = worker_id in busy_gpus
+                worker = by_counts[pair] = _worker_score(*pair, ranges) * MAX_SCORE
+            busy = bool(load.gpus)
             idle = 0.85 * worker + 0.15 * _IDLE_GPU_SCORE * MAX_SCORE
         if not candidate.gpu_indexes:
             append(worker)
         elif busy:
-            append(0.85 * worker + 0.15 * _gpu_score(candidate, load) * MAX_SCORE)
+            append(0.85 * worker + 0.15 * _gpu_score(candidate.gpu_indexes, load, model_id) * MAX_SCORE)
         else:
             append(idle)
     return scores
@@ -197,7 +216,7 @@ def score_candidates(
     """The placement score of each candidate, in candidate order."""
     if strategy == "binpack":
         return [binpack_score(c, cluster) for c in candidates]
-    return spread_scores(candidates, cluster.instances, model_id)
+    return spread_scores(candidates, cluster, model_id)
 
 
 def pick_highest(scores: Sequence[float]) -> int | None:

@@ -159,3 +159,82 @@ def test_shown_candidates_are_the_best_scoring_earliest_first(scores: list[float
 
     expected = sorted(sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:limit])
     assert _shown_candidates(scores, limit) == expected
+
+
+def _reference_spread(
+    candidates: list[Any], instances: list[ModelInstance], model_id: int | None
+) -> list[float]:
+    """GPUStack's spread scorer written out directly (global counts, one candidate at a time)."""
+    worker_count: dict[tuple[bool, int], int] = {}
+    gpu_count: dict[tuple[bool, int, int], int] = {}
+    for inst in instances:
+        same = model_id is not None and inst.model_id == model_id
+        placements = [(inst.worker_id, list(inst.gpu_indexes or ()))] if inst.worker_id is not None else []
+        servers = inst.distributed_servers
+        for sub in (servers.subordinate_workers or ()) if servers else ():
+            if sub.worker_id is not None:
+                placements.append((sub.worker_id, list(sub.gpu_indexes or ())))
+        for worker_id, indexes in placements:
+            worker_count[(same, worker_id)] = worker_count.get((same, worker_id), 0) + (len(indexes) or 1)
+            for index in indexes:
+                gpu_count[(same, worker_id, index)] = gpu_count.get((same, worker_id, index), 0) + 1
+
+    def inverse(value: float, low: float, high: float) -> float:
+        return 1.0 if high <= low else 1.0 - (value - low) / (high - low)
+
+    ids = list(dict.fromkeys(c.worker.id for c in candidates))
+    currents = [worker_count.get((True, w), 0) for w in ids]
+    others = [worker_count.get((False, w), 0) for w in ids]
+    scores = []
+    for c in candidates:
+        current = worker_count.get((True, c.worker.id), 0)
+        other = worker_count.get((False, c.worker.id), 0)
+        o_inv = inverse(other, min(others), max(others))
+        c_inv = inverse(current, min(currents), max(currents))
+        if 0 in currents:
+            term = 0.85 + 0.15 * o_inv if current == 0 else 0.45 + 0.35 * c_inv + 0.20 * o_inv
+        else:
+            term = 0.50 + 0.25 * c_inv + 0.15 * o_inv
+        term *= 100.0
+        if not c.gpu_indexes:
+            scores.append(term)
+            continue
+        gpu_terms = [
+            1.0
+            / (1 + gpu_count.get((True, c.worker.id, i), 0) + 0.2 * gpu_count.get((False, c.worker.id, i), 0))
+            for i in c.gpu_indexes
+        ]
+        scores.append(0.85 * term + 0.15 * (sum(gpu_terms) / len(gpu_terms)) * 100.0)
+    return scores
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1))
+def test_spread_scores_match_the_direct_formula(seed: int) -> None:
+    """Per-worker counts (remembered across decisions) give GPUStack's spread scores exactly."""
+    from scheduler_core.cluster import ClusterState, worker_view
+    from scheduler_core.scoring import spread_scores
+    from scheduler_core.strategies._base import Candidate, Claim
+
+    rng = random.Random(seed)
+    rows = [Worker.model_validate(_worker_row(rng, i)) for i in range(1, 7)]
+    views = [worker_view(w) for w in rows]
+    memo = SnapshotMemo()
+    placed: list[ModelInstance] = []
+    for step in range(6):
+        for _ in range(rng.randint(0, 3)):
+            host = rng.choice(views)
+            indexes = sorted(rng.sample([g.index for g in host.gpus if g.index is not None], 1))
+            placed.append(ModelInstance.model_validate({
+                "id": len(placed), "model_id": rng.choice([1, 2, None]), "worker_id": host.id,
+                "gpu_type": host.gpus[0].type, "gpu_indexes": indexes,
+            }))
+        claim = Claim({}, None, None, None)
+        candidates = [
+            Candidate(view, g.type, (g.index,) if rng.random() < 0.7 else (g.index, 0), claim)
+            for view in views for g in view.gpus[:2] if g.index is not None
+        ]
+        model_id = rng.choice([1, 2, None])
+        cluster = ClusterState(views, placed, memo)
+        expected = _reference_spread(candidates, placed, model_id)
+        assert spread_scores(candidates, cluster, model_id) == expected, step
