@@ -167,12 +167,14 @@ class SnapshotMemo:
 
     #: Entries kept at most per kind; beyond it that kind starts over (workers come and go).
     LIMIT = 200_000
+    #: Stage tables kept at most (one per stage, distinct model shape and GPU type).
+    STAGE_TABLES = 512
 
     def __init__(self) -> None:
         self._entries: dict[int, dict[object, _MemoEntry]] = {}
         self._instances: tuple[ModelInstance, ...] = ()
         self._derived: dict[object, tuple[tuple[object, ...], object]] = {}
-        self._stages: dict[tuple[object, ...], _StageEntry] = {}
+        self._stages: dict[tuple[object, ...], StageOutcomes] = {}
 
     def track_instances(self, instances: tuple[ModelInstance, ...]) -> None:
         """Forget the allocatable entries of workers whose bound instances changed.
@@ -231,20 +233,38 @@ class SnapshotMemo:
         self._derived[slot] = (tuple(items), value)
         return value
 
-    def stage(self, key: tuple[object, ...], worker: WorkerView, allocatable: Allocatable) -> object | None:
-        """A strategy's outcome for ``key`` when ``worker`` and ``allocatable`` are unchanged."""
-        entry = self._stages.get(key)
+    def stage_outcomes(self, key: tuple[object, ...]) -> StageOutcomes:
+        """The per-worker outcome table of one stage (``key``: stage, decision inputs, GPU type)."""
+        table = self._stages.get(key)
+        if table is None:
+            if len(self._stages) >= self.STAGE_TABLES:
+                self._stages.clear()
+            table = self._stages[key] = StageOutcomes()
+        return table
+
+
+class StageOutcomes:
+    """One strategy's per-worker outcomes for one set of decision inputs and GPU type.
+
+    An outcome is valid while the worker copy and its allocatable object are
+    the same objects as when it was computed.
+    """
+
+    __slots__ = ("entries",)
+
+    def __init__(self) -> None:
+        self.entries: dict[int, _StageEntry] = {}
+
+    def get(self, worker: WorkerView, allocatable: Allocatable) -> object | None:
+        """The remembered outcome, or None when the worker or its allocatable changed."""
+        entry = self.entries.get(worker.id)
         if entry is None or entry[0] is not worker or entry[1] is not allocatable:
             return None
         return entry[2]
 
-    def remember_stage(
-        self, key: tuple[object, ...], worker: WorkerView, allocatable: Allocatable, outcome: object
-    ) -> None:
-        """Remember a strategy's per-worker outcome (``key`` carries every decision input)."""
-        if len(self._stages) >= self.LIMIT:
-            self._stages.clear()
-        self._stages[key] = (worker, allocatable, outcome)
+    def put(self, worker: WorkerView, allocatable: Allocatable, outcome: object) -> None:
+        """Remember the worker's outcome."""
+        self.entries[worker.id] = (worker, allocatable, outcome)
 
 
 class ClusterState:

@@ -16,6 +16,7 @@ from scheduler_core._schemas import ModelSpec
 from scheduler_core.cluster import (
     ClusterState,
     Gpu,
+    StageOutcomes,
     WorkerView,
     group_workers_by_gpu_type,
     ram_not_enough,
@@ -89,6 +90,18 @@ class Selection:
     #: Per-decision memo for strategies (keys carry the strategy name and every input).
     memo: dict[tuple[object, ...], object] = field(default_factory=dict)
     _inputs_key: tuple[object, ...] | None = None
+    _stage_tables: dict[tuple[str, str | None], StageOutcomes] = field(default_factory=dict)
+
+    def stage_outcomes(self, stage: str, gpu_type: str | None) -> StageOutcomes | None:
+        """The cross-decision outcome table of ``stage`` for this decision's inputs (None: no memo)."""
+        memo = self.cluster.memo
+        if memo is None:
+            return None
+        table = self._stage_tables.get((stage, gpu_type))
+        if table is None:
+            table = memo.stage_outcomes((stage, self.inputs_key(), gpu_type))
+            self._stage_tables[(stage, gpu_type)] = table
+        return table
 
     def inputs_key(self) -> tuple[object, ...]:
         """Every scalar decision input a per-worker stage may read, as a hashable key.

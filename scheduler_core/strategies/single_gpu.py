@@ -97,11 +97,10 @@ def _worker_candidates(
 def _outcome(selection: Selection, worker: WorkerView, gpu_type: str | None) -> _WorkerCandidates:
     """The worker's outcome: from the cross-decision memo while the worker is unchanged,
     else from the per-decision memo of equal worker shapes, else evaluated."""
-    memo = selection.cluster.memo
-    if memo is not None:
+    table = selection.stage_outcomes("single_worker_single_gpu", gpu_type)
+    if table is not None:
         allocatable = selection.cluster.allocatable(worker, gpu_type)
-        stage_key = ("single_worker_single_gpu", selection.inputs_key(), gpu_type, worker.id)
-        remembered = memo.stage(stage_key, worker, allocatable)
+        remembered = table.get(worker, allocatable)
         if isinstance(remembered, _WorkerCandidates):
             return remembered
     key = ("single_worker_single_gpu", *worker_shape(selection, worker, gpu_type))
@@ -112,6 +111,6 @@ def _outcome(selection: Selection, worker: WorkerView, gpu_type: str | None) -> 
         Candidate(worker, gpu_type_, (index,), claim) for index, gpu_type_, claim in shaped.fits
     )
     outcome = _WorkerCandidates(candidates, shaped.message)
-    if memo is not None:
-        memo.remember_stage(stage_key, worker, allocatable, outcome)
+    if table is not None:
+        table.put(worker, allocatable, outcome)
     return outcome

@@ -115,11 +115,10 @@ def _worker_candidate(selection: Selection, worker: WorkerView, gpu_type: str | 
 def _outcome(selection: Selection, worker: WorkerView, gpu_type: str | None) -> _WorkerCandidate:
     """The worker's outcome: from the cross-decision memo while the worker is unchanged,
     else from the per-decision memo of equal worker shapes, else evaluated."""
-    memo = selection.cluster.memo
-    if memo is not None:
+    table = selection.stage_outcomes("single_worker_multi_gpu", gpu_type)
+    if table is not None:
         allocatable = selection.cluster.allocatable(worker, gpu_type)
-        stage_key = ("single_worker_multi_gpu", selection.inputs_key(), gpu_type, worker.id)
-        remembered = memo.stage(stage_key, worker, allocatable)
+        remembered = table.get(worker, allocatable)
         if isinstance(remembered, _WorkerCandidate):
             return remembered
     key = ("single_worker_multi_gpu", *worker_shape(selection, worker, gpu_type))
@@ -131,8 +130,8 @@ def _outcome(selection: Selection, worker: WorkerView, gpu_type: str | None) -> 
         claim = selection.claim(shaped.claims, selection.mfs(gpu_type))
         candidate = Candidate(worker, gpu_type, tuple(shaped.claims), claim)
     outcome = _WorkerCandidate(shaped.tracked, candidate)
-    if memo is not None:
-        memo.remember_stage(stage_key, worker, allocatable, outcome)
+    if table is not None:
+        table.put(worker, allocatable, outcome)
     return outcome
 
 

@@ -135,8 +135,15 @@ def test_memo_reuses_outcomes_of_unchanged_workers() -> None:
         request = ScheduleRequest.model_validate({"request_id": "r", "model": tp2})
         return schedule(request.model_copy(update={"workers": rows, "model_instances": placed}), memo=memo)
 
+    def outcomes() -> dict[tuple[object, ...], object]:
+        return {
+            (*key, worker_id): entry
+            for key, table in memo._stages.items()
+            for worker_id, entry in table.entries.items()
+        }
+
     first = decide([])
-    stage_entries = dict(memo._stages)
+    stage_entries = outcomes()
     booked = _booked(first, 1, 1)
     second = decide([booked])
     assert second.model_dump_json() == schedule(
@@ -144,7 +151,7 @@ def test_memo_reuses_outcomes_of_unchanged_workers() -> None:
             update={"workers": rows, "model_instances": [booked]}
         )
     ).model_dump_json()
-    changed = {key[-1] for key, entry in memo._stages.items() if stage_entries.get(key) is not entry}
+    changed = {key[-1] for key, entry in outcomes().items() if stage_entries.get(key) is not entry}
     assert changed == {booked.worker_id}
 
 
