@@ -8,9 +8,9 @@ once per decision and never shared between decisions.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar, cast
 
 from scheduler_core._schemas import ModelSpec
 from scheduler_core.cluster import (
@@ -214,6 +214,40 @@ class Selection:
             vram_utilization=utilization,
             estimated_vram=self.vram_claim,
         )
+
+
+_Outcome = TypeVar("_Outcome")
+
+
+def worker_outcomes(
+    selection: Selection,
+    stage: str,
+    gpu_type: str | None,
+    workers: Iterable[WorkerView],
+    evaluate: Callable[[WorkerView], _Outcome],
+) -> list[tuple[WorkerView, _Outcome]]:
+    """``evaluate(worker)`` for each worker, in order, reusing earlier decisions' outcomes.
+
+    With a cross-decision memo, a worker's outcome is reused while the worker
+    copy and its allocatable object are unchanged (``evaluate`` must depend on
+    nothing else but :meth:`Selection.inputs_key`).
+    """
+    table = selection.stage_outcomes(stage, gpu_type)
+    if table is None:
+        return [(worker, evaluate(worker)) for worker in workers]
+    allocatable = selection.cluster.allocatable
+    entries = table.entries
+    outcomes: list[tuple[WorkerView, _Outcome]] = []
+    for worker in workers:
+        free = allocatable(worker, gpu_type)
+        entry = entries.get(worker.id)
+        if entry is not None and entry[0] is worker and entry[1] is free:
+            outcome = cast(_Outcome, entry[2])
+        else:
+            outcome = evaluate(worker)
+            entries[worker.id] = (worker, free, outcome)
+        outcomes.append((worker, outcome))
+    return outcomes
 
 
 def tp_divisibility_problem(params: ModelParameters, check_vision: bool, tp: int | None) -> str | None:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from scheduler_core._units import byte_to_gib
 from scheduler_core.cluster import WorkerView, ram_not_enough
 from scheduler_core.events import Action, Level, list_message
-from scheduler_core.strategies._base import Candidate, Claim, Selection, worker_shape
+from scheduler_core.strategies._base import Candidate, Claim, Selection, worker_outcomes, worker_shape
 
 
 class SingleWorkerSingleGpu:
@@ -31,8 +32,15 @@ class SingleWorkerSingleGpu:
             return []
         candidates: list[Candidate] = []
         for gpu_type, workers_of_type in selection.workers_by_type(workers).items():
-            for worker in workers_of_type:
-                candidates.extend(_worker_candidates(selection, worker, gpu_type))
+            outcomes = worker_outcomes(
+                selection, self.name, gpu_type, workers_of_type, partial(_outcome, selection, gpu_type)
+            )
+            for _, outcome in outcomes:
+                if outcome.message is not None:
+                    selection.events.add(
+                        Level.INFO, Action.AUTO_SINGLE_GPU, outcome.message, "insufficient_vram"
+                    )
+                candidates.extend(outcome.candidates)
         return candidates
 
 
@@ -85,24 +93,8 @@ class _WorkerCandidates:
     message: str | None
 
 
-def _worker_candidates(
-    selection: Selection, worker: WorkerView, gpu_type: str | None
-) -> tuple[Candidate, ...]:
-    outcome = _outcome(selection, worker, gpu_type)
-    if outcome.message is not None:
-        selection.events.add(Level.INFO, Action.AUTO_SINGLE_GPU, outcome.message, "insufficient_vram")
-    return outcome.candidates
-
-
-def _outcome(selection: Selection, worker: WorkerView, gpu_type: str | None) -> _WorkerCandidates:
-    """The worker's outcome: from the cross-decision memo while the worker is unchanged,
-    else from the per-decision memo of equal worker shapes, else evaluated."""
-    table = selection.stage_outcomes("single_worker_single_gpu", gpu_type)
-    if table is not None:
-        allocatable = selection.cluster.allocatable(worker, gpu_type)
-        remembered = table.get(worker, allocatable)
-        if isinstance(remembered, _WorkerCandidates):
-            return remembered
+def _outcome(selection: Selection, gpu_type: str | None, worker: WorkerView) -> _WorkerCandidates:
+    """The worker's outcome, shared within the decision by workers of equal shape."""
     key = ("single_worker_single_gpu", *worker_shape(selection, worker, gpu_type))
     shaped = selection.memo.get(key)
     if not isinstance(shaped, _WorkerOutcome):
@@ -110,7 +102,4 @@ def _outcome(selection: Selection, worker: WorkerView, gpu_type: str | None) -> 
     candidates = tuple(
         Candidate(worker, gpu_type_, (index,), claim) for index, gpu_type_, claim in shaped.fits
     )
-    outcome = _WorkerCandidates(candidates, shaped.message)
-    if table is not None:
-        table.put(worker, allocatable, outcome)
-    return outcome
+    return _WorkerCandidates(candidates, shaped.message)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from scheduler_core._units import byte_to_gib
 from scheduler_core.cluster import GpuSlot, WorkerView, group_gpus_by_memory
 from scheduler_core.events import Action, Level, list_message
-from scheduler_core.strategies._base import Candidate, Selection, worker_shape
+from scheduler_core.strategies._base import Candidate, Selection, worker_outcomes, worker_shape
 
 
 class SingleWorkerMultiGpu:
@@ -29,9 +30,21 @@ class SingleWorkerMultiGpu:
     def __call__(self, selection: Selection, workers: Sequence[WorkerView]) -> list[Candidate]:
         """One candidate per worker that can hold the model on a balanced GPU group."""
         candidates: list[Candidate] = []
+        tracker = selection.multi_gpu
         for gpu_type, workers_of_type in selection.workers_by_type(workers).items():
-            for worker in workers_of_type:
-                candidates.extend(_worker_candidate(selection, worker, gpu_type))
+            several = (worker for worker in workers_of_type if len(worker.gpus) >= 2)
+            outcomes = worker_outcomes(
+                selection, self.name, gpu_type, several, partial(_outcome, selection, gpu_type)
+            )
+            for worker, outcome in outcomes:
+                for total, satisfied in outcome.tracked:  # GPUStack's "largest group" bookkeeping
+                    if total > tracker.vram:
+                        tracker.vram, tracker.satisfied = total, satisfied
+                        tracker.total_gpus = len(worker.gpus)
+                if outcome.candidate is not None:
+                    candidates.append(outcome.candidate)
+                else:
+                    _record_failure(selection, gpu_type)
         return candidates
 
 
@@ -98,29 +111,8 @@ class _WorkerCandidate:
     candidate: Candidate | None
 
 
-def _worker_candidate(selection: Selection, worker: WorkerView, gpu_type: str | None) -> list[Candidate]:
-    if len(worker.gpus) < 2:
-        return []
-    outcome = _outcome(selection, worker, gpu_type)
-    tracker = selection.multi_gpu
-    for total, satisfied in outcome.tracked:  # GPUStack's "largest group" bookkeeping, in order
-        if total > tracker.vram:
-            tracker.vram, tracker.satisfied, tracker.total_gpus = total, satisfied, len(worker.gpus)
-    if outcome.candidate is not None:
-        return [outcome.candidate]
-    _record_failure(selection, gpu_type)
-    return []
-
-
-def _outcome(selection: Selection, worker: WorkerView, gpu_type: str | None) -> _WorkerCandidate:
-    """The worker's outcome: from the cross-decision memo while the worker is unchanged,
-    else from the per-decision memo of equal worker shapes, else evaluated."""
-    table = selection.stage_outcomes("single_worker_multi_gpu", gpu_type)
-    if table is not None:
-        allocatable = selection.cluster.allocatable(worker, gpu_type)
-        remembered = table.get(worker, allocatable)
-        if isinstance(remembered, _WorkerCandidate):
-            return remembered
+def _outcome(selection: Selection, gpu_type: str | None, worker: WorkerView) -> _WorkerCandidate:
+    """The worker's outcome, shared within the decision by workers of equal shape."""
     key = ("single_worker_multi_gpu", *worker_shape(selection, worker, gpu_type))
     shaped = selection.memo.get(key)
     if not isinstance(shaped, _WorkerOutcome):
@@ -129,10 +121,7 @@ def _outcome(selection: Selection, worker: WorkerView, gpu_type: str | None) -> 
     if shaped.claims is not None:
         claim = selection.claim(shaped.claims, selection.mfs(gpu_type))
         candidate = Candidate(worker, gpu_type, tuple(shaped.claims), claim)
-    outcome = _WorkerCandidate(shaped.tracked, candidate)
-    if table is not None:
-        table.put(worker, allocatable, outcome)
-    return outcome
+    return _WorkerCandidate(shaped.tracked, candidate)
 
 
 def _record_failure(selection: Selection, gpu_type: str | None) -> None:
