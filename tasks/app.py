@@ -108,7 +108,11 @@ def _drop_broker_connections() -> None:
 
 
 def decision_chain(request: Any, seq: int = 0, attempt: int = 0) -> Signature:
-    """decide → reserve → publish for one request id (or raw request dict)."""
+    """decide → reserve → publish for one request id (or raw request dict).
+
+    For callers composing the steps themselves; ``decide`` drops the two
+    later hops when it finished the request (see :func:`dispatch_decision`).
+    """
     return chain(
         app.signature(DECIDE, args=(request, seq, attempt)),
         app.signature(RESERVE),
@@ -128,9 +132,13 @@ def dispatch_publish(step: dict[str, Any]) -> None:
 
 
 def dispatch_decision(request_id: str, seq: int, attempt: int, countdown: float) -> None:
-    """Send a decision chain (the :data:`tasks.runtime.Dispatch` used by tasks and clients)."""
+    """Send a decision (the :data:`tasks.runtime.Dispatch` used by tasks and clients).
+
+    A bare ``gpusched.decide``: the task books and publishes in its own round
+    trip, and attaches :func:`commit_chain` itself only when a step is left.
+    """
     with structlog.contextvars.bound_contextvars(request_id=request_id):
-        decision_chain(request_id, seq, attempt).apply_async(countdown=countdown or None)
+        app.signature(DECIDE, args=(request_id, seq, attempt)).apply_async(countdown=countdown or None)
 
 
 @signals.setup_logging.connect  # type: ignore[untyped-decorator]

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -100,6 +100,12 @@ class LoadedChain:
 
     spec: ChainSpec
     chain: Chain
+    #: The spec as every decision event records it (its JSON and its digest), built once.
+    recorded_spec: dict[str, Any] = field(init=False)
+
+    def __post_init__(self) -> None:
+        recorded = {**self.spec.model_dump(mode="json"), "digest": self.spec.digest}
+        object.__setattr__(self, "recorded_spec", recorded)
 
     @property
     def placement_override(self) -> Literal["spread", "binpack"] | None:

@@ -161,8 +161,13 @@ class Keys:
 
     @property
     def decide_lock(self) -> str:
-        """Lease serialising decide+reserve within the partition (redis-py Lock)."""
+        """Lease serialising decide+reserve within the partition (token; see :mod:`tasks.lease`)."""
         return f"{self.prefix}:lock:decide"
+
+    @property
+    def decide_lock_wake(self) -> str:
+        """List a released decide lease pushes one token to, waking a waiting decider."""
+        return f"{self.prefix}:lock:decide:wake"
 
     @property
     def nodes(self) -> str:

@@ -13,14 +13,22 @@ consistent snapshot at ``fold.version``.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from scheduler_core import ModelInstance, Worker
 from tasks.cluster_store import ClusterStore, parse_meta
 from tasks.fold import ClusterFold, decode_data
+from tasks.scripts import Batch, Pending
 from tasks.streams import read_range
 
 #: Changes read per round trip while catching up.
 PAGE = 500
+#: Entries of the changes stream: ``(entry id, fields)``.
+Entries = list[tuple[str, dict[str, str]]]
+
+
+def _entries(reply: Any) -> Entries:
+    return [(str(entry_id), dict(fields)) for entry_id, fields in reply]
 
 
 class ClusterMirror:
@@ -46,19 +54,38 @@ class ClusterMirror:
         self.last_id = last_id
         return self.fold
 
-    def sync(self) -> ClusterFold:
-        """Bring the fold up to the latest recorded version and return it."""
+    def read_changes(self, batch: Batch) -> Pending[Entries] | None:
+        """Queue the read :meth:`sync` starts with (None before the first full read).
+
+        Lets a caller fetch the changes in the same round trip as other work;
+        pass the reply to :meth:`sync`.
+        """
+        if self.last_id is None:
+            return None
+        start = f"({self.last_id}"
+        return batch.command(_entries, "XRANGE", self.cluster.keys.changes, start, "+", "COUNT", PAGE)
+
+    def sync(self, first_page: Entries | None = None) -> ClusterFold:
+        """Bring the fold up to the latest recorded version and return it.
+
+        Args:
+            first_page: the reply of :meth:`read_changes` when the caller
+                already read it (read at or after the state it must see).
+        """
         if self.last_id is None:
             return self.reload()
         stream = self.cluster.keys.changes
+        entries = first_page
         while True:
-            entries = read_range(self.cluster.client, stream, f"({self.last_id}", PAGE)
+            if entries is None:
+                entries = read_range(self.cluster.client, stream, f"({self.last_id}", PAGE)
             for entry_id, fields in entries:
                 if not self._apply(fields):
                     return self.reload()
                 self.last_id = entry_id
             if len(entries) < PAGE:
                 return self.fold
+            entries = None
 
     def _apply(self, fields: dict[str, str]) -> bool:
         version = int(fields["version"])

@@ -20,7 +20,11 @@ Guarantees (with the Lua scripts' guards):
 * a conflict retries with a fresh snapshot after a deterministic jitter
   (seeded from the request id and attempt), at most ``conflict_max_attempts``
   times per decision, then parks with ``conflict_retries_exhausted``;
-* every stage is idempotent under redelivery.
+* every stage is idempotent under redelivery;
+* the Celery ``decide`` task runs :func:`decide_and_finish`: the decision's
+  record, booking, lease release and publish (or park) step go to Redis in one
+  round trip, each still one script checking its own guard, so the reserve
+  and publish hops are only taken by a step left over.
 """
 
 from __future__ import annotations
@@ -28,13 +32,11 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, suppress
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from pydantic import ValidationError
-from redis.exceptions import LockError
 
 from scheduler_core import (
     ModelSpec,
@@ -46,6 +48,8 @@ from scheduler_core import (
 from tasks.chain import LoadedChain
 from tasks.edge import Normalized, normalize, sha256_hex, with_request_id
 from tasks.fold import ClusterFold
+from tasks.lease import DecideLease
+from tasks.mirror import Entries
 from tasks.outcome import (
     booking_for,
     error_of,
@@ -56,7 +60,8 @@ from tasks.outcome import (
 )
 from tasks.parking import ParkedEntry, blocking_reasons, parked_json
 from tasks.runtime import Runtime
-from tasks.store import Booking, Recorded, RecordOutcome
+from tasks.scripts import ScriptCall
+from tasks.store import Begun, Booking, Recorded, RecordOutcome, Reserved
 from tasks.streams import dumps
 
 #: Parking reason of a request whose reservation attempts all conflicted.
@@ -90,8 +95,8 @@ class Step:
     error: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The message form."""
-        return asdict(self)
+        """The message form (its lists and dicts copied; values nested deeper are shared)."""
+        return {name: _copied(getattr(self, name)) for name in _STEP_FIELDS}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Step:
@@ -109,6 +114,18 @@ class Step:
         if not typed:
             raise ValueError("malformed step")
         return step
+
+
+#: Field names of :class:`Step`, in declaration order.
+_STEP_FIELDS = tuple(f.name for f in fields(Step))
+
+
+def _copied(value: Any) -> Any:
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, list):
+        return list(value)
+    return value
 
 
 def resumed_step(recorded: Recorded, seq: int, attempt: int) -> Step | None:
@@ -182,8 +199,24 @@ def publish_rejection(rt: Runtime, normalized: Normalized) -> tuple[str, str | N
 
 
 # ------------------------------------------------------------------- decide
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """How far one decide message got.
+
+    ``step`` is what the next stage continues with (None: nothing left for this
+    message); ``outcome`` is the publish or park outcome when this message
+    finished the request itself.
+    """
+
+    step: Step | None
+    outcome: str | None = None
+
+
 def decide(rt: Runtime, ref: Any, seq: int, attempt: int, task_id: str) -> Step | None:
     """Run the core's chain on a consistent snapshot and record the decision.
+
+    With the decide lease held, the decision is also booked, in the same round
+    trip as its record, and the step returned is its publish.
 
     Args:
         ref: a request id (from ``tasks.client``, a wake or a retry), or a raw
@@ -192,66 +225,120 @@ def decide(rt: Runtime, ref: Any, seq: int, attempt: int, task_id: str) -> Step 
         attempt: attempt within the sequence (bumped by each conflict).
         task_id: the Celery task id (recorded as the decider).
     """
+    return _decide(rt, ref, seq, attempt, task_id, finish=False).step
+
+
+def decide_and_finish(rt: Runtime, ref: Any, seq: int, attempt: int, task_id: str) -> Progress:
+    """:func:`decide`, then book and publish (or park) in the record's round trip.
+
+    What the Celery ``decide`` task runs: a decision and its reserve and
+    publish steps in one message. The steps keep their own guards — a
+    ``scheduled`` result is published only once this decision is booked, so a
+    reservation that conflicted publishes nothing and its retry is queued as
+    :func:`reserve` queues it. When another delivery recorded this attempt's
+    decision first, the returned step continues with the recorded one.
+    """
+    return _decide(rt, ref, seq, attempt, task_id, finish=True)
+
+
+def _decide(rt: Runtime, ref: Any, seq: int, attempt: int, task_id: str, *, finish: bool) -> Progress:
     if not isinstance(ref, str):
         found = intake(rt, ref, task_id)
         if found is None:
-            return None
+            return Progress(None)
         ref, seq, attempt = found, 0, 0
-    with _decide_lock(rt):
-        step = _decide_claimed(rt, ref, seq, attempt, task_id)
-        if rt.settings.decide_lock and step is not None and step.action == "reserve":
-            return reserve(rt, step)  # inside the lease: nothing can book in between
-        return step
+    lease = DecideLease(rt.client, rt.keys, rt.settings) if rt.settings.decide_lock else None
+    try:
+        begun, changes = _claim(rt, lease, ref, seq, attempt, task_id)
+        if begun.recorded is not None:
+            resumed = resumed_step(begun.recorded, seq, attempt)
+            return _advance(rt, resumed, lease, finish=finish) if resumed else Progress(None)
+        if begun.status != "ok" or begun.request_json is None:
+            return Progress(None)
+        step, record = _decision(rt, ref, seq, attempt, begun.request_json, begun.epoch, changes)
+        return _advance(rt, step, lease, finish=finish, record=record)
+    finally:
+        if lease is not None and lease.held:
+            rt.store.scripts.call(lease.release_call())
 
 
-@contextmanager
-def _decide_lock(rt: Runtime) -> Iterator[None]:
-    """The partition's decide lease (K8s-style single active decider), if enabled.
+def _claim(
+    rt: Runtime, lease: DecideLease | None, ref: str, seq: int, attempt: int, task_id: str
+) -> tuple[Begun, Entries | None]:
+    """Take the decide lease (if enabled), begin the attempt, read the cluster's changes.
 
-    Two deciders working from the same snapshot pick the same GPUs (scoring is
-    deterministic), so under load optimistic concurrency mostly produces
-    reservation conflicts; holding a short lease across decide and reserve
-    serialises them instead. The lease expires on its own after
-    ``decide_lock_ttl_s`` if its holder dies, and a decider that cannot get it
+    One round trip when the lease is free. Two deciders working from the same
+    snapshot pick the same GPUs (scoring is deterministic), so under load
+    optimistic concurrency mostly produces reservation conflicts; holding a
+    short lease across decide and reserve serialises them instead (K8s-style
+    single active decider). A busy lease is waited for, then the attempt is
+    begun again (another delivery may have decided it meanwhile) and the
+    changes booked meanwhile are read. The lease expires on its own after
+    ``decide_lock_ttl_s`` if its holder dies; a decider that cannot get it
     within ``decide_lock_wait_s`` proceeds optimistically: the reservation
     script keeps the ledger safe with or without the lease.
     """
-    if not rt.settings.decide_lock:
-        yield
-        return
-    lease = rt.client.lock(
-        rt.keys.decide_lock, timeout=rt.settings.decide_lock_ttl_s, sleep=0.002,
-        blocking_timeout=rt.settings.decide_lock_wait_s,
-    )
-    held = lease.acquire()
-    try:
-        yield
-    finally:
-        if held:
-            with suppress(LockError):
-                lease.release()
+    batch = rt.store.batch()
+    acquired = lease.try_acquire(batch) if lease is not None else None
+    begun = batch.script(rt.store.begin_call(ref, seq, attempt, task_id))
+    changes = rt.mirror.read_changes(batch)
+    batch.execute()
+    if acquired is not None and lease is not None and not acquired.value:
+        lease.wait()
+        return _claim(rt, None, ref, seq, attempt, task_id)
+    return begun.value, changes.value if changes is not None else None
 
 
-def _decide_claimed(rt: Runtime, ref: str, seq: int, attempt: int, task_id: str) -> Step | None:
-    begun = rt.store.begin(ref, seq, attempt, task_id)
-    if begun.recorded is not None:
-        return resumed_step(begun.recorded, seq, attempt)
-    if begun.status != "ok" or begun.request_json is None:
-        return None
+def _decision(
+    rt: Runtime, ref: str, seq: int, attempt: int, request_json: str, epoch: int,
+    changes: Entries | None,
+) -> tuple[Step, ScriptCall[RecordOutcome]]:
+    """The decision on the mirror (synced from ``changes``) and the call that records it."""
     started = time.perf_counter()
-    fold = rt.mirror.sync()
-    request, result = run_core(rt.chain, begun.request_json, ref, fold, rt.memo)
+    fold = rt.mirror.sync(changes)
+    request, result = run_core(rt.chain, request_json, ref, fold, rt.memo)
     if request is None:
-        step = Step(ref, seq, attempt, "publish", result.status, fold.version, begun.epoch)
+        step = Step(ref, seq, attempt, "publish", result.status, fold.version, epoch)
         step.error = error_of(result)
     else:
-        step = _step_for(rt, ref, seq, attempt, begun.epoch, fold, request.model, result)
+        step = _step_for(rt, ref, seq, attempt, epoch, fold, request.model, result)
     text, step.result_digest = result_digest(result)
     elapsed_ms = round((time.perf_counter() - started) * 1000, 3)
-    outcome = _record(rt, step, sha256_hex(begun.request_json), result, text, elapsed_ms)
-    if outcome.earlier is not None:
-        return resumed_step(outcome.earlier, seq, attempt)
-    return step if outcome.recorded else None
+    return step, _record_call(rt, step, sha256_hex(request_json), result, text, elapsed_ms)
+
+
+def _advance(
+    rt: Runtime, step: Step, lease: DecideLease | None, *, finish: bool,
+    record: ScriptCall[RecordOutcome] | None = None,
+) -> Progress:
+    """Send the record, the booking, the lease release and the final step in one round trip.
+
+    The booking is sent when the lease is held (nothing can book in between)
+    or when finishing; the release right after it, so the next decider's
+    snapshot holds the booking; the publish or park step only when finishing.
+    """
+    held = lease is not None and lease.held
+    books = step.action == "reserve" and step.booking is not None and (held or finish)
+    last = replace(step, action="publish") if books else step
+    batch = rt.store.batch()
+    recorded = batch.script(record) if record is not None else None
+    reserved = batch.script(_reserve_call(rt, step)) if books else None
+    if lease is not None and held:
+        batch.script(lease.release_call())
+    final = _final_call(rt, last) if finish else None
+    pending = batch.script(final) if final is not None else None
+    batch.execute()
+    if lease is not None:
+        lease.held = False
+    if recorded is not None and not recorded.value.recorded:
+        earlier = recorded.value.earlier
+        return Progress(resumed_step(earlier, step.seq, step.attempt) if earlier else None)
+    after = _after_reserve(rt, step, reserved.value) if reserved is not None else step
+    if not finish or after is None:
+        return Progress(after)
+    if pending is not None and after.action == last.action:
+        return Progress(None, _after_final(rt, after, pending.value))
+    return Progress(None, publish(rt, after))  # e.g. conflicts exhausted: park now
 
 
 def run_core(
@@ -310,26 +397,26 @@ def _step_for(
     return step
 
 
-def _record(
+def _record_call(
     rt: Runtime, step: Step, request_digest: str, result: ScheduleResult, text: str,
     elapsed_ms: float,
-) -> RecordOutcome:
-    spec = rt.chain.spec
+) -> ScriptCall[RecordOutcome]:
+    chain = rt.chain.recorded_spec
     data = {
         "seq": step.seq,
         "attempt": step.attempt,
         "cluster_version": step.version,
         "wake_epoch": step.epoch,
         "request_digest": request_digest,
-        "inputs_digest": inputs_digest(request_digest, step.version, spec.digest),
-        "chain": {**spec.model_dump(mode="json"), "digest": spec.digest},
+        "inputs_digest": inputs_digest(request_digest, step.version, chain["digest"]),
+        "chain": chain,
         "result_digest": step.result_digest,
         "action": step.action,
         "reasons": step.reasons,
         "outcome": outcome_summary(result),
         "elapsed_ms": elapsed_ms,
     }
-    return rt.store.record_decision(
+    return rt.store.record_decision_call(
         step.request_id, step.seq, step.attempt, step.version, text, step.result_digest,
         dumps(data), dumps(step.to_dict()),
     )
@@ -347,18 +434,27 @@ def reserve(rt: Runtime, step: Step) -> Step | None:
     """Book the decided placement; on conflict queue a fresh decision and stop."""
     if step.action != "reserve" or step.booking is None:
         return step
+    return _after_reserve(rt, step, rt.store.scripts.call(_reserve_call(rt, step)))
+
+
+def _reserve_call(rt: Runtime, step: Step) -> ScriptCall[Reserved]:
+    assert step.booking is not None
     booking = Booking(**step.booking)
     delay = jitter_s(rt, step.request_id, step.seq, step.attempt + 1)
     due = rt.store.now_ms() + int(delay * 1000) + lease_ms(rt)
     retried = dumps({"attempt": step.attempt + 1, "delay_ms": round(delay * 1000, 3)})
-    outcome = rt.store.reserve(
+    return rt.store.reserve_call(
         step.request_id, step.seq, step.attempt, booking, due, retried,
         result_digest=step.result_digest,
     )
+
+
+def _after_reserve(rt: Runtime, step: Step, outcome: Reserved) -> Step | None:
     if outcome.status in ("booked", "duplicate"):
         step.action = "publish"
         return step
     if outcome.status == "conflict" and outcome.next_attempt is not None:
+        delay = jitter_s(rt, step.request_id, step.seq, step.attempt + 1)
         enqueue(rt, step.request_id, step.seq, outcome.next_attempt, countdown=delay)
         return None
     if outcome.status == "exhausted":
@@ -375,17 +471,8 @@ def reserve(rt: Runtime, step: Step) -> Step | None:
 # ------------------------------------------------------------------ publish
 def publish(rt: Runtime, step: Step) -> str | None:
     """Publish the terminal result, or park the request. Returns the outcome name."""
-    if step.action == "park":
-        return park(rt, step)
-    if step.action != "publish":
-        return None
-    status = "scheduled" if step.status == "scheduled" else "rejected"
-    rejected = dumps({"error": step.error}) if status == "rejected" else ""
-    outcome, _ = rt.store.publish(
-        step.request_id, status, seq=step.seq, attempt=step.attempt,
-        result_digest=step.result_digest, rejected_data=rejected,
-    )
-    return outcome
+    final = _final_call(rt, step)
+    return None if final is None else _after_final(rt, step, rt.store.scripts.call(final))
 
 
 def park(rt: Runtime, step: Step) -> str:
@@ -396,6 +483,28 @@ def park(rt: Runtime, step: Step) -> str:
     ``conflict_retry_after_s`` by a timer armed in the same step, besides any
     wake-up by capacity.
     """
+    return _after_park(rt, step, rt.store.scripts.call(_park_call(rt, step)))
+
+
+def _final_call(rt: Runtime, step: Step) -> ScriptCall[tuple[str, str | None]] | None:
+    """The publish or park call of a step (None for any other action)."""
+    if step.action == "park":
+        return _park_call(rt, step)
+    if step.action != "publish":
+        return None
+    status = "scheduled" if step.status == "scheduled" else "rejected"
+    rejected = dumps({"error": step.error}) if status == "rejected" else ""
+    return rt.store.publish_call(
+        step.request_id, status, seq=step.seq, attempt=step.attempt,
+        result_digest=step.result_digest, rejected_data=rejected,
+    )
+
+
+def _after_final(rt: Runtime, step: Step, reply: tuple[str, str | None]) -> str:
+    return _after_park(rt, step, reply) if step.action == "park" else reply[0]
+
+
+def _park_call(rt: Runtime, step: Step) -> ScriptCall[tuple[str, str | None]]:
     contended = step.reasons == [CONFLICT_REASON]
     now = rt.store.now_ms()
     entry = ParkedEntry(
@@ -405,13 +514,17 @@ def park(rt: Runtime, step: Step) -> str:
     retry = None
     if contended:
         retry = (retry_timer(step.request_id, step.seq), now + int(rt.settings.conflict_retry_after_s * 1000))
-    outcome, detail = rt.store.park(
+    return rt.store.park_call(
         step.request_id, step.seq, step.attempt, result_digest=step.result_digest,
         parked_entry=parked_json(entry), notice_json=step.notice,
         event_data=dumps({"seq": step.seq, "reasons": step.reasons, "cluster_version": step.version}),
         epoch=step.epoch, requeue_due_ms=now + lease_ms(rt), announce=not contended,
         retry_timer=retry,
     )
+
+
+def _after_park(rt: Runtime, step: Step, reply: tuple[str, str | None]) -> str:
+    outcome, detail = reply
     if outcome == "requeued" and detail is not None:
         enqueue(rt, step.request_id, int(detail), 0)
     return outcome

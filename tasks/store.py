@@ -11,6 +11,11 @@ digest). A request record moves through::
                  │          └──→ parked → woken → deciding ... (cluster change)
                  └── (a second decider of the same attempt resumes the recorded step)
 
+The decision's steps also come as prepared calls (``begin_call``,
+``record_decision_call``, ``reserve_call``, ``publish_call``, ``park_call``)
+so that :mod:`tasks.pipeline` can send several in one round trip
+(:class:`tasks.scripts.Batch`); the plain methods run one call on its own.
+
 Cluster mutations live in :mod:`tasks.cluster_store`.
 """
 
@@ -26,7 +31,7 @@ import redis
 
 from tasks.edge import sha256_hex
 from tasks.keys import Keys
-from tasks.scripts import Scripts
+from tasks.scripts import Batch, ScriptCall, Scripts
 from tasks.settings import Settings
 from tasks.streams import EventMeta, default_source, dumps
 
@@ -148,6 +153,10 @@ class Store:
     def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
         return self.scripts.run(name, keys, args)
 
+    def batch(self) -> Batch:
+        """An empty batch of calls for one round trip."""
+        return self.scripts.batch()
+
     def _results_keys(self, request_id: str) -> list[str]:
         k = self.keys
         return [k.request(request_id), k.results, k.events, k.parked, k.outbox]
@@ -189,16 +198,12 @@ class Store:
 
     def begin(self, request_id: str, seq: int, attempt: int, task_id: str) -> Begun:
         """Claim decision ``(seq, attempt)`` (see ``begin.lua``)."""
-        reply = self._run(
-            "begin",
-            [self.keys.request(request_id), self.keys.epoch],
-            [seq, attempt, task_id, self.now_ms()],
-        )
-        if reply[0] == "ok":
-            return Begun("ok", reply[1], int(reply[2]))
-        if reply[0] == "resume":
-            return Begun("resume", recorded=Recorded(reply[1], reply[2]))
-        return Begun(reply[0])
+        return self.scripts.call(self.begin_call(request_id, seq, attempt, task_id))
+
+    def begin_call(self, request_id: str, seq: int, attempt: int, task_id: str) -> ScriptCall[Begun]:
+        """:meth:`begin` as a prepared call."""
+        keys = [self.keys.request(request_id), self.keys.epoch]
+        return ScriptCall("begin", keys, [seq, attempt, task_id, self.now_ms()], _begun)
 
     def record_decision(
         self,
@@ -212,19 +217,28 @@ class Store:
         step_json: str = "",
     ) -> RecordOutcome:
         """Store the core's result and step, write ``sched.decision.made`` (first writer wins)."""
-        reply = self._run(
-            "record_decision",
-            [self.keys.request(request_id), self.keys.events],
-            [
-                *self.meta().argv(), request_id, seq, attempt, version, result_json,
-                result_digest, event_data, self.now_ms(), step_json,
-            ],
-        )
-        if reply[0] == "ok":
-            return RecordOutcome(True)
-        if reply[0] == "duplicate":
-            return RecordOutcome(False, Recorded(reply[1], reply[2]))
-        return RecordOutcome(False)
+        return self.scripts.call(self.record_decision_call(
+            request_id, seq, attempt, version, result_json, result_digest, event_data, step_json
+        ))
+
+    def record_decision_call(
+        self,
+        request_id: str,
+        seq: int,
+        attempt: int,
+        version: int,
+        result_json: str,
+        result_digest: str,
+        event_data: str,
+        step_json: str = "",
+    ) -> ScriptCall[RecordOutcome]:
+        """:meth:`record_decision` as a prepared call."""
+        args = [
+            *self.meta().argv(), request_id, seq, attempt, version, result_json, result_digest,
+            event_data, self.now_ms(), step_json,
+        ]
+        keys = [self.keys.request(request_id), self.keys.events]
+        return ScriptCall("record_decision", keys, args, _record_outcome)
 
     def reserve(
         self,
@@ -241,26 +255,35 @@ class Store:
 
         ``result_digest`` names the recorded decision the booking comes from.
         """
+        return self.scripts.call(self.reserve_call(
+            request_id, seq, attempt, booking, retry_due_ms, retried_data,
+            result_digest=result_digest,
+        ))
+
+    def reserve_call(
+        self,
+        request_id: str,
+        seq: int,
+        attempt: int,
+        booking: Booking,
+        retry_due_ms: int,
+        retried_data: str,
+        *,
+        result_digest: str,
+    ) -> ScriptCall[Reserved]:
+        """:meth:`reserve` as a prepared call."""
         k = self.keys
-        reply = self._run(
-            "reserve",
-            [
-                k.request(request_id), k.capacity, k.booked, k.instances, k.instance_meta,
-                k.claims, k.version, k.changes, k.events, k.outbox,
-            ],
-            [
-                *self.meta().argv(), request_id, seq, attempt, result_digest, booking.instance_key,
-                booking.row_json, booking.meta_json, booking.claims, booking.event_data,
-                self.settings.conflict_max_attempts, retry_due_ms,
-                self.settings.changes_maxlen, self.now_ms(), retried_data,
-            ],
-        )
-        status = reply[0]
-        if status == "booked":
-            return Reserved(status, version=int(reply[1]))
-        if status == "conflict":
-            return Reserved(status, detail=reply[1], next_attempt=int(reply[2]))
-        return Reserved(status, detail=reply[1] if len(reply) > 1 else None)
+        keys = [
+            k.request(request_id), k.capacity, k.booked, k.instances, k.instance_meta,
+            k.claims, k.version, k.changes, k.events, k.outbox,
+        ]
+        args = [
+            *self.meta().argv(), request_id, seq, attempt, result_digest, booking.instance_key,
+            booking.row_json, booking.meta_json, booking.claims, booking.event_data,
+            self.settings.conflict_max_attempts, retry_due_ms,
+            self.settings.changes_maxlen, self.now_ms(), retried_data,
+        ]
+        return ScriptCall("reserve", keys, args, _reserved)
 
     def publish(
         self,
@@ -273,16 +296,27 @@ class Store:
         rejected_data: str = "",
     ) -> tuple[str, str | None]:
         """Publish the recorded decision's terminal result once; returns (outcome, entry id)."""
-        reply = self._run(
-            "publish",
-            self._results_keys(request_id),
-            [
-                *self.meta().argv(), request_id, status, seq, attempt, result_digest,
-                self.settings.results_maxlen, self.settings.request_ttl_s, self.now_ms(),
-                rejected_data,
-            ],
-        )
-        return reply[0], reply[1] if len(reply) > 1 else None
+        return self.scripts.call(self.publish_call(
+            request_id, status, seq=seq, attempt=attempt, result_digest=result_digest,
+            rejected_data=rejected_data,
+        ))
+
+    def publish_call(
+        self,
+        request_id: str,
+        status: str,
+        *,
+        seq: int,
+        attempt: int,
+        result_digest: str,
+        rejected_data: str = "",
+    ) -> ScriptCall[tuple[str, str | None]]:
+        """:meth:`publish` as a prepared call."""
+        args = [
+            *self.meta().argv(), request_id, status, seq, attempt, result_digest,
+            self.settings.results_maxlen, self.settings.request_ttl_s, self.now_ms(), rejected_data,
+        ]
+        return ScriptCall("publish", self._results_keys(request_id), args, _outcome_and_id)
 
     def reject(
         self,
@@ -328,18 +362,37 @@ class Store:
             retry_timer: ``(member, due ms)`` of the timer that retries a request
                 parked by reservation conflicts, armed in the same step.
         """
+        return self.scripts.call(self.park_call(
+            request_id, seq, attempt, result_digest=result_digest, parked_entry=parked_entry,
+            notice_json=notice_json, event_data=event_data, epoch=epoch,
+            requeue_due_ms=requeue_due_ms, announce=announce, retry_timer=retry_timer,
+        ))
+
+    def park_call(
+        self,
+        request_id: str,
+        seq: int,
+        attempt: int,
+        *,
+        result_digest: str,
+        parked_entry: str,
+        notice_json: str,
+        event_data: str,
+        epoch: int,
+        requeue_due_ms: int,
+        announce: bool = True,
+        retry_timer: tuple[str, int] | None = None,
+    ) -> ScriptCall[tuple[str, str | None]]:
+        """:meth:`park` as a prepared call."""
         k = self.keys
         member, due = retry_timer if retry_timer else ("", 0)
-        reply = self._run(
-            "park",
-            [k.request(request_id), k.parked, k.results, k.events, k.epoch, k.outbox, k.timers],
-            [
-                *self.meta().argv(), request_id, seq, attempt, result_digest, parked_entry,
-                notice_json, self.settings.results_maxlen, event_data, self.now_ms(), epoch,
-                requeue_due_ms, "1" if announce else "0", member, due,
-            ],
-        )
-        return reply[0], reply[1] if len(reply) > 1 else None
+        keys = [k.request(request_id), k.parked, k.results, k.events, k.epoch, k.outbox, k.timers]
+        args = [
+            *self.meta().argv(), request_id, seq, attempt, result_digest, parked_entry,
+            notice_json, self.settings.results_maxlen, event_data, self.now_ms(), epoch,
+            requeue_due_ms, "1" if announce else "0", member, due,
+        ]
+        return ScriptCall("park", keys, args, _outcome_and_id)
 
     def wake(
         self, targets: Sequence[tuple[str, int]], by: dict[str, Any], due_ms: int
@@ -482,6 +535,35 @@ class Store:
     def parked(self) -> dict[str, str]:
         """Parked entries by request id (raw JSON)."""
         return dict(self.client.hgetall(self.keys.parked))  # type: ignore[arg-type]
+
+
+def _begun(reply: Any) -> Begun:
+    if reply[0] == "ok":
+        return Begun("ok", reply[1], int(reply[2]))
+    if reply[0] == "resume":
+        return Begun("resume", recorded=Recorded(reply[1], reply[2]))
+    return Begun(reply[0])
+
+
+def _record_outcome(reply: Any) -> RecordOutcome:
+    if reply[0] == "ok":
+        return RecordOutcome(True)
+    if reply[0] == "duplicate":
+        return RecordOutcome(False, Recorded(reply[1], reply[2]))
+    return RecordOutcome(False)
+
+
+def _reserved(reply: Any) -> Reserved:
+    status = reply[0]
+    if status == "booked":
+        return Reserved(status, version=int(reply[1]))
+    if status == "conflict":
+        return Reserved(status, detail=reply[1], next_attempt=int(reply[2]))
+    return Reserved(status, detail=reply[1] if len(reply) > 1 else None)
+
+
+def _outcome_and_id(reply: Any) -> tuple[str, str | None]:
+    return reply[0], reply[1] if len(reply) > 1 else None
 
 
 def _raw(request_json: str) -> Any:

@@ -155,10 +155,15 @@ class Harness:
         return submit_request(self.rt, request)
 
     def run_decision(self, item: Dispatched, task_id: str = "task") -> str | None:
-        """decide → reserve → publish for one dispatched decision; returns the final outcome."""
-        step = pipeline.decide(self.rt, item.request_id, item.seq, item.attempt, task_id)
+        """What the ``decide`` task runs for one dispatched decision; returns the final outcome.
+
+        The decision normally finishes in its own round trip; a step left over
+        continues through reserve → publish, as the task's chain would.
+        """
+        progress = pipeline.decide_and_finish(self.rt, item.request_id, item.seq, item.attempt, task_id)
+        step = progress.step
         if step is None:
-            return None
+            return progress.outcome
         step = pipeline.reserve(self.rt, pipeline.Step.from_dict(step.to_dict()))
         if step is None:
             return None

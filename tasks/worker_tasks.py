@@ -20,7 +20,8 @@ Every task runs under :class:`GuardedTask`, the redelivery guard:
 
 Steps hand each other a small JSON dict; a step with nothing left to do
 raises :class:`celery.exceptions.Ignore`, which acknowledges the message and
-stops the chain.
+stops the chain. ``decide`` normally finishes the request itself (booked and
+published, or parked, in one round trip) and drops the rest of its chain.
 """
 
 from __future__ import annotations
@@ -184,20 +185,31 @@ def _continue(step: pipeline.Step | None) -> dict[str, Any]:
 
 
 @app.task(name=DECIDE, base=GuardedTask, bind=True)  # type: ignore[untyped-decorator]
-def decide(self: GuardedTask, request: Any, seq: int = 0, attempt: int = 0) -> dict[str, Any]:
-    """Decide a placement for a request id (or a raw Contract 1 request).
+def decide(self: GuardedTask, request: Any, seq: int = 0, attempt: int = 0) -> Any:
+    """Decide a placement for a request id (or a raw Contract 1 request), book and publish it.
 
-    A bare ``gpusched.decide`` message (no chain attached, e.g. from a foreign
-    Celery client) continues with the default reserve → publish steps. When
-    the decision needs no reservation step (booked inside the decide lease,
-    rejected, or to be parked) the chain's next ``gpusched.reserve`` is skipped.
+    The decision, its booking and its publish (or park) step go to Redis in one
+    round trip (:func:`tasks.pipeline.decide_and_finish`), so the chain's
+    ``gpusched.reserve`` and ``gpusched.publish`` hops are dropped. When a step
+    is left (this attempt's decision was recorded first by another delivery)
+    the chain continues with it; a bare ``gpusched.decide`` message (no chain
+    attached, e.g. from a foreign Celery client) then continues with the
+    default reserve → publish steps.
     """
-    step = _continue(pipeline.decide(runtime(), request, seq, attempt, str(self.request.id)))
+    progress = pipeline.decide_and_finish(runtime(), request, seq, attempt, str(self.request.id))
     remaining = self.request.chain
+    if progress.step is None:
+        if progress.outcome is None:
+            raise Ignore()
+        if remaining:
+            remaining.clear()  # finished here: no reserve/publish hop
+        log.info("request_finished", outcome=progress.outcome)
+        return progress.outcome
+    step = progress.step.to_dict()
     if not remaining and not self.request.callbacks:
         commit_chain(step).apply_async()
     elif step["action"] != "reserve" and remaining and remaining[-1].get("task") == RESERVE:
-        remaining.pop()  # booked inside the decide lease (or nothing to book): skip the no-op hop
+        remaining.pop()  # booked already (or nothing to book): skip the no-op hop
     return step
 
 

@@ -16,6 +16,7 @@ from builders import GIB, RTX_4090, model, uniform_worker
 from celery.exceptions import Ignore, Reject
 
 from tasks import edge, pipeline, worker_tasks
+from tasks.messages import PUBLISH, RESERVE
 from tasks.testing import Harness, isolated_settings
 
 SMALL = {"GPUSTACK_MODEL_VRAM_CLAIM": str(10 * GIB)}
@@ -49,7 +50,7 @@ def test_redis_errors_requeue_without_counting_as_crashes(
     h: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     h.submit({"request_id": "r", "model": model(env=SMALL)})
-    monkeypatch.setattr(pipeline, "decide", _raising(redis.ConnectionError("broker hiccup")))
+    monkeypatch.setattr(pipeline, "decide_and_finish", _raising(redis.ConnectionError("broker hiccup")))
     for _ in range(h.settings.max_crashes + 3):
         with pytest.raises(Reject):
             _deliver(worker_tasks.decide, "msg-1", "r", 0, 0)
@@ -61,14 +62,14 @@ def test_a_clear_that_failed_during_an_outage_is_done_before_the_next_task(
     h: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     h.submit({"request_id": "r", "model": model(env=SMALL)})
-    monkeypatch.setattr(pipeline, "decide", _raising(redis.ConnectionError("down")))
+    monkeypatch.setattr(pipeline, "decide_and_finish", _raising(redis.ConnectionError("down")))
     monkeypatch.setattr(h.rt.store, "clear_delivery", _raising(redis.ConnectionError("still down")))
     with pytest.raises(Reject):
         _deliver(worker_tasks.decide, "msg-1", "r", 0, 0)
     assert h.rt.client.get(h.rt.keys.delivery("msg-1")) == "1"
     monkeypatch.undo()
     monkeypatch.setattr(worker_tasks, "runtime", lambda: h.rt)
-    monkeypatch.setattr(pipeline, "decide", _raising(redis.ConnectionError("down")))
+    monkeypatch.setattr(pipeline, "decide_and_finish", _raising(redis.ConnectionError("down")))
     with pytest.raises(Reject):
         _deliver(worker_tasks.decide, "msg-2", "r", 0, 0)  # any next task of this process
     assert h.rt.client.get(h.rt.keys.delivery("msg-1")) is None
@@ -78,7 +79,7 @@ def test_redis_errors_inside_the_guard_requeue_instead_of_acknowledging(
     h: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     h.submit({"request_id": "r", "model": model(env=SMALL)})
-    monkeypatch.setattr(pipeline, "decide", _raising(ValueError("bug")))
+    monkeypatch.setattr(pipeline, "decide_and_finish", _raising(ValueError("bug")))
     monkeypatch.setattr(h.rt.store, "count_error", _raising(redis.ConnectionError("down")))
     with pytest.raises(Reject) as requeued:
         _deliver(worker_tasks.decide, "msg-1", "r", 0, 0)
@@ -142,3 +143,22 @@ def test_a_message_that_keeps_dying_after_booking_publishes_the_booking(h: Harne
     assert [(r["status"], r["terminal"]) for r in h.results()] == [("scheduled", "1")]
     wid = h.rt.cluster.instance_meta()["req:r"].workers[0]
     assert h.event({"kind": "worker_removed", "worker_id": wid})["rescheduled"] == ["r~1"]
+
+
+def test_the_decide_task_drops_the_reserve_and_publish_hops_it_ran_itself(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent: list[Any] = []
+    monkeypatch.setattr(worker_tasks, "commit_chain", sent.append)
+    for rid, chain in (("chained", [{"task": PUBLISH}, {"task": RESERVE}]), ("bare", None)):
+        h.submit({"request_id": rid, "model": model(env=SMALL)})
+        h.queue.clear()
+        worker_tasks.decide.push_request(id=f"msg-{rid}", called_directly=False, chain=chain, callbacks=None)
+        try:
+            assert worker_tasks.decide(rid, 0, 0) == "published"
+        finally:
+            worker_tasks.decide.pop_request()
+        assert not chain and not sent  # no later hop, none attached to a bare message
+        h.event({"kind": "instance_deleted", "request_id": rid})  # room for the next one
+    assert [r["status"] for r in h.results()] == ["scheduled", "scheduled"]
+    assert h.rt.client.get(h.rt.keys.delivery("msg-chained")) is None

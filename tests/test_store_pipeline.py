@@ -25,6 +25,7 @@ from tasks.mirror import ClusterMirror
 from tasks.outcome import OVERCOMMIT_MESSAGE
 from tasks.replay import format_report, replay
 from tasks.runtime import BLOCK_MARGIN_S, redis_client
+from tasks.scripts import Batch, Scripts
 from tasks.settings import Settings
 from tasks.testing import Harness, booking_violations, isolated_settings
 
@@ -674,3 +675,121 @@ def test_replay_uses_the_request_as_received_before_each_decision() -> None:
     h.pump()
     report = replay(h.rt.client, h.rt.cluster)
     assert (report.replayed, report.identical, report.differ) == (2, 2, 0)
+
+
+# ------------------------------------------- one message, one round trip per step
+def _count_round_trips(h: Harness, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record every batch and every single script call the runtime sends."""
+    sent: list[str] = []
+    real_execute, real_run = Batch.execute, Scripts.run
+
+    def execute(self: Batch) -> None:
+        sent.append("batch")
+        real_execute(self)
+
+    def run(self: Scripts, name: str, keys: list[str], args: list[Any]) -> Any:
+        sent.append(name)
+        return real_run(self, name, keys, args)
+
+    monkeypatch.setattr(Batch, "execute", execute)
+    monkeypatch.setattr(Scripts, "run", run)
+    return sent
+
+
+def test_under_the_lease_the_decide_message_books_and_publishes_in_two_round_trips(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h = Harness()
+    h.apply(_cluster())
+    h.submit(_request("a"))
+    item = h.queue.popleft()
+    sent = _count_round_trips(h, monkeypatch)
+    progress = pipeline.decide_and_finish(h.rt, item.request_id, item.seq, item.attempt, "t")
+    assert progress == pipeline.Progress(None, "published")
+    assert sent == ["batch", "batch"]  # lease + begin + changes; record + reserve + release + publish
+    assert [r["status"] for r in h.results()] == ["scheduled"]
+    assert h.record("a")["state"] == "done" and booking_violations(h.rt) == []
+    assert h.rt.client.exists(h.rt.keys.decide_lock) == 0  # released with the booking
+
+
+def test_a_redelivered_decide_after_an_inline_publish_publishes_nothing_twice() -> None:
+    h = Harness()
+    h.apply(_cluster())
+    h.submit(_request("a"))
+    item = h.queue.popleft()
+    first = pipeline.decide_and_finish(h.rt, item.request_id, item.seq, item.attempt, "t1")
+    again = pipeline.decide_and_finish(h.rt, item.request_id, item.seq, item.attempt, "t1")
+    other = pipeline.decide_and_finish(h.rt, item.request_id, item.seq, item.attempt, "t2")
+    assert first.outcome == "published"
+    assert again == other == pipeline.Progress(None)
+    assert len(h.results()) == 1 and len(h.events(["sched.decision.made"])) == 1
+    assert len(h.events(["sched.reservation.booked"])) == 1
+
+
+def test_a_decide_redelivered_after_booking_publishes_the_booking_inline() -> None:
+    h = Harness()
+    h.apply(_cluster())
+    h.submit(_request("a"))
+    item = h.queue.popleft()
+    pipeline.decide(h.rt, item.request_id, item.seq, item.attempt, "t")  # booked; then killed
+    progress = pipeline.decide_and_finish(h.rt, item.request_id, item.seq, item.attempt, "t")
+    assert progress == pipeline.Progress(None, "published")
+    assert [r["status"] for r in h.results()] == ["scheduled"] and booking_violations(h.rt) == []
+
+
+def test_a_batched_publish_after_a_conflicting_reservation_publishes_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h = Harness(settings=isolated_settings(decide_lock=False))
+    h.apply(_cluster(workers=1, gpus=1))
+    h.submit(_request("a"))
+    h.submit(_request("b"))
+    a, b = h.queue.popleft(), h.queue.popleft()
+    real_core = pipeline.run_core
+
+    def core_then_rival_books(*args: Any, **kwargs: Any) -> Any:
+        decided = real_core(*args, **kwargs)
+        if args[2] == "a":  # b books the only GPU between a's snapshot and a's batch
+            rival = pipeline.decide_and_finish(h.rt, b.request_id, b.seq, b.attempt, "tb")
+            assert rival.outcome == "published"
+        return decided
+
+    monkeypatch.setattr(pipeline, "run_core", core_then_rival_books)
+    assert pipeline.decide_and_finish(h.rt, a.request_id, a.seq, a.attempt, "ta") == pipeline.Progress(None)
+    assert [r["request_id"] for r in h.results()] == ["b"]  # a's publish refused on its own
+    assert h.record("a")["state"] == "retrying"
+    assert [(i.request_id, i.attempt) for i in h.queue] == [("a", 1)]  # its retry is queued
+    assert booking_violations(h.rt) == []
+
+
+def test_batches_survive_a_flushed_script_cache() -> None:
+    h = Harness()
+    h.apply(_cluster())
+    h.submit(_request("a"))
+    h.pump()
+    h.rt.client.script_flush()  # e.g. Redis restarted: every EVALSHA answers NOSCRIPT
+    h.submit(_request("b"))
+    assert h.pump() == 1
+    assert sorted(r["request_id"] for r in h.results()) == ["a", "b"]
+
+
+def test_a_busy_decide_lease_is_waited_for() -> None:
+    h = Harness(settings=isolated_settings(decide_lock_wait_s=2.0))
+    h.apply(_cluster())
+    h.rt.client.set(h.rt.keys.decide_lock, "another-decider", px=150)  # its holder died
+    h.submit(_request("a"))
+    started = time.monotonic()
+    h.pump()
+    assert 0.1 < time.monotonic() - started < 1.0  # taken once it expired, not after the full wait
+    assert [r["status"] for r in h.results()] == ["scheduled"]
+    assert h.rt.client.exists(h.rt.keys.decide_lock) == 0
+
+
+def test_a_decide_lease_not_obtained_in_time_proceeds_optimistically() -> None:
+    h = Harness(settings=isolated_settings(decide_lock_wait_s=0.1))
+    h.apply(_cluster())
+    h.rt.client.set(h.rt.keys.decide_lock, "another-decider", px=60_000)
+    h.submit(_request("b"))
+    h.pump()
+    assert [r["status"] for r in h.results()] == ["scheduled"]
+    assert h.rt.client.get(h.rt.keys.decide_lock) == "another-decider"  # only its holder releases it

@@ -10,7 +10,15 @@ import fakeredis
 import pytest
 from builders import RTX_4090, model, uniform_worker
 
-from tasks.scripts import SCRIPT_DIR, SCRIPT_NAMES, Scripts, loaded_source, script_source
+from tasks.scripts import (
+    SCRIPT_DIR,
+    SCRIPT_NAMES,
+    Batch,
+    ScriptCall,
+    Scripts,
+    loaded_source,
+    script_source,
+)
 from tasks.streams import (
     EVENT_TYPES,
     SCHEMA_VERSION,
@@ -186,13 +194,18 @@ def test_every_script_caller_passes_the_keys_and_arguments_its_header_documents(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     calls: list[tuple[str, list[str], list[Any]]] = []
-    real = Scripts.run
+    real, real_batched = Scripts.run, Batch.script
 
     def recording(self: Scripts, name: str, keys: list[str], args: list[Any]) -> Any:
         calls.append((name, list(keys), list(args)))
         return real(self, name, keys, args)
 
+    def batched(self: Batch, call: ScriptCall[Any]) -> Any:
+        calls.append((call.name, list(call.keys), list(call.args)))
+        return real_batched(self, call)
+
     monkeypatch.setattr(Scripts, "run", recording)
+    monkeypatch.setattr(Batch, "script", batched)
     _exercise_every_script(Harness())
     assert {name for name, _, _ in calls} == set(SCRIPT_NAMES)
     for name, keys, args in calls:
