@@ -130,8 +130,8 @@ def _counts_for_type(instance_type: str | None, gpu_type: str | None) -> bool:
 
 #: A memo entry: the worker view the value was computed from, and the value.
 _MemoEntry = tuple[WorkerView, object]
-#: A stage entry: the worker copy and allocatable object an outcome was computed from.
-_StageEntry = tuple[WorkerView, "Allocatable", object]
+#: A stage entry: the worker copy and instance generation an outcome was computed from.
+_StageEntry = tuple[WorkerView, int, object]
 
 _T = TypeVar("_T")
 
@@ -157,13 +157,14 @@ class SnapshotMemo:
       snapshot, the GPU-type grouping, the fraction inputs), valid while the
       list holds the same objects in the same order;
     * per-worker strategy outcomes, keyed by the stage and every decision
-      input the stage reads, valid while the worker copy and its allocatable
-      object are unchanged.
+      input the stage reads, valid while the worker copy is the same object and
+      no instance bound to the worker changed (its *generation*, bumped by
+      :meth:`track_instances`, is the same).
 
     Results are byte-identical with or without a memo. Not thread-safe: one per thread.
     """
 
-    __slots__ = ("_derived", "_entries", "_instances", "_stages")
+    __slots__ = ("_derived", "_entries", "_instances", "_stages", "generations")
 
     #: Entries kept at most per kind; beyond it that kind starts over (workers come and go).
     LIMIT = 200_000
@@ -175,6 +176,8 @@ class SnapshotMemo:
         self._instances: tuple[ModelInstance, ...] = ()
         self._derived: dict[object, tuple[tuple[object, ...], object]] = {}
         self._stages: dict[tuple[object, ...], StageOutcomes] = {}
+        #: Per worker id, how many times its bound instances changed (absent: never).
+        self.generations: dict[int, int] = {}
 
     def track_instances(self, instances: tuple[ModelInstance, ...]) -> None:
         """Forget the allocatable entries of workers whose bound instances changed.
@@ -189,7 +192,7 @@ class SnapshotMemo:
         before = {id(instance) for instance in previous}
         after = {id(instance) for instance in instances}
         if len(before) != len(previous) or len(after) != len(instances):
-            self._entries.clear()  # an instance object listed twice: no cheap diff
+            self._forget_workers()  # an instance object listed twice: no cheap diff
             return
         touched: set[int] = set()
         for instance in previous:
@@ -198,8 +201,16 @@ class SnapshotMemo:
         for instance in instances:
             if id(instance) not in before:
                 touched.update(_occupied_workers(instance))
+        generations = self.generations
         for worker_id in touched:
             self._entries.pop(worker_id, None)
+            generations[worker_id] = generations.get(worker_id, 0) + 1
+
+    def _forget_workers(self) -> None:
+        """Drop every per-worker value and stage outcome."""
+        self._entries.clear()
+        self._stages.clear()
+        self.generations.clear()
 
     def get(self, worker_id: int, key: object, view: WorkerView) -> object | None:
         """A per-worker value (``key``: a GPU type for allocatable resources, or a
@@ -246,25 +257,15 @@ class SnapshotMemo:
 class StageOutcomes:
     """One strategy's per-worker outcomes for one set of decision inputs and GPU type.
 
-    An outcome is valid while the worker copy and its allocatable object are
-    the same objects as when it was computed.
+    ``entries`` maps a worker id to ``(worker copy, generation, outcome)``; an
+    outcome is valid while the copy is the same object and the worker's
+    generation in :attr:`SnapshotMemo.generations` is unchanged.
     """
 
     __slots__ = ("entries",)
 
     def __init__(self) -> None:
         self.entries: dict[int, _StageEntry] = {}
-
-    def get(self, worker: WorkerView, allocatable: Allocatable) -> object | None:
-        """The remembered outcome, or None when the worker or its allocatable changed."""
-        entry = self.entries.get(worker.id)
-        if entry is None or entry[0] is not worker or entry[1] is not allocatable:
-            return None
-        return entry[2]
-
-    def put(self, worker: WorkerView, allocatable: Allocatable, outcome: object) -> None:
-        """Remember the worker's outcome."""
-        self.entries[worker.id] = (worker, allocatable, outcome)
 
 
 class ClusterState:

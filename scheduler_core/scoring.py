@@ -11,7 +11,7 @@ request does not carry, so it contributes nothing here.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from scheduler_core._schemas import ModelInstance
 from scheduler_core.cluster import Allocatable, ClusterState
@@ -74,6 +74,8 @@ class _WorkerLoad:
     total: int
     gpus: Mapping[int, int]
     by_model: Mapping[int | None, tuple[int, Mapping[int, int]]]
+    #: GPU terms of index tuples for models with no instance on the worker (filled lazily).
+    other_terms: dict[tuple[int, ...], float] = field(default_factory=dict, compare=False)
 
     def counts(self, model_id: int | None) -> tuple[int, int]:
         """(placements of ``model_id``, placements of other models) on the worker."""
@@ -153,11 +155,20 @@ def _gpu_term(placed: int, others: int) -> float:
     return 1.0 / (1 + placed + 0.2 * others)
 
 
-def _gpu_score(indexes: Sequence[int], load: _WorkerLoad, model_id: int | None) -> float:
+def _gpu_score(indexes: tuple[int, ...], load: _WorkerLoad, model_id: int | None) -> float:
+    absent = model_id is None or model_id not in load.by_model
+    if absent:  # only other models' instances count: the same term for every such model
+        remembered = load.other_terms.get(indexes)
+        if remembered is not None:
+            return remembered
     if len(indexes) == 1:  # the common single-GPU case, without the list
-        return _gpu_term(*load.gpu_counts(model_id, indexes[0]))
-    scores = [_gpu_term(*load.gpu_counts(model_id, i)) for i in indexes]
-    return sum(scores) / len(scores)
+        score = _gpu_term(*load.gpu_counts(model_id, indexes[0]))
+    else:
+        terms = [_gpu_term(*load.gpu_counts(model_id, i)) for i in indexes]
+        score = sum(terms) / len(terms)
+    if absent:
+        load.other_terms[indexes] = score
+    return score
 
 
 #: The GPU term of a candidate whose GPUs run no instance: 1 / (1 + 0 + 0.2 × 0) for

@@ -229,23 +229,24 @@ def worker_outcomes(
     """``evaluate(worker)`` for each worker, in order, reusing earlier decisions' outcomes.
 
     With a cross-decision memo, a worker's outcome is reused while the worker
-    copy and its allocatable object are unchanged (``evaluate`` must depend on
-    nothing else but :meth:`Selection.inputs_key`).
+    copy is the same object and no instance bound to the worker changed
+    (``evaluate`` must read nothing else but :meth:`Selection.inputs_key`).
     """
     table = selection.stage_outcomes(stage, gpu_type)
-    if table is None:
+    memo = selection.cluster.memo
+    if table is None or memo is None:
         return [(worker, evaluate(worker)) for worker in workers]
-    allocatable = selection.cluster.allocatable
+    generations = memo.generations
     entries = table.entries
     outcomes: list[tuple[WorkerView, _Outcome]] = []
     for worker in workers:
-        free = allocatable(worker, gpu_type)
+        generation = generations.get(worker.id, 0)
         entry = entries.get(worker.id)
-        if entry is not None and entry[0] is worker and entry[1] is free:
+        if entry is not None and entry[0] is worker and entry[1] == generation:
             outcome = cast(_Outcome, entry[2])
         else:
             outcome = evaluate(worker)
-            entries[worker.id] = (worker, free, outcome)
+            entries[worker.id] = (worker, generation, outcome)
         outcomes.append((worker, outcome))
     return outcomes
 
