@@ -25,10 +25,30 @@ from tasks.streams import read_range
 PAGE = 500
 #: Entries of the changes stream: ``(entry id, fields)``.
 Entries = list[tuple[str, dict[str, str]]]
+#: What :meth:`ClusterMirror.read_changes` reads: the cluster version, then the entries after it.
+Changes = tuple[int, Entries]
 
 
 def _entries(reply: Any) -> Entries:
     return [(str(entry_id), dict(fields)) for entry_id, fields in reply]
+
+
+def _version(reply: Any) -> int:
+    return int(reply or 0)
+
+
+class ChangesRead:
+    """The two replies of :meth:`ClusterMirror.read_changes`, available once the batch executed."""
+
+    __slots__ = ("_entries", "_version")
+
+    def __init__(self, version: Pending[int], entries: Pending[Entries]) -> None:
+        self._version, self._entries = version, entries
+
+    @property
+    def value(self) -> Changes:
+        """(cluster version, changes after the mirror's position)."""
+        return self._version.value, self._entries.value
 
 
 class ClusterMirror:
@@ -54,28 +74,39 @@ class ClusterMirror:
         self.last_id = last_id
         return self.fold
 
-    def read_changes(self, batch: Batch) -> Pending[Entries] | None:
-        """Queue the read :meth:`sync` starts with (None before the first full read).
+    def read_changes(self, batch: Batch) -> ChangesRead | None:
+        """Queue the reads :meth:`sync` starts with (None before the first full read).
 
-        Lets a caller fetch the changes in the same round trip as other work;
-        pass the reply to :meth:`sync`.
+        Lets a caller fetch the cluster version and the changes in the same
+        round trip as other work; pass the value to :meth:`sync`.
         """
         if self.last_id is None:
             return None
+        keys = self.cluster.keys
+        version = batch.command(_version, "GET", keys.version)
         start = f"({self.last_id}"
-        return batch.command(_entries, "XRANGE", self.cluster.keys.changes, start, "+", "COUNT", PAGE)
+        entries = batch.command(_entries, "XRANGE", keys.changes, start, "+", "COUNT", PAGE)
+        return ChangesRead(version, entries)
 
-    def sync(self, first_page: Entries | None = None) -> ClusterFold:
+    def sync(self, first_page: Changes | None = None) -> ClusterFold:
         """Bring the fold up to the latest recorded version and return it.
 
+        A Redis that went back in time (an AOF that lost its tail, a failover to
+        a lagging replica) shows as a cluster version below the fold's, or as a
+        new change whose version the fold already has: either reloads the state.
+
         Args:
-            first_page: the reply of :meth:`read_changes` when the caller
+            first_page: the value of :meth:`read_changes` when the caller
                 already read it (read at or after the state it must see).
         """
         if self.last_id is None:
             return self.reload()
         stream = self.cluster.keys.changes
-        entries = first_page
+        entries = None
+        if first_page is not None:
+            current, entries = first_page
+            if current < self.fold.version:
+                return self.reload()
         while True:
             if entries is None:
                 entries = read_range(self.cluster.client, stream, f"({self.last_id}", PAGE)
@@ -89,9 +120,9 @@ class ClusterMirror:
 
     def _apply(self, fields: dict[str, str]) -> bool:
         version = int(fields["version"])
-        if version <= self.fold.version:
-            return True  # already part of the state read by reload()
         if version != self.fold.version + 1:
+            # A change after the position the state was read at always follows
+            # its version; anything else is a gap, or Redis went back in time.
             return False
         try:
             self.fold.apply_change(

@@ -49,7 +49,7 @@ from tasks.chain import LoadedChain
 from tasks.edge import Normalized, normalize, sha256_hex, with_request_id
 from tasks.fold import ClusterFold
 from tasks.lease import DecideLease
-from tasks.mirror import Entries
+from tasks.mirror import Changes
 from tasks.outcome import (
     booking_for,
     error_of,
@@ -264,7 +264,7 @@ def _decide(rt: Runtime, ref: Any, seq: int, attempt: int, task_id: str, *, fini
 
 def _claim(
     rt: Runtime, lease: DecideLease | None, ref: str, seq: int, attempt: int, task_id: str
-) -> tuple[Begun, Entries | None]:
+) -> tuple[Begun, Changes | None]:
     """Take the decide lease (if enabled), begin the attempt, read the cluster's changes.
 
     One round trip when the lease is free. Two deciders working from the same
@@ -291,7 +291,7 @@ def _claim(
 
 def _decision(
     rt: Runtime, ref: str, seq: int, attempt: int, request_json: str, epoch: int,
-    changes: Entries | None,
+    changes: Changes | None,
 ) -> tuple[Step, ScriptCall[RecordOutcome]]:
     """The decision on the mirror (synced from ``changes``) and the call that records it."""
     started = time.perf_counter()
