@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from scheduler_core._schemas import ModelInstance
 from scheduler_core.cluster import Allocatable, ClusterState
 from scheduler_core.strategies._base import Candidate, Claim
 
@@ -92,26 +91,25 @@ class _WorkerLoad:
         return placed, self.gpus.get(index, 0) - placed
 
 
-def _placements(instance: ModelInstance) -> Iterable[tuple[int, list[int]]]:
-    if instance.worker_id is not None:
-        yield instance.worker_id, list(instance.gpu_indexes or ())
-    servers = instance.distributed_servers
-    for sub in (servers.subordinate_workers or ()) if servers else ():
-        if sub.worker_id is not None:
-            yield sub.worker_id, list(sub.gpu_indexes or ())
-
-
 def _worker_load(cluster: ClusterState, worker_id: int) -> _WorkerLoad:
-    """GPUStack's per-worker and per-GPU instance counts for one worker, per model."""
-    total = 0
+    """GPUStack's per-worker and per-GPU instance counts for one worker, per model.
+
+    Counts every placement on the worker: an instance's main placement and
+    each subordinate placed there.
+    """
     gpus: dict[int, int] = {}
     by_model: dict[int | None, tuple[int, dict[int, int]]] = {}
+    total = 0
     for instance in cluster.instances_on(worker_id):
-        for placed_on, indexes in _placements(instance):
-            if placed_on != worker_id:
-                continue
+        placements = [instance.gpu_indexes or ()] if instance.worker_id == worker_id else []
+        servers = instance.distributed_servers
+        if servers is not None and servers.subordinate_workers:
+            placements += [
+                sub.gpu_indexes or () for sub in servers.subordinate_workers if sub.worker_id == worker_id
+            ]
+        for indexes in placements:
             count = len(indexes) or 1  # a CPU instance counts once
-            placed, per_gpu = by_model.get(instance.model_id, (0, {}))
+            placed, per_gpu = by_model.get(instance.model_id) or (0, {})
             total += count
             for index in indexes:
                 gpus[index] = gpus.get(index, 0) + 1
@@ -155,14 +153,19 @@ def _gpu_term(placed: int, others: int) -> float:
     return 1.0 / (1 + placed + 0.2 * others)
 
 
-def _gpu_score(indexes: tuple[int, ...], load: _WorkerLoad, model_id: int | None) -> float:
-    absent = model_id is None or model_id not in load.by_model
-    if absent:  # only other models' instances count: the same term for every such model
+def _gpu_score(indexes: tuple[int, ...], load: _WorkerLoad, model_id: int | None, remember: bool) -> float:
+    """The GPU term; with ``remember`` (a load kept across decisions) the term of a
+    model with no instance on the worker, the same for every such model, is kept."""
+    absent = remember and (model_id is None or model_id not in load.by_model)
+    if absent:
         remembered = load.other_terms.get(indexes)
         if remembered is not None:
             return remembered
-    if len(indexes) == 1:  # the common single-GPU case, without the list
-        score = _gpu_term(*load.gpu_counts(model_id, indexes[0]))
+    if len(indexes) == 1:  # the common single-GPU case, without the list (gpu_counts inlined)
+        index = indexes[0]
+        current = load.by_model.get(model_id) if model_id is not None else None
+        placed = current[1].get(index, 0) if current else 0
+        score = 1.0 / (1 + placed + 0.2 * (load.gpus.get(index, 0) - placed))
     else:
         terms = [_gpu_term(*load.gpu_counts(model_id, i)) for i in indexes]
         score = sum(terms) / len(terms)
@@ -195,6 +198,7 @@ def spread_scores(
     )
     counts = {worker_id: load.counts(model_id) for worker_id, load in loads.items()}
     ranges = _ranges(counts.values())
+    remember = cluster.memo is not None
     by_counts: dict[tuple[int, int], float] = {}
     scores: list[float] = []
     append = scores.append
@@ -215,7 +219,8 @@ def spread_scores(
         if not candidate.gpu_indexes:
             append(worker)
         elif busy:
-            append(0.85 * worker + 0.15 * _gpu_score(candidate.gpu_indexes, load, model_id) * MAX_SCORE)
+            gpu = _gpu_score(candidate.gpu_indexes, load, model_id, remember)
+            append(0.85 * worker + 0.15 * gpu * MAX_SCORE)
         else:
             append(idle)
     return scores

@@ -90,6 +90,7 @@ class Selection:
     #: Per-decision memo for strategies (keys carry the strategy name and every input).
     memo: dict[tuple[object, ...], object] = field(default_factory=dict)
     _inputs_key: tuple[object, ...] | None = None
+    _claims: dict[tuple[object, ...], Claim] = field(default_factory=dict)
     _stage_tables: dict[tuple[str, str | None], StageOutcomes] = field(default_factory=dict)
 
     def stage_outcomes(self, stage: str, gpu_type: str | None) -> StageOutcomes | None:
@@ -207,13 +208,21 @@ class Selection:
         utilization: float | None,
         static_ram: int | None = None,
     ) -> Claim:
-        """A :class:`Claim` with GPUStack's computed RAM for these VRAM claims."""
-        return Claim(
-            vram=dict(vram),
-            ram=computed_ram_claim(self.model, vram, static_ram),
-            vram_utilization=utilization,
-            estimated_vram=self.vram_claim,
-        )
+        """A :class:`Claim` with GPUStack's computed RAM for these VRAM claims.
+
+        Equal claims within a decision are one (immutable) object: a fleet of
+        equal GPUs yields thousands of candidates with a handful of distinct claims.
+        """
+        key = (tuple(vram.items()), utilization, static_ram)
+        claim = self._claims.get(key)
+        if claim is None:
+            claim = self._claims[key] = Claim(
+                vram=dict(vram),
+                ram=computed_ram_claim(self.model, vram, static_ram),
+                vram_utilization=utilization,
+                estimated_vram=self.vram_claim,
+            )
+        return claim
 
 
 _Outcome = TypeVar("_Outcome")
