@@ -9,6 +9,13 @@ least every :data:`WAKE_POLL_S`, which covers a lease that expired and a
 wake token another waiter took. Both steps fit in a :class:`~tasks.scripts.Batch`:
 the acquiring ``SET`` goes first in the decider's first round trip, the
 release goes with the reservation.
+
+Every acquisition attempt also reads the lease back (``GET``, same round
+trip): redis-py re-sends a whole pipeline whose reply was lost (a connection
+reset, Redis restarted from its AOF), and the repeated ``SET NX`` then fails
+against the decider's own token — the token read back says it holds the
+lease. An attempt whose reply was never read may have taken the lease, so
+:attr:`DecideLease.may_hold` stays true until a release was sent.
 """
 
 from __future__ import annotations
@@ -27,10 +34,24 @@ from tasks.settings import Settings
 WAKE_POLL_S = 0.05
 
 
+class Acquisition:
+    """The replies of one queued acquisition attempt, available once the batch executed."""
+
+    __slots__ = ("_lease", "_owner", "_took")
+
+    def __init__(self, lease: DecideLease, took: Pending[bool], owner: Pending[str | None]) -> None:
+        self._lease, self._took, self._owner = lease, took, owner
+
+    @property
+    def value(self) -> bool:
+        """Whether the lease is ours (also sets :attr:`DecideLease.held`)."""
+        return self._lease.settle(self._took.value, self._owner.value)
+
+
 class DecideLease:
     """One attempt to hold the decide lease (a fresh token per decision)."""
 
-    __slots__ = ("_client", "_keys", "_ttl_ms", "_wait_s", "held", "token")
+    __slots__ = ("_client", "_keys", "_ttl_ms", "_unsure", "_wait_s", "held", "token")
 
     def __init__(self, client: redis.Redis, keys: Keys, settings: Settings) -> None:
         self._client = client
@@ -39,17 +60,32 @@ class DecideLease:
         self._wait_s = settings.decide_lock_wait_s
         self.token = uuid.uuid4().hex
         self.held = False
+        self._unsure = False
 
-    def try_acquire(self, batch: Batch) -> Pending[bool]:
-        """Queue one acquisition attempt (first in ``batch``: it is not safe to repeat).
+    @property
+    def may_hold(self) -> bool:
+        """Held, or an acquisition was sent whose reply was not read (release to be sure)."""
+        return self.held or self._unsure
 
-        :attr:`held` reflects it once the batch executed and the reply was read.
+    def try_acquire(self, batch: Batch) -> Acquisition:
+        """Queue one acquisition attempt (first in ``batch``: not re-sent after a NOSCRIPT).
+
+        :attr:`held` reflects it once the batch executed and the value was read.
         """
-        return batch.command(self._took, "SET", self._keys.decide_lock, self.token, "NX", "PX", self._ttl_ms)
+        self._unsure = True
+        took = batch.command(bool, "SET", self._keys.decide_lock, self.token, "NX", "PX", self._ttl_ms)
+        owner = batch.command(_text, "GET", self._keys.decide_lock)
+        return Acquisition(self, took, owner)
 
-    def _took(self, reply: object) -> bool:
-        self.held = bool(reply)
+    def settle(self, took: bool, owner: str | None) -> bool:
+        """Record an acquisition attempt's replies; returns whether the lease is ours."""
+        self.held = took or owner == self.token
+        self._unsure = False
         return self.held
+
+    def released(self) -> None:
+        """A release of this token was executed (the lease is not ours any more)."""
+        self.held = self._unsure = False
 
     def wait(self) -> bool:
         """Block until the lease is ours or ``decide_lock_wait_s`` passed; returns whether held."""
@@ -59,12 +95,19 @@ class DecideLease:
             if remaining <= 0:
                 return False
             self._client.blpop([self._keys.decide_lock_wake], timeout=min(remaining, WAKE_POLL_S))
-            self.held = bool(
-                self._client.set(self._keys.decide_lock, self.token, nx=True, px=self._ttl_ms)
-            )
+            self._unsure = True
+            pipe = self._client.pipeline(transaction=False)
+            pipe.set(self._keys.decide_lock, self.token, nx=True, px=self._ttl_ms)
+            pipe.get(self._keys.decide_lock)
+            took, owner = pipe.execute()
+            self.settle(bool(took), _text(owner))
         return True
 
     def release_call(self) -> ScriptCall[bool]:
         """The release (a no-op when the lease expired or passed to another holder)."""
         keys = [self._keys.decide_lock, self._keys.decide_lock_wake]
         return ScriptCall("release_lease", keys, [self.token, self._ttl_ms], bool)
+
+
+def _text(reply: object) -> str | None:
+    return None if reply is None else str(reply)

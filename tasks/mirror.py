@@ -92,8 +92,10 @@ class ClusterMirror:
         """Bring the fold up to the latest recorded version and return it.
 
         A Redis that went back in time (an AOF that lost its tail, a failover to
-        a lagging replica) shows as a cluster version below the fold's, or as a
-        new change whose version the fold already has: either reloads the state.
+        a lagging replica) shows as a cluster version below the fold's, as a
+        new change whose version the fold already has, or (with ``first_page``)
+        as a cluster version the changes after the position do not reach:
+        each reloads the state.
 
         Args:
             first_page: the value of :meth:`read_changes` when the caller
@@ -103,6 +105,7 @@ class ClusterMirror:
             return self.reload()
         stream = self.cluster.keys.changes
         entries = None
+        current = None
         if first_page is not None:
             current, entries = first_page
             if current < self.fold.version:
@@ -115,6 +118,11 @@ class ClusterMirror:
                     return self.reload()
                 self.last_id = entry_id
             if len(entries) < PAGE:
+                # Every version up to the one read first is on the stream after the
+                # position (each is written with its change); one missing means the new
+                # timeline's entries sort before the position (a clock behind).
+                if current is not None and self.fold.version < current:
+                    return self.reload()
                 return self.fold
             entries = None
 

@@ -258,8 +258,9 @@ def _decide(rt: Runtime, ref: Any, seq: int, attempt: int, task_id: str, *, fini
         step, record = _decision(rt, ref, seq, attempt, begun.request_json, begun.epoch, changes)
         return _advance(rt, step, lease, finish=finish, record=record)
     finally:
-        if lease is not None and lease.held:
+        if lease is not None and lease.may_hold:  # also when a reply was lost or an error came first
             rt.store.scripts.call(lease.release_call())
+            lease.released()
 
 
 def _claim(
@@ -328,8 +329,8 @@ def _advance(
     final = _final_call(rt, last) if finish else None
     pending = batch.script(final) if final is not None else None
     batch.execute()
-    if lease is not None:
-        lease.held = False
+    if lease is not None and held:
+        lease.released()
     if recorded is not None and not recorded.value.recorded:
         earlier = recorded.value.earlier
         return Progress(resumed_step(earlier, step.seq, step.attempt) if earlier else None)

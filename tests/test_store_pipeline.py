@@ -10,6 +10,7 @@ from collections import deque
 from typing import Any
 
 import pytest
+import redis
 from builders import GIB, H100, RTX_4090, instance, model, uniform_worker
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -821,3 +822,89 @@ def test_a_decide_lease_not_obtained_in_time_proceeds_optimistically() -> None:
     h.pump()
     assert [r["status"] for r in h.results()] == ["scheduled"]
     assert h.rt.client.get(h.rt.keys.decide_lock) == "another-decider"  # only its holder releases it
+
+
+def test_a_decide_lease_whose_acquiring_reply_was_lost_is_still_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """redis-py re-sends a pipeline whose reply was lost: the repeated SET NX meets the own token."""
+    h = Harness(settings=isolated_settings(decide_lock_wait_s=1.0))
+    h.apply(_cluster())
+    h.submit(_request("a"))
+    item = h.queue.popleft()
+    real_send = Batch._send
+    sends: list[int] = []
+
+    def reply_lost_once(self: Batch, todo: Any) -> list[Any]:
+        sends.append(len(todo))
+        if len(sends) == 1:
+            real_send(self, todo)  # executed by the server, then the connection reset
+        return real_send(self, todo)
+
+    monkeypatch.setattr(Batch, "_send", reply_lost_once)
+    started = time.monotonic()
+    progress = pipeline.decide_and_finish(h.rt, item.request_id, item.seq, item.attempt, "t")
+    assert time.monotonic() - started < 0.5  # not waiting for its own lease
+    assert progress == pipeline.Progress(None, "published")
+    assert h.rt.client.exists(h.rt.keys.decide_lock) == 0  # released with the booking
+
+
+def test_a_decide_lease_taken_in_a_round_trip_that_then_failed_is_released(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    h = Harness(settings=isolated_settings(decide_lock_wait_s=1.0))
+    h.apply(_cluster())
+    h.submit(_request("a"))
+    item = h.queue.popleft()
+    h.rt.client.script_flush()  # Redis restarted: begin answers NOSCRIPT after the SET NX took the lease
+    real_send = Batch._send
+    sends: list[int] = []
+
+    def reset_on_resend(self: Batch, todo: Any) -> list[Any]:
+        sends.append(len(todo))
+        if len(sends) == 2:
+            raise redis.ConnectionError("connection reset")  # the re-send after loading begin
+        return real_send(self, todo)
+
+    monkeypatch.setattr(Batch, "_send", reset_on_resend)
+    with pytest.raises(redis.ConnectionError):
+        pipeline.decide_and_finish(h.rt, item.request_id, item.seq, item.attempt, "t")
+    assert h.rt.client.exists(h.rt.keys.decide_lock) == 0  # not left to its TTL
+    monkeypatch.undo()
+    started = time.monotonic()
+    progress = pipeline.decide_and_finish(h.rt, item.request_id, item.seq, item.attempt, "t")
+    assert time.monotonic() - started < 0.5 and progress == pipeline.Progress(None, "published")
+
+
+def test_the_mirror_reloads_when_the_new_timeline_sorts_before_its_position(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A failover to a replica whose clock is behind: new changes get ids below the mirror's position."""
+    import fakeredis.model._stream as fake_stream
+
+    real_time = fake_stream.time
+    h = Harness()
+    h.apply(_cluster(workers=2, gpus=2))
+    h.rt.mirror.sync()
+    saved = {key: h.rt.client.dump(key) for key in h.rt.client.keys("*")}
+    ahead = type("Clock", (), {"time": staticmethod(lambda: real_time.time() + 3600)})
+    monkeypatch.setattr(fake_stream, "time", ahead)  # the old primary's clock ran an hour ahead
+    for n in range(3):
+        h.submit(_request(f"r{n}"))
+    h.pump()
+    assert h.rt.mirror.sync().instances
+    monkeypatch.setattr(fake_stream, "time", real_time)
+    h.rt.client.flushall()
+    for key, value in saved.items():
+        h.rt.client.restore(key, 0, value)
+    for n in range(5):  # more changes than were lost: the version alone looks fine
+        h.event({"kind": "worker_state", "worker_id": 2, "state": "not_ready" if n % 2 == 0 else "ready"})
+    batch = h.rt.store.batch()
+    read = h.rt.mirror.read_changes(batch)
+    batch.execute()
+    assert read is not None
+    synced = h.rt.mirror.sync(read.value)
+    fresh = ClusterMirror(h.rt.cluster).reload()
+    assert synced.version == fresh.version
+    assert list(synced.instances) == list(fresh.instances) == []
+    assert _dumped(synced.worker_list()) == _dumped(fresh.worker_list())
