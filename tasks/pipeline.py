@@ -259,7 +259,7 @@ def _decide(rt: Runtime, ref: Any, seq: int, attempt: int, task_id: str, *, fini
         return _advance(rt, step, lease, finish=finish, record=record)
     finally:
         if lease is not None and lease.may_hold:  # also when a reply was lost or an error came first
-            rt.store.scripts.call(lease.release_call())
+            rt.store.call(lease.release_call())
             lease.released()
 
 
@@ -435,7 +435,7 @@ def reserve(rt: Runtime, step: Step) -> Step | None:
     """Book the decided placement; on conflict queue a fresh decision and stop."""
     if step.action != "reserve" or step.booking is None:
         return step
-    return _after_reserve(rt, step, rt.store.scripts.call(_reserve_call(rt, step)))
+    return _after_reserve(rt, step, rt.store.call(_reserve_call(rt, step)))
 
 
 def _reserve_call(rt: Runtime, step: Step) -> ScriptCall[Reserved]:
@@ -473,7 +473,7 @@ def _after_reserve(rt: Runtime, step: Step, outcome: Reserved) -> Step | None:
 def publish(rt: Runtime, step: Step) -> str | None:
     """Publish the terminal result, or park the request. Returns the outcome name."""
     final = _final_call(rt, step)
-    return None if final is None else _after_final(rt, step, rt.store.scripts.call(final))
+    return None if final is None else _after_final(rt, step, rt.store.call(final))
 
 
 def park(rt: Runtime, step: Step) -> str:
@@ -484,7 +484,7 @@ def park(rt: Runtime, step: Step) -> str:
     ``conflict_retry_after_s`` by a timer armed in the same step, besides any
     wake-up by capacity.
     """
-    return _after_park(rt, step, rt.store.scripts.call(_park_call(rt, step)))
+    return _after_park(rt, step, rt.store.call(_park_call(rt, step)))
 
 
 def _final_call(rt: Runtime, step: Step) -> ScriptCall[tuple[str, str | None]] | None:

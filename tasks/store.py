@@ -11,10 +11,10 @@ digest). A request record moves through::
                  │          └──→ parked → woken → deciding ... (cluster change)
                  └── (a second decider of the same attempt resumes the recorded step)
 
-The decision's steps also come as prepared calls (``begin_call``,
-``record_decision_call``, ``reserve_call``, ``publish_call``, ``park_call``)
-so that :mod:`tasks.pipeline` can send several in one round trip
-(:class:`tasks.scripts.Batch`); the plain methods run one call on its own.
+The decision's steps are prepared calls (``begin_call``,
+``record_decision_call``, ``reserve_call``, ``publish_call``, ``park_call``):
+:mod:`tasks.pipeline` sends several in one round trip
+(:class:`tasks.scripts.Batch`), :meth:`Store.call` runs one on its own.
 
 Cluster mutations live in :mod:`tasks.cluster_store`.
 """
@@ -31,7 +31,7 @@ import redis
 
 from tasks.edge import sha256_hex
 from tasks.keys import Keys
-from tasks.scripts import Batch, ScriptCall, Scripts
+from tasks.scripts import Batch, ScriptCall, Scripts, T
 from tasks.settings import Settings
 from tasks.streams import EventMeta, default_source, dumps
 
@@ -157,6 +157,10 @@ class Store:
         """An empty batch of calls for one round trip."""
         return self.scripts.batch()
 
+    def call(self, call: ScriptCall[T]) -> T:
+        """Run one prepared call (``begin_call``, ``reserve_call``, ...) on its own."""
+        return self.scripts.call(call)
+
     def _results_keys(self, request_id: str) -> list[str]:
         k = self.keys
         return [k.request(request_id), k.results, k.events, k.parked, k.outbox]
@@ -196,30 +200,10 @@ class Store:
             return Accepted(True)
         return Accepted(False, reply[1], reply[2], reply[3])
 
-    def begin(self, request_id: str, seq: int, attempt: int, task_id: str) -> Begun:
-        """Claim decision ``(seq, attempt)`` (see ``begin.lua``)."""
-        return self.scripts.call(self.begin_call(request_id, seq, attempt, task_id))
-
     def begin_call(self, request_id: str, seq: int, attempt: int, task_id: str) -> ScriptCall[Begun]:
-        """:meth:`begin` as a prepared call."""
+        """Claim decision ``(seq, attempt)`` (see ``begin.lua``)."""
         keys = [self.keys.request(request_id), self.keys.epoch]
         return ScriptCall("begin", keys, [seq, attempt, task_id, self.now_ms()], _begun)
-
-    def record_decision(
-        self,
-        request_id: str,
-        seq: int,
-        attempt: int,
-        version: int,
-        result_json: str,
-        result_digest: str,
-        event_data: str,
-        step_json: str = "",
-    ) -> RecordOutcome:
-        """Store the core's result and step, write ``sched.decision.made`` (first writer wins)."""
-        return self.scripts.call(self.record_decision_call(
-            request_id, seq, attempt, version, result_json, result_digest, event_data, step_json
-        ))
 
     def record_decision_call(
         self,
@@ -232,33 +216,13 @@ class Store:
         event_data: str,
         step_json: str = "",
     ) -> ScriptCall[RecordOutcome]:
-        """:meth:`record_decision` as a prepared call."""
+        """Store the core's result and step, write ``sched.decision.made`` (first writer wins)."""
         args = [
             *self.meta().argv(), request_id, seq, attempt, version, result_json, result_digest,
             event_data, self.now_ms(), step_json,
         ]
         keys = [self.keys.request(request_id), self.keys.events]
         return ScriptCall("record_decision", keys, args, _record_outcome)
-
-    def reserve(
-        self,
-        request_id: str,
-        seq: int,
-        attempt: int,
-        booking: Booking,
-        retry_due_ms: int,
-        retried_data: str,
-        *,
-        result_digest: str,
-    ) -> Reserved:
-        """Book all claims of ``booking`` or none (see ``reserve.lua``).
-
-        ``result_digest`` names the recorded decision the booking comes from.
-        """
-        return self.scripts.call(self.reserve_call(
-            request_id, seq, attempt, booking, retry_due_ms, retried_data,
-            result_digest=result_digest,
-        ))
 
     def reserve_call(
         self,
@@ -271,7 +235,10 @@ class Store:
         *,
         result_digest: str,
     ) -> ScriptCall[Reserved]:
-        """:meth:`reserve` as a prepared call."""
+        """Book all claims of ``booking`` or none (see ``reserve.lua``).
+
+        ``result_digest`` names the recorded decision the booking comes from.
+        """
         k = self.keys
         keys = [
             k.request(request_id), k.capacity, k.booked, k.instances, k.instance_meta,
@@ -285,22 +252,6 @@ class Store:
         ]
         return ScriptCall("reserve", keys, args, _reserved)
 
-    def publish(
-        self,
-        request_id: str,
-        status: str,
-        *,
-        seq: int,
-        attempt: int,
-        result_digest: str,
-        rejected_data: str = "",
-    ) -> tuple[str, str | None]:
-        """Publish the recorded decision's terminal result once; returns (outcome, entry id)."""
-        return self.scripts.call(self.publish_call(
-            request_id, status, seq=seq, attempt=attempt, result_digest=result_digest,
-            rejected_data=rejected_data,
-        ))
-
     def publish_call(
         self,
         request_id: str,
@@ -311,7 +262,7 @@ class Store:
         result_digest: str,
         rejected_data: str = "",
     ) -> ScriptCall[tuple[str, str | None]]:
-        """:meth:`publish` as a prepared call."""
+        """Publish the recorded decision's terminal result once; replies (outcome, entry id)."""
         args = [
             *self.meta().argv(), request_id, status, seq, attempt, result_digest,
             self.settings.results_maxlen, self.settings.request_ttl_s, self.now_ms(), rejected_data,
@@ -341,33 +292,6 @@ class Store:
         )
         return reply[0], reply[1] if len(reply) > 1 else None
 
-    def park(
-        self,
-        request_id: str,
-        seq: int,
-        attempt: int,
-        *,
-        result_digest: str,
-        parked_entry: str,
-        notice_json: str,
-        event_data: str,
-        epoch: int,
-        requeue_due_ms: int,
-        announce: bool = True,
-        retry_timer: tuple[str, int] | None = None,
-    ) -> tuple[str, str | None]:
-        """Park the request, or requeue it if the cluster changed meanwhile (see ``park.lua``).
-
-        Args:
-            retry_timer: ``(member, due ms)`` of the timer that retries a request
-                parked by reservation conflicts, armed in the same step.
-        """
-        return self.scripts.call(self.park_call(
-            request_id, seq, attempt, result_digest=result_digest, parked_entry=parked_entry,
-            notice_json=notice_json, event_data=event_data, epoch=epoch,
-            requeue_due_ms=requeue_due_ms, announce=announce, retry_timer=retry_timer,
-        ))
-
     def park_call(
         self,
         request_id: str,
@@ -383,7 +307,12 @@ class Store:
         announce: bool = True,
         retry_timer: tuple[str, int] | None = None,
     ) -> ScriptCall[tuple[str, str | None]]:
-        """:meth:`park` as a prepared call."""
+        """Park the request, or requeue it if the cluster changed meanwhile (see ``park.lua``).
+
+        Args:
+            retry_timer: ``(member, due ms)`` of the timer that retries a request
+                parked by reservation conflicts, armed in the same step.
+        """
         k = self.keys
         member, due = retry_timer if retry_timer else ("", 0)
         keys = [k.request(request_id), k.parked, k.results, k.events, k.epoch, k.outbox, k.timers]

@@ -126,8 +126,8 @@ def test_invalid_snapshot_changes_nothing() -> None:
 
 def _book(h: Harness, rid: str, claims: dict[str, int], workers: list[int]) -> str:
     h.rt.store.accept(rid, json.dumps({"request_id": rid}), "d")
-    h.rt.store.begin(rid, 0, 0, "t")
-    h.rt.store.record_decision(rid, 0, 0, 0, "{}", "d", "{}")
+    h.rt.store.call(h.rt.store.begin_call(rid, 0, 0, "t"))
+    h.rt.store.call(h.rt.store.record_decision_call(rid, 0, 0, 0, "{}", "d", "{}"))
     key = f"req:{rid}"
     row = {
         "name": key,
@@ -139,7 +139,7 @@ def _book(h: Harness, rid: str, claims: dict[str, int], workers: list[int]) -> s
     meta = {"src": "gpusched", "rid": rid, "pin": False, "w": workers}
     data = {"instance_key": key, "row": row, "meta": meta}
     booking = Booking(key, json.dumps(row), json.dumps(meta), encode_amounts(claims), json.dumps(data))
-    return h.rt.store.reserve(rid, 0, 0, booking, 0, "{}", result_digest="d").status
+    return h.rt.store.call(h.rt.store.reserve_call(rid, 0, 0, booking, 0, "{}", result_digest="d")).status
 
 
 def test_snapshot_keeps_live_bookings_and_drops_those_on_vanished_workers() -> None:

@@ -41,26 +41,27 @@ def test_accept_redelivery_of_the_intake_message_is_not_a_duplicate_submission(h
 
 def test_begin_claims_only_the_current_attempt(h: Harness) -> None:
     _accept(h)
-    assert h.rt.store.begin("missing", 0, 0, "t").status == "missing"
-    assert h.rt.store.begin("r1", 0, 1, "t").status == "stale"
-    begun = h.rt.store.begin("r1", 0, 0, "t")
+    assert h.rt.store.call(h.rt.store.begin_call("missing", 0, 0, "t")).status == "missing"
+    assert h.rt.store.call(h.rt.store.begin_call("r1", 0, 1, "t")).status == "stale"
+    begun = h.rt.store.call(h.rt.store.begin_call("r1", 0, 0, "t"))
     assert begun.status == "ok" and json.loads(begun.request_json or "{}") == {"request_id": "r1"}
     assert h.record("r1")["state"] == "deciding"
-    assert h.rt.store.begin("r1", 0, 0, "t2").status == "ok"  # a redelivered decision may redo it
+    # a redelivered decision may redo it
+    assert h.rt.store.call(h.rt.store.begin_call("r1", 0, 0, "t2")).status == "ok"
 
 
 def test_record_decision_refuses_a_superseded_attempt(h: Harness) -> None:
     _accept(h)
-    h.rt.store.begin("r1", 0, 0, "t")
-    assert not h.rt.store.record_decision("r1", 0, 1, 1, "{}", "d", "{}")
-    assert h.rt.store.record_decision("r1", 0, 0, 1, '{"x":1}', "d", "{}")
+    h.rt.store.call(h.rt.store.begin_call("r1", 0, 0, "t"))
+    assert not h.rt.store.call(h.rt.store.record_decision_call("r1", 0, 1, 1, "{}", "d", "{}"))
+    assert h.rt.store.call(h.rt.store.record_decision_call("r1", 0, 0, 1, '{"x":1}', "d", "{}"))
     assert h.record("r1")["result"] == '{"x":1}'
 
 
 def _decided(h: Harness, rid: str = "r1") -> None:
     _accept(h, rid)
-    h.rt.store.begin(rid, 0, 0, "t")
-    h.rt.store.record_decision(rid, 0, 0, 0, '{"status":"scheduled"}', "d", "{}")
+    h.rt.store.call(h.rt.store.begin_call(rid, 0, 0, "t"))
+    h.rt.store.call(h.rt.store.record_decision_call(rid, 0, 0, 0, '{"status":"scheduled"}', "d", "{}"))
 
 
 def _booking(claims: str, key: str = "req:r1") -> Booking:
@@ -71,7 +72,8 @@ def _booking(claims: str, key: str = "req:r1") -> Booking:
 
 
 def _reserve(h: Harness, booking: Booking, retry_due_ms: int = 0) -> Reserved:
-    return h.rt.store.reserve("r1", 0, 0, booking, retry_due_ms, "{}", result_digest="d")
+    call = h.rt.store.reserve_call("r1", 0, 0, booking, retry_due_ms, "{}", result_digest="d")
+    return h.rt.store.call(call)
 
 
 def _capacity(h: Harness, **gpus: int) -> None:
@@ -128,8 +130,8 @@ def test_publish_is_exactly_once(h: Harness) -> None:
     _decided(h)
     # a scheduled result is published only once its booking is made (finding 1)
     assert _reserve(h, _booking("1:cuda:0=40"), 0).status == "booked"
-    first = h.rt.store.publish("r1", "scheduled", seq=0, attempt=0, result_digest="d")
-    second = h.rt.store.publish("r1", "scheduled", seq=0, attempt=0, result_digest="d")
+    first = h.rt.store.call(h.rt.store.publish_call("r1", "scheduled", seq=0, attempt=0, result_digest="d"))
+    second = h.rt.store.call(h.rt.store.publish_call("r1", "scheduled", seq=0, attempt=0, result_digest="d"))
     assert first[0] == "published" and second[0] == "duplicate"
     results = h.results()
     assert len(results) == 1 and results[0]["terminal"] == "1"
@@ -155,7 +157,7 @@ def _reject(h: Harness, rid: str, result_json: str) -> tuple[str, str | None]:
 
 
 def _park(h: Harness, rid: str, seq: int, epoch: int = 0, announce: bool = True) -> tuple[str, str | None]:
-    return h.rt.store.park(
+    return h.rt.store.call(h.rt.store.park_call(
         rid,
         seq,
         0,
@@ -166,7 +168,7 @@ def _park(h: Harness, rid: str, seq: int, epoch: int = 0, announce: bool = True)
         epoch=epoch,
         requeue_due_ms=5,
         announce=announce,
-    )
+    ))
 
 
 def test_park_announces_unschedulable_once_per_request(h: Harness) -> None:
@@ -176,8 +178,9 @@ def test_park_announces_unschedulable_once_per_request(h: Harness) -> None:
     assert _park(h, "r1", 0)[0] == "duplicate"
     woken = h.rt.store.wake([("r1", 0)], {"by": "test"}, 7)
     assert woken == [("r1", 1)]
-    h.rt.store.begin("r1", 1, 0, "t")
-    h.rt.store.record_decision("r1", 1, 0, 0, '{"status":"unschedulable"}', "d", "{}")  # parks once decided
+    h.rt.store.call(h.rt.store.begin_call("r1", 1, 0, "t"))
+    # parks once decided
+    h.rt.store.call(h.rt.store.record_decision_call("r1", 1, 0, 0, '{"status":"unschedulable"}', "d", "{}"))
     assert _park(h, "r1", 1) == ("parked", "")  # parked again, not announced again
     assert [r["status"] for r in h.results()] == ["unschedulable"]
     assert h.results()[0]["terminal"] == "0"
@@ -283,16 +286,17 @@ def _step(rid: str = "r1", seq: int = 0, attempt: int = 0) -> str:
 
 def test_the_first_decision_recorded_for_an_attempt_wins(h: Harness) -> None:
     _accept(h)
-    h.rt.store.begin("r1", 0, 0, "t1")
-    h.rt.store.begin("r1", 0, 0, "t2")  # a second decider of the same attempt
-    assert h.rt.store.record_decision("r1", 0, 0, 1, '{"x":1}', "d", "{}", _step())
-    second = h.rt.store.record_decision("r1", 0, 0, 2, '{"x":2}', "d2", "{}", "{}")
+    h.rt.store.call(h.rt.store.begin_call("r1", 0, 0, "t1"))
+    h.rt.store.call(h.rt.store.begin_call("r1", 0, 0, "t2"))  # a second decider of the same attempt
+    assert h.rt.store.call(h.rt.store.record_decision_call("r1", 0, 0, 1, '{"x":1}', "d", "{}", _step()))
+    second = h.rt.store.call(h.rt.store.record_decision_call("r1", 0, 0, 2, '{"x":2}', "d2", "{}", "{}"))
     assert not second and second.earlier is not None
     assert (second.earlier.state, second.earlier.step_json) == ("decided", _step())
     record = h.record("r1")
     assert (record["result"], record["result_digest"], record["decided_version"]) == ('{"x":1}', "d", "1")
     assert len(h.events(["sched.decision.made"])) == 1
-    resumed = h.rt.store.begin("r1", 0, 0, "t3")  # a later delivery continues with the recorded step
+    # a later delivery continues with the recorded step
+    resumed = h.rt.store.call(h.rt.store.begin_call("r1", 0, 0, "t3"))
     assert resumed.status == "resume" and resumed.recorded == second.earlier
     assert h.record("r1")["state"] == "decided"
 
@@ -300,21 +304,21 @@ def test_the_first_decision_recorded_for_an_attempt_wins(h: Harness) -> None:
 def test_a_booked_attempt_resumes_and_a_parked_one_is_skipped(h: Harness) -> None:
     _capacity(h, **{"1_cuda_0": 100})
     _accept(h)
-    h.rt.store.begin("r1", 0, 0, "t")
-    h.rt.store.record_decision("r1", 0, 0, 0, "{}", "d", "{}", _step())
+    h.rt.store.call(h.rt.store.begin_call("r1", 0, 0, "t"))
+    h.rt.store.call(h.rt.store.record_decision_call("r1", 0, 0, 0, "{}", "d", "{}", _step()))
     assert _reserve(h, _booking("1:cuda:0=1")).status == "booked"
-    begun = h.rt.store.begin("r1", 0, 0, "t2")
+    begun = h.rt.store.call(h.rt.store.begin_call("r1", 0, 0, "t2"))
     assert begun.status == "resume" and begun.recorded is not None and begun.recorded.state == "booked"
     _accept(h, "r2")
-    h.rt.store.begin("r2", 0, 0, "t")
-    h.rt.store.record_decision("r2", 0, 0, 0, "{}", "d", "{}", _step("r2"))
+    h.rt.store.call(h.rt.store.begin_call("r2", 0, 0, "t"))
+    h.rt.store.call(h.rt.store.record_decision_call("r2", 0, 0, 0, "{}", "d", "{}", _step("r2")))
     _park(h, "r2", 0)
-    assert h.rt.store.begin("r2", 0, 0, "t2").status == "skip"
+    assert h.rt.store.call(h.rt.store.begin_call("r2", 0, 0, "t2")).status == "skip"
 
 
 def test_a_contended_park_arms_its_retry_timer_in_the_same_step(h: Harness) -> None:
     _decided(h)
-    outcome = h.rt.store.park(
+    outcome = h.rt.store.call(h.rt.store.park_call(
         "r1",
         0,
         0,
@@ -326,7 +330,7 @@ def test_a_contended_park_arms_its_retry_timer_in_the_same_step(h: Harness) -> N
         requeue_due_ms=5,
         announce=False,
         retry_timer=("retry:r1|0", 4242),
-    )
+    ))
     assert outcome == ("parked", "")
     assert h.rt.client.zscore(h.rt.keys.timers, "retry:r1|0") == 4242
 
