@@ -128,8 +128,9 @@ def _counts_for_type(instance_type: str | None, gpu_type: str | None) -> bool:
     return gpu_type is None or instance_type is None or instance_type == gpu_type
 
 
-#: A memo entry: the worker view the value was computed from, and the value.
-_MemoEntry = tuple[WorkerView, object]
+#: A worker's memo entry: the view and instance generation its values were computed
+#: for, and the values by key.
+_MemoEntry = tuple[WorkerView, int, dict[object, object]]
 #: A stage entry: the worker copy and instance generation an outcome was computed from.
 _StageEntry = tuple[WorkerView, int, object]
 
@@ -149,17 +150,17 @@ class SnapshotMemo:
     only while the objects it was computed from are the very same objects (the
     memo holds references, so identities cannot be recycled):
 
-    * allocatable resources per ``(worker id, GPU type)``, valid while the
-      worker view and every instance bound to the worker are unchanged (each
-      new instance list is compared with the previous one, and the entries of
-      the workers an added or removed instance occupies are forgotten);
+    * per-worker values (allocatable resources per GPU type, spread counts),
+      valid while the worker view is the same object and no instance bound to
+      the worker changed: each new instance list is compared with the previous
+      one, and every worker an added or removed instance occupies gets a new
+      *generation*;
     * values derived from a whole worker list (the validated views of a
       snapshot, the GPU-type grouping, the fraction inputs), valid while the
       list holds the same objects in the same order;
     * per-worker strategy outcomes, keyed by the stage and every decision
       input the stage reads, valid while the worker copy is the same object and
-      no instance bound to the worker changed (its *generation*, bumped by
-      :meth:`track_instances`, is the same).
+      the worker's generation is unchanged.
 
     Results are byte-identical with or without a memo. Not thread-safe: one per thread.
     """
@@ -172,7 +173,7 @@ class SnapshotMemo:
     STAGE_TABLES = 512
 
     def __init__(self) -> None:
-        self._entries: dict[int, dict[object, _MemoEntry]] = {}
+        self._entries: dict[int, _MemoEntry] = {}
         self._instances: tuple[ModelInstance, ...] = ()
         self._derived: dict[object, tuple[tuple[object, ...], object]] = {}
         self._stages: dict[tuple[object, ...], StageOutcomes] = {}
@@ -180,11 +181,10 @@ class SnapshotMemo:
         self.generations: dict[int, int] = {}
 
     def track_instances(self, instances: tuple[ModelInstance, ...]) -> None:
-        """Forget the allocatable entries of workers whose bound instances changed.
+        """Give every worker whose bound instances changed a new generation.
 
         Compares ``instances`` with the list of the previous call by identity
-        (allocatable sums do not depend on order); afterwards every remaining
-        entry is valid for ``instances`` while its worker view is unchanged.
+        (the per-worker values do not depend on instance order).
         """
         previous, self._instances = self._instances, instances
         if previous is instances:
@@ -203,7 +203,6 @@ class SnapshotMemo:
                 touched.update(_occupied_workers(instance))
         generations = self.generations
         for worker_id in touched:
-            self._entries.pop(worker_id, None)
             generations[worker_id] = generations.get(worker_id, 0) + 1
 
     def _forget_workers(self) -> None:
@@ -214,19 +213,22 @@ class SnapshotMemo:
 
     def get(self, worker_id: int, key: object, view: WorkerView) -> object | None:
         """A per-worker value (``key``: a GPU type for allocatable resources, or a
-        tuple naming another value) while ``view`` is unchanged and no tracked
-        instance bound to the worker changed (see :meth:`track_instances`)."""
-        per_worker = self._entries.get(worker_id)
-        entry = per_worker.get(key) if per_worker is not None else None
-        if entry is None or entry[0] is not view:
+        tuple naming another value) while ``view`` and the worker's generation
+        are unchanged, else None."""
+        entry = self._entries.get(worker_id)
+        if entry is None or entry[0] is not view or entry[1] != self.generations.get(worker_id, 0):
             return None
-        return entry[1]
+        return entry[2].get(key)
 
     def put(self, worker_id: int, key: object, view: WorkerView, value: object) -> None:
-        """Remember a per-worker value for this exact view (and the tracked instances)."""
-        if len(self._entries) >= self.LIMIT:
-            self._entries.clear()
-        self._entries.setdefault(worker_id, {})[key] = (view, value)
+        """Remember a per-worker value for this exact view and the current generation."""
+        generation = self.generations.get(worker_id, 0)
+        entry = self._entries.get(worker_id)
+        if entry is None or entry[0] is not view or entry[1] != generation:
+            if len(self._entries) >= self.LIMIT:
+                self._entries.clear()
+            entry = self._entries[worker_id] = (view, generation, {})
+        entry[2][key] = value
 
     def derived(self, slot: object, items: Sequence[object], compute: Callable[[], _T]) -> _T:
         """``compute()``, reused while ``items`` holds the same objects as when it ran.

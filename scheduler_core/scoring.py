@@ -165,7 +165,7 @@ def _gpu_score(indexes: tuple[int, ...], load: _WorkerLoad, model_id: int | None
         index = indexes[0]
         current = load.by_model.get(model_id) if model_id is not None else None
         placed = current[1].get(index, 0) if current else 0
-        score = 1.0 / (1 + placed + 0.2 * (load.gpus.get(index, 0) - placed))
+        score = _gpu_term(placed, load.gpus.get(index, 0) - placed)
     else:
         terms = [_gpu_term(*load.gpu_counts(model_id, i)) for i in indexes]
         score = sum(terms) / len(terms)
@@ -186,7 +186,7 @@ def spread_scores(
 
     Counts are taken per candidate worker from the instances bound to it (and
     reused across decisions while they are unchanged, see
-    :meth:`ClusterState.remembered`). The worker term depends only on the
+    :meth:`ClusterState.remembered_per_worker`). The worker term depends only on the
     worker's two counts and the GPU term is exactly 1.0 on a worker whose GPUs
     run nothing, so both are computed once per distinct value (same floats).
     """
