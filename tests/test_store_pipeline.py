@@ -834,14 +834,19 @@ def test_a_decide_lease_not_obtained_in_time_proceeds_optimistically() -> None:
     assert h.rt.client.get(h.rt.keys.decide_lock) == "another-decider"  # only its holder releases it
 
 
+def _one_queued_decision(**settings: Any) -> tuple[Harness, Any]:
+    """A harness with one submitted request and its dispatched decision taken off the queue."""
+    h = Harness(settings=isolated_settings(**settings))
+    h.apply(_cluster())
+    h.submit(_request("a"))
+    return h, h.queue.popleft()
+
+
 def test_a_decide_lease_whose_acquiring_reply_was_lost_is_still_its_own(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """redis-py re-sends a pipeline whose reply was lost: the repeated SET NX meets the own token."""
-    h = Harness(settings=isolated_settings(decide_lock_wait_s=1.0))
-    h.apply(_cluster())
-    h.submit(_request("a"))
-    item = h.queue.popleft()
+    h, item = _one_queued_decision(decide_lock_wait_s=1.0)
     real_send = Batch._send
     sends: list[int] = []
 
@@ -862,10 +867,7 @@ def test_a_decide_lease_whose_acquiring_reply_was_lost_is_still_its_own(
 def test_a_decide_lease_taken_in_a_round_trip_that_then_failed_is_released(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    h = Harness(settings=isolated_settings(decide_lock_wait_s=1.0))
-    h.apply(_cluster())
-    h.submit(_request("a"))
-    item = h.queue.popleft()
+    h, item = _one_queued_decision(decide_lock_wait_s=1.0)
     h.rt.client.script_flush()  # Redis restarted: begin answers NOSCRIPT after the SET NX took the lease
     real_send = Batch._send
     sends: list[int] = []
