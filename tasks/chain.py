@@ -13,7 +13,7 @@ run, each with an ``enabled`` switch, and the scorer::
 
 Filter names are the core's filter ``name`` attributes (``cluster``,
 ``gpu_selector``, ``labels``, ``status``); strategy names are the keys of
-:data:`scheduler_core.strategies.STRATEGIES_BY_NAME`. ``scorer`` is ``model``
+:data:`scheduler_core.STRATEGIES_BY_NAME`. ``scorer`` is ``model``
 (the model's own ``placement_strategy``, GPUStack's behaviour), ``spread`` or
 ``binpack`` (forced for every request). ``max_candidates`` caps the candidates
 a result lists (the chosen one is always among them; ``candidates_total`` says
@@ -26,18 +26,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from scheduler_core import Chain, canonical_json
-from scheduler_core.filters import DEFAULT_FILTERS, WorkerFilter
-from scheduler_core.strategies import STRATEGIES_BY_NAME
-
-#: Filters by name, in GPUStack's default order.
-FILTERS_BY_NAME: dict[str, WorkerFilter] = {f.name: f for f in DEFAULT_FILTERS}
+from scheduler_core import FILTERS_BY_NAME, STRATEGIES_BY_NAME, Chain, canonical_json
 
 
 class ChainConfigError(ValueError):
@@ -60,7 +56,7 @@ class ChainSpec(BaseModel):
 
     name: str = "gpustack-default"
     filters: list[PluginSwitch] = Field(
-        default_factory=lambda: [PluginSwitch(name=f.name) for f in DEFAULT_FILTERS]
+        default_factory=lambda: [PluginSwitch(name=name) for name in FILTERS_BY_NAME]
     )
     strategies: list[PluginSwitch] = Field(
         default_factory=lambda: [PluginSwitch(name=name) for name in STRATEGIES_BY_NAME]
@@ -84,7 +80,7 @@ class ChainSpec(BaseModel):
         return hashlib.sha256(canonical_json(self.model_dump(mode="json")).encode()).hexdigest()
 
 
-def _check_names(section: str, switches: list[PluginSwitch], known: dict[str, Any]) -> None:
+def _check_names(section: str, switches: list[PluginSwitch], known: Mapping[str, Any]) -> None:
     seen: set[str] = set()
     for position, switch in enumerate(switches):
         if switch.name not in known:
