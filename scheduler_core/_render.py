@@ -31,7 +31,7 @@ from scheduler_core.estimate import ModelFacts
 from scheduler_core.events import Event, list_message
 from scheduler_core.framework import SelectorOutcome
 from scheduler_core.launch import launch_arguments
-from scheduler_core.messages import NO_RESOURCE_FIT, NO_SUITABLE_WORKERS
+from scheduler_core.messages import NO_AVAILABLE_WORKERS, NO_RESOURCE_FIT, NO_SUITABLE_WORKERS
 from scheduler_core.params import flatten_to_argv
 from scheduler_core.reasons import Reason
 from scheduler_core.selection import Selection
@@ -179,6 +179,12 @@ def argument_rejection(
         state_message=NO_SUITABLE_WORKERS + line if constructor else line,
         error=ErrorOut(code=error.code, message=error.message, field=error.field),
     )
+
+
+def no_workers(request_id: str) -> ScheduleResult:
+    """An empty cluster: GPUStack does not even look for a candidate
+    (``scheduler/scheduler.py: _schedule_one``)."""
+    return ScheduleResult(request_id=request_id, status="unschedulable", state_message=NO_AVAILABLE_WORKERS)
 
 
 def blocked(request_id: str, filter_messages: Sequence[str], reason: Reason | None) -> ScheduleResult:

@@ -186,7 +186,9 @@ def _model_facts(request: ScheduleRequest) -> tuple[ModelFacts, list[str], Model
         params = (
             ModelParameters()
             if omni
-            else model_parameters_from_config(facts.hf_config, is_llm=is_llm(categories))
+            else model_parameters_from_config(
+                facts.hf_config, is_llm=is_llm(categories), typed=facts.typed_config
+            )
         )
     except ModelConfigError as error:
         raise RequestError(
@@ -214,6 +216,8 @@ def _decide(
     request: ScheduleRequest, request_id: str, chain: Chain, memo: SnapshotMemo | None
 ) -> ScheduleResult:
     prepared = _prepare(request, memo)
+    if not prepared.views:
+        return _render.no_workers(request_id)
     model = request.model
     filtered = run_filters(model, prepared.views, chain.filters)
     if not filtered.workers:

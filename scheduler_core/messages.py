@@ -13,6 +13,8 @@ if TYPE_CHECKING:
 #: GPUStack's state-message header for an instance that could not be placed
 #: (``scheduler/scheduler.py: _schedule_one``).
 NO_SUITABLE_WORKERS = "No suitable workers.\nDetails:\n"
+#: GPUStack's state message when the cluster has no worker at all (``_schedule_one``).
+NO_AVAILABLE_WORKERS = "No available workers"
 #: GPUStack's text when the selector produced no message of its own.
 NO_RESOURCE_FIT = "No workers meet the resource requirements."
 

@@ -202,7 +202,9 @@ def _as_positive_number(value: object, field_name: str) -> float | None:
     raise ModelConfigError(field_name, f"expected a positive number, got {_excerpt(value)}")
 
 
-def model_parameters_from_config(config: Mapping[str, Any] | None, *, is_llm: bool) -> ModelParameters:
+def model_parameters_from_config(
+    config: Mapping[str, Any] | None, *, is_llm: bool, typed: bool = True
+) -> ModelParameters:
     """Derive GPUStack's ``ModelParameters`` from a config.json dict (memo §2.1).
 
     The text (decoder) sub-config is the first of ``text_config``,
@@ -279,26 +281,30 @@ def model_parameters_from_config(config: Mapping[str, Any] | None, *, is_llm: bo
         moe_num_shared_experts=_first_moe_int(text, _MOE_SHARED_EXPERT_KEYS),
         moe_intermediate_size=_first_moe_int(text, ("moe_intermediate_size",)),
         is_multimodel=vision is not None,
-        vision_config=_vision_sizes(root, vision),
+        vision_config=_vision_sizes(root, vision, typed),
         vision_num_attention_heads=None if vision is None else _vision_heads(vision),
     )
 
 
-def _vision_sizes(root: _Section, vision: _Section | None) -> Mapping[str, Any] | None:
+def _vision_sizes(root: _Section, vision: _Section | None, typed: bool) -> Mapping[str, Any] | None:
     """The vision sub-config as the fraction calculator reads it.
 
-    GPUStack reads the ViT size with ``getattr`` on the parsed config. A config
-    without ``model_type`` is not one transformers' ``AutoConfig`` accepts;
-    GPUStack then falls back to ``PretrainedConfig.from_dict``, where
-    ``vision_config`` stays a plain dict and ``getattr`` finds none of its keys,
-    so the ViT counts as ViT-L/14 (``gpustack/utils/hub.py`` fallback read,
-    ``sglang_resource_fit_selector.py: _cal_mem_fraction_static`` step 3). The
-    same empty view reproduces that here; the vision heads are still read from
-    the dict, as upstream's ``get_model_vision_num_attention_heads`` does.
+    GPUStack reads the ViT size with ``getattr`` on the parsed config. Only a
+    config parsed by its model's own class (transformers' ``AutoConfig``, which
+    needs ``model_type``) has ``vision_config`` as an object with attributes.
+    GPUStack parses a plain ``PretrainedConfig.from_dict`` instead when
+    ``AutoConfig`` refuses the config (no ``model_type``) and when a local-path
+    model's config.json is read from the workers
+    (``scheduler/calculator.py: get_pretrained_config_with_workers``); there
+    ``vision_config`` stays a dict, ``getattr`` finds none of its keys, and the
+    ViT counts as ViT-L/14 (``sglang_resource_fit_selector.py:
+    _cal_mem_fraction_static`` step 3). The empty view returned then
+    reproduces that; the vision heads are still read from the dict, as
+    upstream's ``get_model_vision_num_attention_heads`` does.
     """
     if vision is None:
         return None
-    if not root.has("model_type"):
+    if not typed or not root.has("model_type"):
         return MappingProxyType({})
     return vision.frozen_copy()
 
