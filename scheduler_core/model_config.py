@@ -31,7 +31,7 @@ _TEXT_CONFIG_PATHS: tuple[tuple[str, ...], ...] = (
 )
 
 #: Where a positive ``num_attention_heads`` is looked up when the text config lacks
-#: one (GPUStack's fallback order, memo §2.1 step 5); ``()`` is the root.
+#: one (GPUStack ``policies/utils.py: get_model_num_attention_heads``); ``()`` is the root.
 _HEAD_FALLBACK_PATHS: tuple[tuple[str, ...], ...] = (
     ("llm_config",),
     ("text_config",),
@@ -59,8 +59,9 @@ _DEFAULT_MAX_MODEL_LEN = 2048
 #: (``get_max_model_len``: no factor applied).
 _UNSCALED_ROPE_TYPES = frozenset({"su", "longrope", "llama3"})
 
-#: MoE expert-count aliases, first present wins (memo §2.1 step 5); the field's own
-#: name comes first because step 4 copies it verbatim.
+#: MoE expert-count aliases, first present wins (GPUStack
+#: ``ModelParameters.from_model_pretrained_config``); the field's own name comes first
+#: because that method copies every ``ModelParameters`` field before trying the aliases.
 _MOE_EXPERT_KEYS = ("moe_num_experts", "n_routed_experts", "num_local_experts", "num_experts")
 _MOE_SHARED_EXPERT_KEYS = ("moe_num_shared_experts", "n_shared_experts", "num_shared_experts")
 
@@ -205,7 +206,7 @@ def _as_positive_number(value: object, field_name: str) -> float | None:
 def model_parameters_from_config(
     config: Mapping[str, Any] | None, *, is_llm: bool, typed: bool = True
 ) -> ModelParameters:
-    """Derive GPUStack's ``ModelParameters`` from a config.json dict (memo §2.1).
+    """Derive GPUStack's ``ModelParameters`` from a config.json dict (``from_model_pretrained_config``).
 
     The text (decoder) sub-config is the first of ``text_config``,
     ``llm_config``, ``language_config`` and ``thinker_config.text_config`` that

@@ -16,7 +16,8 @@ from ._models import TuneResult
 
 ValueKind = Literal["bool", "int", "float", "str", "list"]
 
-#: Flag (without ``--``) -> (ServerArgs field, value kind); aliases as upstream's argparse (§3.2).
+#: Flag (without ``--``) -> (ServerArgs field, value kind); aliases as upstream's
+#: ``ServerArgs.add_cli_args``.
 CLI_FLAGS: Mapping[str, tuple[str, ValueKind]] = MappingProxyType(
     {
         "performance-mode": ("performance_mode", "str"),

@@ -1,4 +1,4 @@
-"""Request and result models of the diffusion auto-tuner (DESIGN.md Contract 2).
+"""Request and result models of the diffusion auto-tuner (Contract 2).
 
 Unknown top-level (and nested platform/env/pipeline) fields are ignored;
 wrong types raise ``pydantic.ValidationError`` (a ``ValueError``) whose
@@ -27,7 +27,7 @@ def _lower_str(value: object) -> object:
 
 
 def _check_ltx2_mode(value: str | None) -> str | None:
-    # text not given upstream in our notes (upstream's argparse choices reject other values)
+    # our wording, not upstream's (upstream's argparse choices reject other values)
     if value is not None and value not in LTX2_DEVICE_MODES:
         raise ValueError(f"must be one of {LTX2_DEVICE_MODES}, got {value!r}")
     return value
@@ -37,7 +37,7 @@ Ltx2DeviceMode = Annotated[str | None, BeforeValidator(_lower_str), AfterValidat
 
 
 class ServerArgsInput(BaseModel):
-    """The user's explicit SGLang diffusion ServerArgs, with upstream defaults (§3.2).
+    """The user's explicit SGLang diffusion ServerArgs, with upstream ``ServerArgs`` defaults.
 
     ``explicit_names()`` is the set of keys given, even when equal to the
     default. Types are strict (no ``"2"`` for an int, no ``1`` for a bool).

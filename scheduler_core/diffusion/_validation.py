@@ -70,7 +70,7 @@ def validate_parallelism(args: ServerArgsState, ctx: TuneContext) -> None:
     sp, tp = args.sp_degree or 1, args.tp_size or 1
     ulysses, ring = args.ulysses_degree or 1, args.ring_degree or 1
     cfg = (args.cfg_parallel_degree or 1) if args.enable_cfg_parallel else 1
-    # texts below not given upstream in our notes
+    # message texts below are our wording, not taken from upstream's ``ServerArgs._validate_parallelism``
     if num_gpus % sp != 0:
         raise ValueError(f"num_gpus={num_gpus} must be divisible by sp_degree={sp}.")
     if num_gpus % (args.dp_size * tp * cfg) != 0:
@@ -93,5 +93,5 @@ def validate_cfg_parallel(args: ServerArgsState) -> None:
         ValueError: when CFG parallel is on with a single GPU.
     """
     if args.enable_cfg_parallel and args.num_gpus == 1:
-        # text not given upstream in our notes
+        # our wording, not taken from upstream's ``ServerArgs._validate_cfg_parallel``
         raise ValueError("enable_cfg_parallel=True requires num_gpus >= 2 (got num_gpus=1).")
