@@ -72,7 +72,7 @@ def test_layerwise_components_take_commas_or_several_tokens(tokens):
 
 
 def test_every_listed_flag_is_recognised():
-    """Rule: each flag of the brief maps to its ServerArgs field."""
+    """Rule: each flag the tuner reads maps to its ServerArgs field."""
     parsed = diffusion_args_from_cli(
         [
             "--performance-mode=auto",

@@ -1,4 +1,9 @@
-"""Auto-FSDP, cache-dit, parallelism defaults and validation (§3.5 item 4, §3.6)."""
+"""Auto-FSDP, cache-dit, parallelism defaults and validation.
+
+Upstream: ``ServerArgsAutoTuner.maybe_adjust_auto_fsdp_with_offload_enabled``,
+``ServerArgs._adjust_parallelism``, ``_validate_offload``, ``_validate_parallelism`` and
+``_validate_cfg_parallel``.
+"""
 
 from __future__ import annotations
 
