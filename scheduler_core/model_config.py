@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from scheduler_core.limits import MAX_DEPTH, too_deep
+
 __all__ = ["ModelConfigError", "ModelParameters", "model_parameters_from_config"]
 
 #: Error-field prefix for config.json keys (the model's HF config).
@@ -178,8 +180,15 @@ class _Section:
 
 
 def _excerpt(value: object) -> str:
+    if isinstance(value, int) and abs(value) > _MAX_CONFIG_INT:
+        return "an integer out of range"
     text = repr(value)
     return text if len(text) <= _EXCERPT_CHARS else text[: _EXCERPT_CHARS - 3] + "..."
+
+
+#: Largest magnitude of a config number (a signed 64-bit integer): no real hyperparameter
+#: comes near, and larger values overflow the float arithmetic that reads them.
+_MAX_CONFIG_INT = 2**63 - 1
 
 
 def _as_int(value: object, field_name: str) -> int | None:
@@ -187,8 +196,10 @@ def _as_int(value: object, field_name: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) > _MAX_CONFIG_INT:
+            raise ModelConfigError(field_name, "expected an integer, got one out of range")
         return value
-    if isinstance(value, float) and value.is_integer():
+    if isinstance(value, float) and value.is_integer() and abs(value) <= _MAX_CONFIG_INT:
         return int(value)
     raise ModelConfigError(field_name, f"expected an integer, got {_excerpt(value)}")
 
@@ -198,7 +209,7 @@ def _as_positive_number(value: object, field_name: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, int | float) and not isinstance(value, bool):
-        if math.isfinite(value) and value > 0:
+        if 0 < value <= _MAX_CONFIG_INT and math.isfinite(value):
             return value
     raise ModelConfigError(field_name, f"expected a positive number, got {_excerpt(value)}")
 
@@ -255,6 +266,8 @@ def model_parameters_from_config(
         return ModelParameters()
     if not isinstance(config, Mapping):
         raise ModelConfigError(_CONFIG_FIELD, f"expected an object, got {_excerpt(config)}")
+    if too_deep(config):
+        raise ModelConfigError(_CONFIG_FIELD, f"nested more than {MAX_DEPTH} levels deep")
     root = _Section(config, _CONFIG_FIELD)
     text = _text_section(root)
     heads = _num_attention_heads(root, text)
@@ -305,6 +318,8 @@ def _vision_sizes(root: _Section, vision: _Section | None, typed: bool) -> Mappi
     """
     if vision is None:
         return None
+    for key in ("num_hidden_layers", "depth", "hidden_size"):  # what the calculator reads
+        vision.integer(key)
     if not typed or not root.has("model_type"):
         return MappingProxyType({})
     return vision.frozen_copy()
