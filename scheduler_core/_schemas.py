@@ -395,6 +395,8 @@ class ScheduleResult(_Out):
     blocked_by: str | None = None
     state_message: str | None = None
     events: list[EventOut] = Field(default_factory=list)
+    #: gpusched's own warnings about the decision (GPUStack's ``messages`` stay GPUStack's).
+    warnings: list[str] = Field(default_factory=list)
     estimate: EstimateOut | None = None
     launch: LaunchOut | None = None
     error: ErrorOut | None = None
