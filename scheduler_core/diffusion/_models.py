@@ -64,7 +64,9 @@ class ServerArgsInput(BaseModel):
     dit_cpu_offload: bool | None = None
     dit_layerwise_offload: bool | None = None
     layerwise_offload_components: list[str] | str | None = None
-    dit_offload_prefetch_size: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    # No lower bound here: upstream refuses a negative size only when a layerwise list is set
+    # (server_args.py: ServerArgs._validate_offload), with its own text (see _validation).
+    dit_offload_prefetch_size: float = Field(default=0.0, allow_inf_nan=False)
     text_encoder_cpu_offload: bool | None = None
     image_encoder_cpu_offload: bool | None = None
     vae_cpu_offload: bool = False
