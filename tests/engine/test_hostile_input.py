@@ -68,6 +68,16 @@ def test_lone_surrogates_are_rejected_with_the_field(mutate, field):
     assert (got_field, message) == (field, "is not valid Unicode (it holds a lone surrogate)")
 
 
+def test_lone_surrogate_in_request_id_is_rejected():
+    """The id itself is not usable: the rejection carries a derived id and names the field."""
+    raw = request(model(), [worker(1, "w", [gpu(0, H100)])])
+    raw["request_id"] = "bad\ud800id"
+    result = schedule(raw)
+    json.loads(result.model_dump_json())
+    assert (result.status, result.error.field) == ("rejected", "request_id")
+    assert result.request_id.startswith("req-")
+
+
 @pytest.mark.parametrize(
     ("mutate", "field"),
     [
@@ -79,16 +89,6 @@ def test_lone_surrogates_are_rejected_with_the_field(mutate, field):
          "model.hf_config.num_attention_heads"),
     ],
 )
-def test_lone_surrogate_in_request_id_is_rejected():
-    """The id itself is not usable: the rejection carries a derived id and names the field."""
-    raw = request(model(), [worker(1, "w", [gpu(0, H100)])])
-    raw["request_id"] = "bad\ud800id"
-    result = schedule(raw)
-    json.loads(result.model_dump_json())
-    assert (result.status, result.error.field) == ("rejected", "request_id")
-    assert result.request_id.startswith("req-")
-
-
 def test_numbers_past_range_are_rejected_with_the_field(mutate, field):
     """Byte counts and ids fit a signed 64-bit integer; 10**400 used to overflow float maths."""
     raw = copy.deepcopy(request(model(), [worker(1, "w", [gpu(0, H100)])]))
