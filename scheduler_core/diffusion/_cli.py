@@ -63,7 +63,7 @@ TUNED_FLAGS: tuple[tuple[str, str], ...] = (
     ("image_encoder_cpu_offload", "--image-encoder-cpu-offload"),
     ("vae_cpu_offload", "--vae-cpu-offload"),
     ("enable_cfg_parallel", "--enable-cfg-parallel"),
-    ("cfg_parallel_degree", "--cfg-parallel-degree"),
+    ("cfg_parallel_degree", "--cfg-parallel-size"),  # ServerArgs.add_cli_args: --cfg-parallel-size
     ("tp_size", "--tp-size"),
     ("sp_degree", "--sp-degree"),
     ("ulysses_degree", "--ulysses-degree"),

@@ -178,7 +178,7 @@ def test_tuned_flags_for_auto_z_image_two_gpus(run):
         "--image-encoder-cpu-offload", "false",
         "--vae-cpu-offload", "false",
         "--enable-cfg-parallel", "true",
-        "--cfg-parallel-degree", "2",
+        "--cfg-parallel-size", "2",  # SGLang's CLI name for cfg_parallel_degree
         "--tp-size", "1",
         "--sp-degree", "1",
         "--ulysses-degree", "1",
