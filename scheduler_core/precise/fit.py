@@ -114,30 +114,22 @@ def evaluate(facts: PreciseFacts, slots: Sequence[Slot], tp: int, pp: int) -> Fi
     weights = rank_weights(facts, tp, pp)
     static = weights + overhead + floor_bytes(facts, tp, pp)
     reserve = int(reserve_mib(device, facts.traits, facts.flags, tp, pp, floor=False) * MIB)
-    fraction = size.fraction
+    fraction, launch = size.fraction, size.launch
     bookings = tuple(math.ceil(fraction * g.total) for g in gpus)
     if facts.sharing and facts.flags.user_fraction is None and least > 0:
         headroom = max(facts.settings.headroom_min, int(facts.settings.headroom_ratio * (static - overhead)))
-        wanted = _ceil_fraction((static + headroom) / least)
-        shared = tuple(math.ceil(wanted * g.total) + reserve for g in gpus)
+        wanted = _ceil_fraction((static + headroom) / least / size.factor)
+        shared = tuple(math.ceil(wanted * size.factor * g.total) + reserve for g in gpus)
         if max(shared) < max(bookings):  # sharing never books more than the default fraction
-            fraction, bookings = wanted, shared
+            fraction, launch, bookings = wanted * size.factor, wanted, shared
     if weights + overhead > fraction * least:
-        return Miss(Reason.WEIGHTS_DO_NOT_FIT, static + reserve, fraction, least)
+        return Miss(Reason.WEIGHTS_DO_NOT_FIT, static + reserve, launch, least)
     if static > fraction * least or any(static + reserve > free for _, free in slots):
-        return Miss(Reason.KV_FLOOR_NOT_MET, static + reserve, fraction, least)
+        return Miss(Reason.KV_FLOOR_NOT_MET, static + reserve, launch, least)
     if any(booked > free for booked, (_, free) in zip(bookings, slots, strict=True)):
-        return Miss(Reason.INSUFFICIENT_VRAM, max(bookings), fraction, least)
-    return _with_tokens(
-        facts,
-        fraction,
-        bookings,
-        static + reserve,
-        fraction * least - weights - overhead,
-        tp,
-        pp,
-        size.page_size,
-    )
+        return Miss(Reason.INSUFFICIENT_VRAM, max(bookings), launch, least)
+    budget = fraction * least - weights - overhead
+    return _with_tokens(facts, launch, bookings, static + reserve, budget, tp, pp, size.page_size)
 
 
 def _with_tokens(

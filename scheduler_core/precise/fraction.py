@@ -130,13 +130,24 @@ class ModelTraits:
 
 @dataclass(frozen=True, slots=True)
 class Sizing:
-    """SGLang's sizes for one candidate: the tier values, the reserve and the fraction."""
+    """SGLang's sizes for one candidate: the tier values, the reserve and the fraction.
+
+    ``launch`` is the value to pass as ``--mem-fraction-static`` (the user's, or the
+    heuristic with the VLM factor); ``factor`` is what SGLang still multiplies any
+    value by (ROCm aiter); ``fraction = launch × factor`` sizes the pool.
+    """
 
     chunked_prefill_size: int
     decode_max_bs: int
     reserve_mib: float
-    fraction: float
+    launch: float
+    factor: float
     page_size: int
+
+    @property
+    def fraction(self) -> float:
+        """The fraction the pool is really sized with."""
+        return self.launch * self.factor
 
 
 def tier(device: Device, tp: int, flags: RuntimeFlags) -> tuple[int, int]:
@@ -236,22 +247,26 @@ def vlm_factor(vision_config: Mapping[str, Any]) -> float:
     return _VLM_BASE_FACTOR * factor
 
 
-def adjusted(fraction: float, device: Device, model: ModelTraits, flags: RuntimeFlags) -> float:
-    """The factors applied after the heuristic: the VLM rule (also skipped with
-    ``--language-only``; only for a default fraction) and ROCm aiter's ×0.85 for
-    contexts above 8,192 tokens (applied even to a user's fraction)."""
+def vlm_adjusted(fraction: float, model: ModelTraits, flags: RuntimeFlags) -> float:
+    """The heuristic's VLM rule (skipped for a user's fraction and with ``--language-only``)."""
     if flags.user_fraction is None and model.multimodal and not flags.language_only:
-        fraction *= vlm_factor(model.vision_config or {})
-    if device.platform == "rocm" and model.context_len > _AITER_CONTEXT:
-        fraction *= _AITER_FACTOR
+        return fraction * vlm_factor(model.vision_config or {})
     return fraction
+
+
+def aiter_factor(device: Device, model: ModelTraits) -> float:
+    """ROCm's aiter attention backend (the default there) multiplies *any* fraction, the
+    user's included, by 0.85 when the context exceeds 8,192 tokens."""
+    if device.platform == "rocm" and model.context_len > _AITER_CONTEXT:
+        return _AITER_FACTOR
+    return 1.0
 
 
 def sizing(device: Device, model: ModelTraits, flags: RuntimeFlags, tp: int, pp: int) -> Sizing:
     """SGLang's sizes for a candidate with these GPUs and ``tp``/``pp``.
 
-    The fraction is the user's when given, else ``round((gpu_mem − reserve) / gpu_mem, 3)``
-    (0.88 when the memory is unknown), then :func:`adjusted`.
+    The launch value is the user's when given, else ``round((gpu_mem − reserve) / gpu_mem, 3)``
+    (0.88 when the memory is unknown) with the VLM rule; then :func:`aiter_factor` applies.
     """
     chunk, bs = tier(device, tp, flags)
     reserve = reserve_mib(device, model, flags, tp, pp)
@@ -262,4 +277,5 @@ def sizing(device: Device, model: ModelTraits, flags: RuntimeFlags, tp: int, pp:
     else:
         fraction = FALLBACK_FRACTION
     page = flags.page_size or (_NPU_PAGE_SIZE if device.platform == "npu" else 1)
-    return Sizing(chunk, bs, reserve, adjusted(fraction, device, model, flags), max(page, 1))
+    launch = vlm_adjusted(fraction, model, flags)
+    return Sizing(chunk, bs, reserve, launch, aiter_factor(device, model), max(page, 1))
