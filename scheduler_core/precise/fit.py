@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from scheduler_core._units import MIB
 from scheduler_core.accounting import Allocatable
 from scheduler_core.precise.facts import PreciseFacts
-from scheduler_core.precise.fraction import Device, reserve_mib, sizing
+from scheduler_core.precise.fraction import Device, Sizing, reserve_mib, sizing
 from scheduler_core.precise.kv import kv_tokens
 from scheduler_core.reasons import Reason
 from scheduler_core.workers import Gpu
@@ -102,24 +102,49 @@ def floor_bytes(facts: PreciseFacts, tp: int, pp: int) -> int:
     return 0 if cell is None else facts.floor_tokens * cell
 
 
-def evaluate(facts: PreciseFacts, slots: Sequence[Slot], tp: int, pp: int) -> Fit | Miss:
-    """The verdict for running tp×pp ranks (× dp replicas) on ``slots``, one rank per GPU."""
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """What a rank needs on GPUs of one size and platform at one tp/pp (independent of usage)."""
+
+    size: Sizing
+    weights: int  # per rank
+    static: int  # weights + overhead + KV floor: what the pool must hold
+    reserve: int  # SGLang's activation and graph reserve, bytes (without the 10 GiB floor)
+
+
+def budget(facts: PreciseFacts, device: Device, tp: int, pp: int) -> Budget:
+    """The rank's needs for GPUs like ``device`` (the smallest of a set) at ``tp``/``pp``."""
+    size = sizing(device, facts.traits, facts.flags, tp, pp)
+    weights = rank_weights(facts, tp, pp)
+    static = weights + facts.settings.runtime_overhead + floor_bytes(facts, tp, pp)
+    reserve = int(reserve_mib(device, facts.traits, facts.flags, tp, pp, floor=False) * MIB)
+    return Budget(size, weights, static, reserve)
+
+
+def device_of(slots: Sequence[Slot]) -> Device:
+    """The device SGLang sizes a set by: the smallest total, the first GPU's platform."""
+    return Device(min(gpu.total for gpu, _ in slots) / MIB, platform(slots[0][0]))
+
+
+def evaluate(
+    facts: PreciseFacts, slots: Sequence[Slot], tp: int, pp: int, needs: Budget | None = None
+) -> Fit | Miss:
+    """The verdict for running tp×pp ranks (× dp replicas) on ``slots``, one rank per GPU.
+
+    ``needs`` is :func:`budget` for :func:`device_of` ``slots`` when the caller has it.
+    """
     if facts.diffusion:
         return _diffusion(facts, slots)
-    gpus = [gpu for gpu, _ in slots]
-    least = min(free for _, free in slots)
-    device = Device(min(g.total for g in gpus) / MIB, platform(gpus[0]))
-    size = sizing(device, facts.traits, facts.flags, tp, pp)
+    needs = needs or budget(facts, device_of(slots), tp, pp)
+    size, weights, static, reserve = needs.size, needs.weights, needs.static, needs.reserve
     overhead = facts.settings.runtime_overhead
-    weights = rank_weights(facts, tp, pp)
-    static = weights + overhead + floor_bytes(facts, tp, pp)
-    reserve = int(reserve_mib(device, facts.traits, facts.flags, tp, pp, floor=False) * MIB)
+    least = min(free for _, free in slots)
     fraction, launch = size.fraction, size.launch
-    bookings = tuple(math.ceil(fraction * g.total) for g in gpus)
+    bookings = tuple(math.ceil(fraction * gpu.total) for gpu, _ in slots)
     if facts.sharing and facts.flags.user_fraction is None and least > 0:
         headroom = max(facts.settings.headroom_min, int(facts.settings.headroom_ratio * (static - overhead)))
         wanted = _ceil_fraction((static + headroom) / least / size.factor)
-        shared = tuple(math.ceil(wanted * size.factor * g.total) + reserve for g in gpus)
+        shared = tuple(math.ceil(wanted * size.factor * gpu.total) + reserve for gpu, _ in slots)
         if max(shared) < max(bookings):  # sharing never books more than the default fraction
             fraction, launch, bookings = wanted * size.factor, wanted, shared
     if weights + overhead > fraction * least:
@@ -128,8 +153,8 @@ def evaluate(facts: PreciseFacts, slots: Sequence[Slot], tp: int, pp: int) -> Fi
         return Miss(Reason.KV_FLOOR_NOT_MET, static + reserve, launch, least)
     if any(booked > free for booked, (_, free) in zip(bookings, slots, strict=True)):
         return Miss(Reason.INSUFFICIENT_VRAM, max(bookings), launch, least)
-    budget = fraction * least - weights - overhead
-    return _with_tokens(facts, launch, bookings, static + reserve, budget, tp, pp, size.page_size)
+    budget_bytes = fraction * least - weights - overhead
+    return _with_tokens(facts, launch, bookings, static + reserve, budget_bytes, tp, pp, size.page_size)
 
 
 def _with_tokens(

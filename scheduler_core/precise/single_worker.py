@@ -9,6 +9,7 @@ model reports the best miss: the one with the most usable memory.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -21,7 +22,8 @@ from scheduler_core.estimate import RamClaimRule
 from scheduler_core.events import Action, Level, list_message
 from scheduler_core.framework import Clears
 from scheduler_core.precise.facts import PreciseFacts
-from scheduler_core.precise.fit import Fit, Miss, Slot, evaluate, usable
+from scheduler_core.precise.fit import Budget, Fit, Miss, Slot, budget, device_of, evaluate, usable
+from scheduler_core.precise.fraction import Device
 from scheduler_core.precise.messages import miss_line
 from scheduler_core.precise.windows import layouts, sorted_slots, windows
 from scheduler_core.reasons import MORE_CAPACITY, Reason
@@ -39,6 +41,9 @@ class _Inputs:
     tp_rule: TpRule
     ram_claim: int
     ram_rule: RamClaimRule
+    #: The rank's needs per (GPU size, tp, pp) for every size and layout of the type's
+    #: workers (computed once per decision, not once per worker).
+    budgets: tuple[tuple[tuple[Device, int, int], Budget], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,22 +65,25 @@ def _evaluate(inputs: _Inputs, gpus: tuple[Gpu, ...], allocatable: Allocatable) 
     if ram_not_enough(inputs.ram_claim, allocatable):
         return _Outcome((), None, 0)
     ordered = sorted_slots(slots_of(inputs.facts, gpus, allocatable))
+    # On a worker whose GPUs are all of one size every check is monotone in usable memory:
+    # once the roomiest remaining window misses, every tighter one misses too.
+    uniform = len({gpu.total for gpu, _ in ordered}) <= 1
     best: tuple[Miss, int] | None = None
     limit = inputs.facts.settings.max_window_candidates
+    known = dict(inputs.budgets)
     for count, tp, pp in layouts(inputs.facts, inputs.gpu_count, len(ordered), inputs.tp_rule):
         fits: list[tuple[tuple[int, ...], Fit]] = []
-        seen: dict[tuple[tuple[int, int], ...], Fit | Miss] = {}
-        for window in windows(ordered, count):
-            key = tuple((gpu.total, free) for gpu, free in window)
-            verdict = seen.get(key)
-            if verdict is None:
-                verdict = seen[key] = evaluate(inputs.facts, window, tp, pp)
+        for window in reversed(list(windows(ordered, count))):
+            verdict = evaluate(inputs.facts, window, tp, pp, known.get((device_of(window), tp, pp)))
             if isinstance(verdict, Fit):
                 fits.append((tuple(gpu.index or 0 for gpu, _ in window), verdict))
-            elif best is None or verdict.usable > best[0].usable:
+                continue
+            if best is None or verdict.usable > best[0].usable:
                 best = (verdict, count)
+            if uniform:
+                break
         if fits:
-            return _Outcome(tuple(fits[:limit]), None, count)
+            return _Outcome(tuple(reversed(fits))[:limit], None, count)
     return _Outcome((), None if best is None else best[0], 0 if best is None else best[1])
 
 
@@ -144,6 +152,23 @@ class PreciseSingleWorker:
         if not candidates:
             _record(selection, facts, best)
         return candidates
+
+
+def _budgets(
+    facts: PreciseFacts, workers: Sequence[WorkerView], gpu_count: int | None, tp_rule: TpRule
+) -> tuple[tuple[tuple[Device, int, int], Budget], ...]:
+    """:func:`budget` for every GPU size (and platform) and every layout the workers allow."""
+    devices = sorted(
+        {device_of([(gpu, 0)]) for w in workers for gpu in w.gpus if gpu.total},
+        key=lambda d: (d.gpu_mem_mib, d.platform),
+    )
+    widest = max((len(w.gpus) for w in workers), default=0)
+    found = []
+    for count, tp, pp in layouts(facts, gpu_count, widest, tp_rule):
+        del count
+        for device in devices:
+            found.append(((device, tp, pp), budget(facts, device, tp, pp)))
+    return tuple(found)
 
 
 def _record(selection: Selection, facts: PreciseFacts, best: tuple[Miss, int, WorkerView] | None) -> None:
