@@ -94,7 +94,9 @@ def _claims(instances: Iterable[dict[str, Any]]) -> dict[GpuKey, int]:
     return held
 
 
-def _rows(workers: Sequence[dict[str, Any]], claims: Mapping[GpuKey, int], outside: Mapping[GpuKey, int]) -> list:
+def _rows(
+    workers: Sequence[dict[str, Any]], claims: Mapping[GpuKey, int], outside: Mapping[GpuKey, int]
+) -> list:
     """Worker rows whose ``memory.used`` reports other processes plus the running instances."""
     rows = []
     for worker in workers:
@@ -110,14 +112,25 @@ def _rows(workers: Sequence[dict[str, Any]], claims: Mapping[GpuKey, int], outsi
 def _instance(number: int, model: dict[str, Any], chosen: Any) -> dict[str, Any]:
     claim = chosen.computed_resource_claim.model_dump(mode="json")
     subs = [
-        {"worker_id": s.worker_id, "worker_name": s.worker_name, "gpu_type": s.gpu_type,
-         "gpu_indexes": s.gpu_indexes, "computed_resource_claim": s.computed_resource_claim.model_dump(mode="json")}
+        {
+            "worker_id": s.worker_id,
+            "worker_name": s.worker_name,
+            "gpu_type": s.gpu_type,
+            "gpu_indexes": s.gpu_indexes,
+            "computed_resource_claim": s.computed_resource_claim.model_dump(mode="json"),
+        }
         for s in chosen.subordinate_workers or ()
     ]
     row = {
-        "id": number, "name": model["name"], "model_id": model["id"], "state": "running",
-        "worker_id": chosen.worker_id, "gpu_type": chosen.gpu_type, "gpu_indexes": chosen.gpu_indexes,
-        "computed_resource_claim": claim, "subordinates": subs,
+        "id": number,
+        "name": model["name"],
+        "model_id": model["id"],
+        "state": "running",
+        "worker_id": chosen.worker_id,
+        "gpu_type": chosen.gpu_type,
+        "gpu_indexes": chosen.gpu_indexes,
+        "computed_resource_claim": claim,
+        "subordinates": subs,
     }
     if subs:
         row["distributed_servers"] = {"subordinate_workers": subs}
@@ -131,7 +144,9 @@ def _chosen_gpus(chosen: Any) -> list[GpuKey]:
     return keys
 
 
-def startup(model: dict[str, Any], argv: Sequence[str], pre: Sequence[tuple[int, int, str]]) -> tuple[bool, int | None]:
+def startup(
+    model: dict[str, Any], argv: Sequence[str], pre: Sequence[tuple[int, int, str]]
+) -> tuple[bool, int | None]:
     """(predicted to fail at start-up, predicted KV tokens) for a placement.
 
     ``pre`` holds (total, free at start, platform) of every chosen GPU.
@@ -147,8 +162,9 @@ def startup(model: dict[str, Any], argv: Sequence[str], pre: Sequence[tuple[int,
     config = model["hf_config"]
     kv = kv_shape(config, flags.kv_cache_dtype, config.get("torch_dtype", "bfloat16"))
     context = config.get("max_position_embeddings", 2048)
-    traits = ModelTraits(kv is not None and kv.is_mla, "vision_config" in config,
-                         config.get("vision_config"), context)
+    traits = ModelTraits(
+        kv is not None and kv.is_mla, "vision_config" in config, config.get("vision_config"), context
+    )
     device = Device(min(total for total, _, _ in pre) / MIB, pre[0][2])
     fraction = sizing(device, traits, flags, tp, pp).fraction
     reserve = reserve_mib(device, traits, flags, tp, pp, floor=False) * MIB
@@ -170,7 +186,9 @@ def _median_need(deployments: Sequence[Deployment]) -> float:
     return statistics.median(needs)
 
 
-def _measure(run: Run, gpus: Mapping[GpuKey, tuple[int, int, str]], claims: Mapping[GpuKey, int], need: float) -> None:
+def _measure(
+    run: Run, gpus: Mapping[GpuKey, tuple[int, int, str]], claims: Mapping[GpuKey, int], need: float
+) -> None:
     total = sum(t for t, _, _ in gpus.values())
     run.utilisation.append(sum(claims.values()) / total)
     frees = [max(t - o - claims.get(k, 0), 0) for k, (t, o, _) in gpus.items()]
@@ -192,8 +210,13 @@ def replay(seed: int, label: str, arrivals: int) -> Run:
         running = [(leaves, row) for leaves, row in running if leaves > step]
         instances = [row for _, row in running]
         claims = _claims(instances)
-        request = {"request_id": f"{label}-{step}", "policy": policy, "model": deployment.model,
-                   "workers": _rows(workers, claims, outside), "model_instances": instances}
+        request = {
+            "request_id": f"{label}-{step}",
+            "policy": policy,
+            "model": deployment.model,
+            "workers": _rows(workers, claims, outside),
+            "model_instances": instances,
+        }
         if sharing:
             request["gpu_sharing"] = True
         started = time.process_time()
@@ -205,7 +228,10 @@ def replay(seed: int, label: str, arrivals: int) -> Run:
                 run.before_refusal = run.placed
         else:
             chosen = result.candidates[result.selected]
-            pre = [(gpus[k][0], gpus[k][0] - outside[k] - claims.get(k, 0), gpus[k][2]) for k in _chosen_gpus(chosen)]
+            pre = [
+                (gpus[k][0], gpus[k][0] - outside[k] - claims.get(k, 0), gpus[k][2])
+                for k in _chosen_gpus(chosen)
+            ]
             launch = result.launch
             argv = launch.backend_parameters if launch else []
             fails, tokens = startup(deployment.model, argv, pre)
@@ -224,7 +250,8 @@ def _row(seed: int, run: Run) -> str:
     kv = int(statistics.median(run.kv)) if run.kv else 0
     return (
         f"| {seed} | {run.label} | {run.before_refusal} | {run.placed} | {run.refused} | {run.failures} "
-        f"| {100 * statistics.mean(run.utilisation):.1f} % | {100 * statistics.mean(run.fragmentation):.1f} % "
+        f"| {100 * statistics.mean(run.utilisation):.1f} % "
+        f"| {100 * statistics.mean(run.fragmentation):.1f} % "
         f"| {kv:,} | {1000 * statistics.median(run.times):.2f} ms |"
     )
 
@@ -265,18 +292,27 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--arrivals", type=int, default=DEFAULT_ARRIVALS)
     parser.add_argument("--plot", type=Path, default=Path("docs/img/policies.png"))
     args = parser.parse_args(argv)
-    print("| seed | policy | placed before 1st refusal | placed | refused | predicted start-up failures "
-          "| mean claimed | mean fragmentation | median KV tokens | median decision |")
+    print(
+        "| seed | policy | placed before 1st refusal | placed | refused | predicted start-up failures "
+        "| mean claimed | mean fragmentation | median KV tokens | median decision |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for position, seed in enumerate(args.seeds):
         runs = [replay(seed, label, args.arrivals) for label in RUNS]
         for run in runs:
             print(_row(seed, run), flush=True)
         base = runs[0].before_refusal or 1
-        gains = ", ".join(f"{run.label} {100 * ((run.before_refusal or 0) / base - 1):+.0f} %" for run in runs[1:])
-        times = ", ".join(f"{run.label} {statistics.median(run.times) / statistics.median(runs[0].times):.2f}×"
-                          for run in runs[1:])
-        print(f"|   | seed {seed} vs gpustack: before first refusal {gains}; decision time {times} |", flush=True)
+        gains = ", ".join(
+            f"{run.label} {100 * ((run.before_refusal or 0) / base - 1):+.0f} %" for run in runs[1:]
+        )
+        times = ", ".join(
+            f"{run.label} {statistics.median(run.times) / statistics.median(runs[0].times):.2f}×"
+            for run in runs[1:]
+        )
+        print(
+            f"|   | seed {seed} vs gpustack: before first refusal {gains}; decision time {times} |",
+            flush=True,
+        )
         if position == 0:
             print(_plot(args.plot, seed, runs), file=sys.stderr)
 
