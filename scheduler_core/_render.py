@@ -27,11 +27,16 @@ from scheduler_core.arguments import INIT_CONTEXT
 from scheduler_core.candidates import Candidate, Claim, Subordinate
 from scheduler_core.diffusion_launch import ExplicitArgs, plan_diffusion_launch
 from scheduler_core.errors import RequestError
-from scheduler_core.estimate import ModelFacts
+from scheduler_core.estimate import ModelFacts, vram_claim_override
 from scheduler_core.events import Event, list_message
 from scheduler_core.framework import SelectorOutcome
 from scheduler_core.launch import launch_arguments
-from scheduler_core.messages import NO_AVAILABLE_WORKERS, NO_RESOURCE_FIT, NO_SUITABLE_WORKERS
+from scheduler_core.messages import (
+    NO_AVAILABLE_WORKERS,
+    NO_RESOURCE_FIT,
+    NO_SUITABLE_WORKERS,
+    UNKNOWN_WEIGHT_SIZE,
+)
 from scheduler_core.params import flatten_to_argv
 from scheduler_core.reasons import Reason
 from scheduler_core.selection import Selection
@@ -247,6 +252,7 @@ def decision(
         launch = launch_arguments(selection.model.backend_parameters, candidates[chosen])
         if not candidates[chosen].overcommit:
             messages = []  # GPUStack assembles messages only on failure or overcommit
+    warnings = estimate_warnings(selection, facts)
     return ScheduleResult(
         request_id=request_id,
         status="scheduled" if chosen is not None else "unschedulable",
@@ -256,9 +262,27 @@ def decision(
         messages=messages,
         filter_messages=list(filter_messages),
         state_message=state_message,
-        events=[event_out(e) for e in outcome.events],
+        events=[*(_warning_event(text) for text in warnings), *(event_out(e) for e in outcome.events)],
+        warnings=warnings,
         estimate=estimate_out(selection, facts),
         launch=launch,
+    )
+
+
+#: Event action of gpusched's warnings about the estimate (not a GPUStack action).
+ESTIMATE_WARNING_ACTION = "estimate_warning"
+
+
+def estimate_warnings(selection: Selection, facts: ModelFacts) -> list[str]:
+    """Warnings about the estimate: a weight size that had to be guessed (no VRAM override)."""
+    if facts.weight_source != "unknown" or vram_claim_override(selection.model) is not None:
+        return []
+    return [UNKNOWN_WEIGHT_SIZE]
+
+
+def _warning_event(text: str) -> EventOut:
+    return EventOut.model_construct(
+        level="warning", action=ESTIMATE_WARNING_ACTION, message=text, reason="weight_size_unknown"
     )
 
 

@@ -39,18 +39,21 @@ from scheduler_core.diffusion_launch import ExplicitArgs, explicit_diffusion_arg
 from scheduler_core.errors import RequestError
 from scheduler_core.estimate import ModelFacts, estimate_vram, is_llm, model_ram_claim, resolve_model_facts
 from scheduler_core.framework import GPUSTACK, PRECISE, Chain, run_filters, run_strategies
+from scheduler_core.limits import MAX_DEPTH, encodable, too_deep
 from scheduler_core.mem_fraction import FractionFlags, FractionInputs, MemFractionCalculator
 from scheduler_core.model_config import ModelConfigError, ModelParameters, model_parameters_from_config
 from scheduler_core.model_folder import ModelFolderError
 from scheduler_core.plugins import chain_for, scorer_of
 from scheduler_core.precise.facts import PreciseFacts, precise_facts
 from scheduler_core.selection import Selection
-from scheduler_core.workers import DuplicateGpu, WorkerView, worker_view
+from scheduler_core.workers import DuplicateGpu, InvalidText, WorkerView, worker_view
 
 _T = TypeVar("_T")
 
 #: Longest client-given request id used as is; longer or missing ids are derived.
 MAX_REQUEST_ID = 200
+#: The id of a rejection for a request that has no id and cannot be hashed into one.
+UNHASHABLE_REQUEST_ID = "req-unhashable"
 
 
 def canonical_json(value: Any) -> str:
@@ -59,16 +62,23 @@ def canonical_json(value: Any) -> str:
 
 
 def request_id_for(raw: Any) -> str:
-    """The request's id: its own ``request_id`` (1–200 characters), else ``req-`` and
-    24 hex digits of the sha256 of its canonical JSON (the same request, the same id)."""
+    """The request's id: its own ``request_id`` (1–200 characters of valid Unicode), else
+    ``req-`` and 24 hex digits of the sha256 of its canonical JSON (the same request, the
+    same id).
+
+    Raises:
+        RequestError: the request has no usable id and nests too deeply to be hashed.
+    """
     if isinstance(raw, ScheduleRequest):
         if raw.request_id:
             return raw.request_id
         raw = raw.model_dump(mode="json")
     if isinstance(raw, Mapping):
         given = raw.get("request_id")
-        if isinstance(given, str) and 0 < len(given) <= MAX_REQUEST_ID:
+        if isinstance(given, str) and 0 < len(given) <= MAX_REQUEST_ID and encodable(given):
             return given
+    if too_deep(raw):
+        raise RequestError("request", f"nested more than {MAX_DEPTH} levels deep")
     digest = hashlib.sha256(canonical_json(raw).encode()).hexdigest()[:24]
     return f"req-{digest}"
 
@@ -94,7 +104,10 @@ def schedule(
         ``unschedulable`` with GPUStack's messages when nothing fits now;
         ``rejected`` with an error naming the field for invalid input. Never raises.
     """
-    request_id = request_id_for(request)
+    try:
+        request_id = request_id_for(request)
+    except RequestError as error:
+        return _render.rejected(UNHASHABLE_REQUEST_ID, error.code, error.message, error.field)
     collecting = gc.isenabled()
     gc.disable()  # a decision allocates many short-lived objects; cyclic GC only slows it
     try:
@@ -148,6 +161,7 @@ class Prepared:
 
 def _prepare(request: ScheduleRequest, memo: SnapshotMemo | None) -> Prepared:
     """Phase 2. Raises RequestError for anything that makes the request invalid."""
+    _check_text(request)
     views = _views(request, memo)
     model = request.model
     facts, categories, model_params = _model_facts(request)
@@ -184,7 +198,26 @@ def _validated_views(workers: Sequence[Worker]) -> list[WorkerView]:
             views.append(worker_view(worker))
         except DuplicateGpu as error:
             raise RequestError(f"workers.{position}.status.gpu_devices.{error.number}", str(error)) from None
+        except InvalidText as error:
+            raise RequestError(f"workers.{position}.{error.where}", str(error)) from None
     return views
+
+
+def _check_text(request: ScheduleRequest) -> None:
+    """The model's and instances' strings a result can carry must be valid Unicode."""
+    model = request.model
+    named: list[tuple[str, str | None]] = [
+        ("request_id", request.request_id),
+        ("model.name", model.name),
+        ("model.local_path", model.local_path),
+    ]
+    named += [(f"model.backend_parameters.{i}", p) for i, p in enumerate(model.backend_parameters)]
+    gpu_ids = model.gpu_selector.gpu_ids if model.gpu_selector else None
+    named += [(f"model.gpu_selector.gpu_ids.{i}", g) for i, g in enumerate(gpu_ids or ())]
+    named += [(f"model_instances.{i}.name", m.name) for i, m in enumerate(request.model_instances or ())]
+    for field, text in named:
+        if text is not None and not encodable(text):
+            raise RequestError(field, "is not valid Unicode (it holds a lone surrogate)")
 
 
 def _model_facts(request: ScheduleRequest) -> tuple[ModelFacts, list[str], ModelParameters]:

@@ -19,6 +19,14 @@ NO_AVAILABLE_WORKERS = "No available workers"
 NO_RESOURCE_FIT = "No workers meet the resource requirements."
 
 
+#: Warning when the estimate had no weight size to go on (GPUStack counts such weights as 0).
+UNKNOWN_WEIGHT_SIZE = (
+    "The model's weight size is unknown (no weight_bytes, no readable local_path): its weights "
+    "count as 0 bytes in the VRAM estimate, as GPUStack counts them. The estimate is a guess; "
+    "give weight_bytes to size the placement."
+)
+
+
 def default_message(selection: Selection) -> str:
     """The estimate headline GPUStack records first (``select_candidates``);
     ``policy: precise`` states its own requirement instead."""

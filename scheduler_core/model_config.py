@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from scheduler_core.limits import MAX_DEPTH, too_deep
+
 __all__ = ["ModelConfigError", "ModelParameters", "model_parameters_from_config"]
 
 #: Error-field prefix for config.json keys (the model's HF config).
@@ -31,7 +33,7 @@ _TEXT_CONFIG_PATHS: tuple[tuple[str, ...], ...] = (
 )
 
 #: Where a positive ``num_attention_heads`` is looked up when the text config lacks
-#: one (GPUStack's fallback order, memo §2.1 step 5); ``()`` is the root.
+#: one (GPUStack ``policies/utils.py: get_model_num_attention_heads``); ``()`` is the root.
 _HEAD_FALLBACK_PATHS: tuple[tuple[str, ...], ...] = (
     ("llm_config",),
     ("text_config",),
@@ -59,8 +61,9 @@ _DEFAULT_MAX_MODEL_LEN = 2048
 #: (``get_max_model_len``: no factor applied).
 _UNSCALED_ROPE_TYPES = frozenset({"su", "longrope", "llama3"})
 
-#: MoE expert-count aliases, first present wins (memo §2.1 step 5); the field's own
-#: name comes first because step 4 copies it verbatim.
+#: MoE expert-count aliases, first present wins (GPUStack
+#: ``ModelParameters.from_model_pretrained_config``); the field's own name comes first
+#: because that method copies every ``ModelParameters`` field before trying the aliases.
 _MOE_EXPERT_KEYS = ("moe_num_experts", "n_routed_experts", "num_local_experts", "num_experts")
 _MOE_SHARED_EXPERT_KEYS = ("moe_num_shared_experts", "n_shared_experts", "num_shared_experts")
 
@@ -177,8 +180,15 @@ class _Section:
 
 
 def _excerpt(value: object) -> str:
+    if isinstance(value, int) and abs(value) > _MAX_CONFIG_INT:
+        return "an integer out of range"
     text = repr(value)
     return text if len(text) <= _EXCERPT_CHARS else text[: _EXCERPT_CHARS - 3] + "..."
+
+
+#: Largest magnitude of a config number (a signed 64-bit integer): no real hyperparameter
+#: comes near, and larger values overflow the float arithmetic that reads them.
+_MAX_CONFIG_INT = 2**63 - 1
 
 
 def _as_int(value: object, field_name: str) -> int | None:
@@ -186,8 +196,10 @@ def _as_int(value: object, field_name: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) > _MAX_CONFIG_INT:
+            raise ModelConfigError(field_name, "expected an integer, got one out of range")
         return value
-    if isinstance(value, float) and value.is_integer():
+    if isinstance(value, float) and value.is_integer() and abs(value) <= _MAX_CONFIG_INT:
         return int(value)
     raise ModelConfigError(field_name, f"expected an integer, got {_excerpt(value)}")
 
@@ -197,7 +209,7 @@ def _as_positive_number(value: object, field_name: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, int | float) and not isinstance(value, bool):
-        if math.isfinite(value) and value > 0:
+        if 0 < value <= _MAX_CONFIG_INT and math.isfinite(value):
             return value
     raise ModelConfigError(field_name, f"expected a positive number, got {_excerpt(value)}")
 
@@ -205,7 +217,7 @@ def _as_positive_number(value: object, field_name: str) -> float | None:
 def model_parameters_from_config(
     config: Mapping[str, Any] | None, *, is_llm: bool, typed: bool = True
 ) -> ModelParameters:
-    """Derive GPUStack's ``ModelParameters`` from a config.json dict (memo §2.1).
+    """Derive GPUStack's ``ModelParameters`` from a config.json dict (``from_model_pretrained_config``).
 
     The text (decoder) sub-config is the first of ``text_config``,
     ``llm_config``, ``language_config`` and ``thinker_config.text_config`` that
@@ -254,6 +266,8 @@ def model_parameters_from_config(
         return ModelParameters()
     if not isinstance(config, Mapping):
         raise ModelConfigError(_CONFIG_FIELD, f"expected an object, got {_excerpt(config)}")
+    if too_deep(config):
+        raise ModelConfigError(_CONFIG_FIELD, f"nested more than {MAX_DEPTH} levels deep")
     root = _Section(config, _CONFIG_FIELD)
     text = _text_section(root)
     heads = _num_attention_heads(root, text)
@@ -304,6 +318,8 @@ def _vision_sizes(root: _Section, vision: _Section | None, typed: bool) -> Mappi
     """
     if vision is None:
         return None
+    for key in ("num_hidden_layers", "depth", "hidden_size"):  # what the calculator reads
+        vision.integer(key)
     if not typed or not root.has("model_type"):
         return MappingProxyType({})
     return vision.frozen_copy()

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from scheduler_core._schemas import GPUDevice, Worker
+from scheduler_core.limits import encodable
 
 
 class Gpu(NamedTuple):
@@ -72,19 +73,40 @@ class DuplicateGpu(ValueError):
         self.number = number
 
 
+class InvalidText(ValueError):
+    """A string of the row is not valid Unicode (a lone surrogate); ``where`` is its path in the row."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__("is not valid Unicode (it holds a lone surrogate)")
+        self.where = where
+
+
 def worker_view(worker: Worker) -> WorkerView:
     """The :class:`WorkerView` of a validated worker row, memoised on the (frozen) row.
 
     Raises:
         DuplicateGpu: two GPUs share a (type, index), which identifies a GPU on its worker.
+        InvalidText: a string placement writes out is not valid Unicode.
     """
     cached = worker.view_cache()
     if isinstance(cached, WorkerView):
         return cached
     view = build_view(worker)
     _check_gpu_identity(view)
+    _check_text(view)
     worker.remember_view(view)
     return view
+
+
+def _check_text(view: WorkerView) -> None:
+    """The strings a result can carry (name, addresses, GPU types and names) must be valid Unicode."""
+    for where, text in (("name", view.name), ("ip", view.ip), ("ifname", view.ifname)):
+        if text is not None and not encodable(text):
+            raise InvalidText(where)
+    for number, gpu in enumerate(view.gpus):
+        for key, text in (("type", gpu.type), ("name", gpu.name)):
+            if text is not None and not encodable(text):
+                raise InvalidText(f"status.gpu_devices.{number}.{key}")
 
 
 def _check_gpu_identity(view: WorkerView) -> None:

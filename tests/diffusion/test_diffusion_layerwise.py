@@ -1,4 +1,7 @@
-"""Layerwise list normalisation and the group -> flag mapping (§3.6, §3.9)."""
+"""Layerwise list normalisation and the group -> flag mapping.
+
+Upstream: ``ServerArgs._adjust_layerwise_offload_components`` and ``layerwise_offload_components.py``.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""LTX-2.3 two-stage device mode and its resident pass (§3.5 item 3, §3.6)."""
+"""LTX-2.3 two-stage device mode and its resident pass.
+
+Upstream: ``ServerArgs._adjust_ltx2_two_stage_device_mode`` and the LTX-2.3 part of
+``ServerArgsAutoTuner.maybe_adjust_auto_component_residency_after_offload``.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Performance modes and platforms (research/sglang.md §3.3 step 1 and 8, §3.5 item 1)."""
+"""Performance modes and platforms (flow steps 1 and 8).
+
+Upstream: ``ServerArgsAutoTuner.adjust_based_on_performance_mode`` and
+``ServerArgs._adjust_platform_specific``.
+"""
 
 from __future__ import annotations
 

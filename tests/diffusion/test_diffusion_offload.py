@@ -1,4 +1,10 @@
-"""Offload pre-defaults, auto layerwise, residency, replacement (§3.4, §3.5 items 2, 3, 5)."""
+"""Offload pre-defaults, auto layerwise, residency, replacement.
+
+Upstream: ``ServerArgs._adjust_offload`` and ``ServerArgsAutoTuner``'s
+``maybe_adjust_auto_default_layerwise_offload``,
+``maybe_adjust_auto_component_residency_after_offload`` and
+``maybe_replace_cpu_offloaded_components_with_layerwise``.
+"""
 
 from __future__ import annotations
 

@@ -138,3 +138,20 @@ def test_local_path_config_read_from_workers_is_a_plain_dict():
     assert from_hub.estimate.mem_fraction_static == {"cuda": 0.635}
     assert from_workers.estimate.mem_fraction_static == {"cuda": 0.794}
     assert (from_workers.status, from_workers.estimate.weight_source) == ("scheduled", "unknown")
+
+
+def test_unknown_weight_size_keeps_gpustacks_number_and_says_it_is_a_guess():
+    """Rule: without weight_bytes (or a readable folder) GPUStack counts the weights as 0, so the
+    estimate is its 2 GiB overhead; gpusched keeps that number under policy gpustack but warns, in
+    ``warnings`` and as a warning event, and GPUStack's own messages stay untouched."""
+    from scheduler_core.messages import UNKNOWN_WEIGHT_SIZE
+
+    unknown = schedule(request(model(weight_bytes=None), [worker(1, "w", [gpu(0, H100)])]))
+    assert unknown.estimate is not None
+    assert (unknown.estimate.vram_bytes, unknown.estimate.weight_source) == (2 * GIB, "unknown")
+    assert unknown.warnings == [UNKNOWN_WEIGHT_SIZE]
+    assert (unknown.events[0].level, unknown.events[0].reason) == ("warning", "weight_size_unknown")
+    known = schedule(request(model(), [worker(1, "w", [gpu(0, H100)])]))
+    assert known.warnings == [] and all(e.level != "warning" for e in known.events)
+    override = model(weight_bytes=None, env={"GPUSTACK_MODEL_VRAM_CLAIM": str(9 * GIB)})
+    assert schedule(request(override, [worker(1, "w", [gpu(0, H100)])])).warnings == []
