@@ -117,6 +117,7 @@ def candidate_out(candidate: Candidate, score: float, memo: ClaimMemo | None = N
         overcommit=candidate.overcommit,
         score=score,
         subordinate_workers=subordinates or None,
+        kv_tokens=candidate.kv_tokens,
     )
 
 
@@ -205,12 +206,13 @@ def blocked(request_id: str, filter_messages: Sequence[str], reason: Reason | No
     )
 
 
-def shown_candidates(scores: Sequence[float], limit: int | None) -> list[int]:
+def shown_candidates(scores: Sequence[float], limit: int | None, chosen: int | None = None) -> list[int]:
     """Indexes of the candidates to report, in selector order.
 
     All of them without a ``limit``; otherwise the ``limit`` best-scoring
-    (ties: earlier first), which always includes the chosen one (the first
-    highest score ranks first).
+    (ties: earlier first), which always includes ``chosen`` (GPUStack's pick,
+    the first highest score, ranks first anyway; a scorer with other tie-breaks
+    may pick a later tie, which then takes the last tie's place).
     """
     if limit is None or len(scores) <= limit:
         return list(range(len(scores)))
@@ -219,7 +221,10 @@ def shown_candidates(scores: Sequence[float], limit: int | None) -> list[int]:
     cutoff = heapq.nlargest(limit, scores)[-1]
     above = [i for i, score in enumerate(scores) if score > cutoff]
     ties = [i for i, score in enumerate(scores) if score == cutoff][: limit - len(above)]
-    return sorted(above + ties)
+    shown = above + ties
+    if chosen is not None and chosen not in shown:
+        shown[-1] = chosen
+    return sorted(shown)
 
 
 def decision(
@@ -234,7 +239,7 @@ def decision(
 ) -> ScheduleResult:
     """A scheduled or unschedulable result with GPUStack's messages."""
     candidates = outcome.candidates
-    shown = shown_candidates(scores, max_candidates)
+    shown = shown_candidates(scores, max_candidates, chosen)
     claims: ClaimMemo = {}
     block = list_message(filter_messages) + "\n" if filter_messages else ""
     messages = list(outcome.messages)
@@ -301,3 +306,18 @@ def with_diffusion_plan(
     )
     events = [*result.events, *(event_out(e) for e in plan.events)]
     return result.model_copy(update={"launch": launch, "events": events})
+
+
+def with_policy(result: ScheduleResult, policy: str) -> ScheduleResult:
+    """The result as decided under ``policy``; for a scheduled one, the estimate's fraction
+    is the chosen candidate's own (``policy: precise`` has no fraction per GPU type)."""
+    update: dict[str, Any] = {"policy": policy}
+    if result.estimate is not None:
+        fractions: dict[str, float] = {}
+        if result.selected is not None:
+            chosen = result.candidates[result.selected]
+            fraction = chosen.computed_resource_claim.vram_utilization
+            if chosen.gpu_type is not None and fraction is not None:
+                fractions[chosen.gpu_type] = fraction
+        update["estimate"] = result.estimate.model_copy(update={"mem_fraction_static": fractions})
+    return result.model_copy(update=update)

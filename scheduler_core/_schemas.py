@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 from typing_extensions import TypedDict
 
 #: Worker states GPUStack knows (``WorkerStateEnum``); only ``ready`` is schedulable.
@@ -32,8 +32,8 @@ MODEL_CATEGORIES = frozenset(
     {"llm", "embedding", "image", "reranker", "speech_to_text", "text_to_speech", "unknown"}
 )
 
-#: Scheduling policies this build implements.
-POLICIES = ("gpustack",)
+#: Scheduling policies this build implements (``gpustack`` is the default).
+POLICIES = ("gpustack", "precise")
 
 
 #: Largest byte count or id accepted (a signed 64-bit integer): GPUStack stores them in
@@ -271,11 +271,40 @@ class ModelInstance(_Row):
     distributed_servers: DistributedServers | None = None
 
 
+class InstanceRef(_Row):
+    """Which instance row a request replaces: its ``id``, its ``name``, or both (both must match)."""
+
+    id: int | None = None
+    name: str | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _names_one(self) -> InstanceRef:
+        if self.id is None and self.name is None:
+            raise ValueError("give the replaced instance's id or name")
+        return self
+
+    def matches(self, instance: ModelInstance) -> bool:
+        """True for the row this reference names."""
+        if self.id is not None and instance.id != self.id:
+            return False
+        return self.name is None or instance.name == self.name
+
+
 class ScheduleRequest(_Row):
     """A scheduling request (Contract 1).
 
     ``workers``/``model_instances`` may be omitted only when a service supplies
     the cluster state; the pure core rejects a request without ``workers``.
+
+    ``min_context_tokens``, ``min_kv_tokens``, ``gpu_sharing`` and ``replaces``
+    are read by ``policy: precise`` only (``gpustack`` ignores them):
+
+    * ``min_context_tokens``: the KV-cache floor every candidate must hold (default:
+      the model's maximum context, capped at 8,192 tokens);
+    * ``min_kv_tokens``: the least predicted KV-cache capacity a candidate may have;
+    * ``gpu_sharing``: size ``--mem-fraction-static`` to what the instance needs so
+      several instances share a GPU (None: the chain's setting);
+    * ``replaces``: the instance row this request re-places; its claim is not counted.
     """
 
     request_id: str | None = Field(default=None, min_length=1, max_length=200)
@@ -283,6 +312,10 @@ class ScheduleRequest(_Row):
     model: ModelSpec
     workers: list[Worker] | None = None
     model_instances: list[ModelInstance] | None = None
+    min_context_tokens: int | None = Field(default=None, ge=1, le=1 << 24)
+    min_kv_tokens: int | None = Field(default=None, ge=1, le=1 << 34)
+    gpu_sharing: bool | None = None
+    replaces: InstanceRef | None = None
 
     @field_validator("policy")
     @classmethod
@@ -293,6 +326,10 @@ class ScheduleRequest(_Row):
 
 
 # --------------------------------------------------------------------------- result
+
+
+def _is_none(value: object) -> bool:
+    return value is None
 
 
 class _Out(BaseModel):
@@ -333,6 +370,8 @@ class CandidateOut(_Out):
     overcommit: bool = False
     score: float | None = None
     subordinate_workers: list[SubordinateOut] | None = None
+    #: KV-cache tokens ``policy: precise`` predicts; left out of the JSON when None (``gpustack``).
+    kv_tokens: int | None = Field(default=None, exclude_if=_is_none)
 
 
 class EventOut(_Out):

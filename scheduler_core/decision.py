@@ -31,20 +31,20 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from scheduler_core import _render
-from scheduler_core._schemas import ModelSpec, ScheduleRequest, ScheduleResult, Worker
+from scheduler_core._schemas import ModelInstance, ModelSpec, ScheduleRequest, ScheduleResult, Worker
 from scheduler_core.arguments import FIND_CONTEXT, Plan, TpRule, build_plan, validate_arguments
 from scheduler_core.caching import SnapshotMemo, StageRunner
 from scheduler_core.cluster import ClusterState, group_workers_by_gpu_type, sort_workers_by_gpu_count
 from scheduler_core.diffusion_launch import ExplicitArgs, explicit_diffusion_args
 from scheduler_core.errors import RequestError
 from scheduler_core.estimate import ModelFacts, estimate_vram, is_llm, model_ram_claim, resolve_model_facts
-from scheduler_core.framework import Chain, run_filters, run_strategies
+from scheduler_core.framework import GPUSTACK, PRECISE, Chain, run_filters, run_strategies
 from scheduler_core.limits import MAX_DEPTH, encodable, too_deep
 from scheduler_core.mem_fraction import FractionFlags, FractionInputs, MemFractionCalculator
 from scheduler_core.model_config import ModelConfigError, ModelParameters, model_parameters_from_config
 from scheduler_core.model_folder import ModelFolderError
-from scheduler_core.plugins import DEFAULT_CHAIN
-from scheduler_core.scoring import pick_highest, score_candidates
+from scheduler_core.plugins import chain_for, scorer_of
+from scheduler_core.precise.facts import PreciseFacts, precise_facts
 from scheduler_core.selection import Selection
 from scheduler_core.workers import DuplicateGpu, InvalidText, WorkerView, worker_view
 
@@ -86,14 +86,16 @@ def request_id_for(raw: Any) -> str:
 def schedule(
     request: ScheduleRequest | Mapping[str, Any] | Any,
     *,
-    chain: Chain = DEFAULT_CHAIN,
+    chain: Chain | None = None,
     memo: SnapshotMemo | None = None,
 ) -> ScheduleResult:
     """Decide where the request's model runs (Contract 1).
 
     Args:
         request: a :class:`ScheduleRequest` or its JSON-shaped dict.
-        chain: the filters and strategies to run (GPUStack's by default).
+        chain: the filters, strategies and scorer to run; None runs the chain of the
+            request's ``policy``, and a chain of another policy lends only its filters,
+            candidate cap and settings (:func:`scheduler_core.plugins.chain_for`).
         memo: state reused across calls by a long-lived decider (see
             :class:`~scheduler_core.caching.SnapshotMemo`); it never changes a result.
 
@@ -115,11 +117,22 @@ def schedule(
             gc.enable()
 
 
-def _schedule(request: Any, request_id: str, chain: Chain, memo: SnapshotMemo | None) -> ScheduleResult:
+def _schedule(
+    request: Any, request_id: str, configured: Chain | None, memo: SnapshotMemo | None
+) -> ScheduleResult:
     try:
         parsed = request if isinstance(request, ScheduleRequest) else ScheduleRequest.model_validate(request)
     except ValidationError as error:
         return _render.validation_rejection(request_id, error)
+    chain = chain_for(parsed.policy, configured)
+    if chain.policy == GPUSTACK:
+        return _decided(parsed, request_id, chain, memo)
+    return _render.with_policy(_decided(parsed, request_id, chain, memo), chain.policy)
+
+
+def _decided(
+    parsed: ScheduleRequest, request_id: str, chain: Chain, memo: SnapshotMemo | None
+) -> ScheduleResult:
     try:
         return _decide(parsed, request_id, chain, memo)
     except RequestError as error:
@@ -255,10 +268,11 @@ def _decide(
     filtered = run_filters(model, prepared.views, chain.filters)
     if not filtered.workers:
         return _render.blocked(request_id, filtered.messages, filtered.blocked_by)
-    selection = _selection(request, prepared, filtered.workers, memo)
+    selection = _selection(request, prepared, filtered.workers, memo, chain)
     outcome = run_strategies(selection, chain.strategies)
-    scores = score_candidates(outcome.candidates, model.placement_strategy, selection.cluster, model.id)
-    chosen = pick_highest(scores)
+    scorer = scorer_of(chain)
+    scores = scorer.score(outcome.candidates, selection)
+    chosen = scorer.pick(outcome.candidates, scores)
     result = _render.decision(
         request_id,
         selection,
@@ -280,10 +294,14 @@ def _selection(
     prepared: Prepared,
     workers: Sequence[WorkerView],
     memo: SnapshotMemo | None,
+    chain: Chain,
 ) -> Selection:
-    """Phase 4's inputs, complete: cluster view, ordering, grouping and the fractions."""
+    """Phase 4's inputs, complete: cluster view, ordering, grouping and the fractions
+    (and, for ``policy: precise``, its facts, without the claim of the instance replaced)."""
     model = request.model
-    cluster = ClusterState(prepared.views, request.model_instances or (), memo)
+    precise = _precise(request, prepared, chain)
+    instances = _counted_instances(request, precise is not None)
+    cluster = ClusterState(prepared.views, instances, memo)
     # A memo keeps the ordering and the per-type copies while the filter passes the same
     # views, so the copies keep their identity across decisions (the runner's reuse needs it).
     ordered, grouped = _reused(memo, "ordered", workers, lambda: _grouped(workers))
@@ -308,7 +326,30 @@ def _selection(
         ordered=ordered,
         workers_by_type=grouped,
         runner=StageRunner(cluster, memo),
+        precise=precise,
     )
+
+
+def _precise(request: ScheduleRequest, prepared: Prepared, chain: Chain) -> PreciseFacts | None:
+    if chain.policy != PRECISE:
+        return None
+    return precise_facts(
+        request,
+        prepared.facts,
+        prepared.model_params,
+        prepared.plan.params,
+        prepared.categories,
+        chain.settings,
+    )
+
+
+def _counted_instances(request: ScheduleRequest, precise: bool) -> Sequence[ModelInstance]:
+    """The instances whose claims count: all of them, except (precise) the one the request replaces."""
+    instances = request.model_instances or ()
+    replaced = request.replaces
+    if not precise or replaced is None:
+        return instances
+    return [instance for instance in instances if not replaced.matches(instance)]
 
 
 def _grouped(
