@@ -10,6 +10,7 @@ Public API::
 from __future__ import annotations
 
 from scheduler_core._schemas import (
+    WORKER_STATES,
     CandidateOut,
     ErrorOut,
     EstimateOut,
@@ -27,6 +28,7 @@ from scheduler_core.diffusion import TuneRequest, TuneResult, tune
 
 __all__ = [
     "DEFAULT_CHAIN",
+    "WORKER_STATES",
     "CandidateOut",
     "Chain",
     "ErrorOut",

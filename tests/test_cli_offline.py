@@ -15,7 +15,7 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.json"))
 
 def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tasks.cli", *args],
+        [sys.executable, "-m", "tasks.edges.cli", *args],
         input=stdin,
         capture_output=True,
         text=True,

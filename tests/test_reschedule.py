@@ -8,9 +8,11 @@ import pytest
 from builders import GIB, H100, RTX_4090, model, uniform_worker
 
 from scheduler_core import ScheduleResult, Worker
-from tasks import pipeline, reschedule
-from tasks.health import read_health
-from tasks.parking import Change, ParkedEntry, blocking_reasons, parked_json, wake_targets, woken_by
+from tasks.decision.decide import decide
+from tasks.decision.publish import publish
+from tasks.state.followups import run_followup
+from tasks.state.parking import Change, ParkedEntry, blocking_reasons, parked_json, wake_targets, woken_by
+from tasks.state.timers import read_health
 from tasks.testing import Harness
 
 #: A 7B model's claim on one GPU of any size (keeps the scenarios about capacity, not estimates).
@@ -116,7 +118,7 @@ def test_a_freed_gpu_places_the_parked_request_and_only_that_one() -> None:
     h.submit(_request("label", worker_selector={"gpu": "nowhere"}))
     h.pump()
     assert _statuses(h) == [("first", "scheduled"), ("waits", "unschedulable"), ("label", "unschedulable")]
-    parked = h.rt.store.parked()
+    parked = h.rt.parked.entries()
     assert ParkedEntry.model_validate_json(parked["waits"]).reasons == ["insufficient_vram"]
     assert ParkedEntry.model_validate_json(parked["label"]).reasons == ["label_mismatch"]
     summary = h.event({"kind": "instance_deleted", "request_id": "first"})
@@ -134,7 +136,8 @@ def test_label_and_readiness_changes_wake_their_parked_requests() -> None:
     h.submit(_request("ready-wait", worker_selector={"gpu": "h100"}))
     h.submit(_request("label-wait", worker_selector={"zone": "z"}))
     h.pump()
-    reasons = {rid: ParkedEntry.model_validate_json(raw).reasons for rid, raw in h.rt.store.parked().items()}
+    parked = h.rt.parked.entries()
+    reasons = {rid: ParkedEntry.model_validate_json(raw).reasons for rid, raw in parked.items()}
     assert reasons == {"ready-wait": ["worker_not_ready"], "label-wait": ["label_mismatch"]}
     assert h.event({"kind": "worker_state", "worker_id": 1, "state": "ready"})["woken"] == ["ready-wait"]
     h.pump()
@@ -149,12 +152,10 @@ def test_a_change_during_the_decision_requeues_instead_of_parking() -> None:
     h.apply(_cluster(_worker(1, "a", labels={"gpu": "h100"})))
     h.submit(_request("r", worker_selector={"gpu": "zz"}))
     item = h.queue.popleft()
-    from tasks import pipeline
-
-    step = pipeline.decide(h.rt, item.request_id, item.seq, item.attempt, "t")
+    step = decide(h.rt, item.request_id, item.seq, item.attempt, "t")
     assert step is not None and step.action == "park"
     h.event({"kind": "worker_labels", "worker_id": 1, "labels": {"gpu": "zz"}})  # lands before parking
-    assert pipeline.publish(h.rt, step) == "requeued"
+    assert publish(h.rt, step) == "requeued"
     h.pump()
     assert _statuses(h) == [("r", "scheduled")]
 
@@ -240,7 +241,7 @@ def test_unreachable_beyond_grace_reschedules_but_a_short_outage_does_not() -> N
     h.event({"kind": "worker_state", "worker_id": lost, "state": "ready"})
     h.clock.advance(31)  # ready for longer than ready_stable_s: the outage clock resets
     h.drain()
-    assert h.rt.store.record("r")["state"] == "done" and len(h.results()) == 1
+    assert h.rt.records.record("r")["state"] == "done" and len(h.results()) == 1
     h.event({"kind": "worker_state", "worker_id": lost, "state": "unreachable"})
     _assert_rescheduled_after_grace(h)
 
@@ -280,7 +281,7 @@ def test_pinned_instances_wait_on_their_gpus() -> None:
     assert removed["rescheduled"] == ["pinned~1"]
     h.pump()
     assert _statuses(h)[-1] == ("pinned~1", "unschedulable")  # never moved to worker b
-    reasons = ParkedEntry.model_validate_json(h.rt.store.parked()["pinned~1"]).reasons
+    reasons = ParkedEntry.model_validate_json(h.rt.parked.entries()["pinned~1"]).reasons
     assert reasons == ["gpu_selector_mismatch"]
     readded = h.event({"kind": "worker_added", "worker": _worker(1, "a")})
     assert readded["woken"] == ["pinned~1"]
@@ -379,12 +380,12 @@ def test_a_freed_gpu_wakes_its_waiters_even_if_the_caller_died() -> None:
 
 def test_a_rescheduling_follow_up_run_twice_reschedules_once() -> None:
     h = _two_workers_with_a_booking()
-    meta = h.rt.store.meta()
+    meta = h.rt.partition.meta()
     h.rt.cluster.remove_worker(_booked_worker(h, "r"), "worker_removed", meta=meta)
     job = h.rt.client.hget(h.rt.keys.followup_jobs, meta.event_id)
-    assert reschedule.run_followup(h.rt, meta.event_id)["rescheduled"] == ["r~1"]
+    assert run_followup(h.rt, meta.event_id)["rescheduled"] == ["r~1"]
     h.rt.client.hset(h.rt.keys.followup_jobs, meta.event_id, job)  # e.g. the drainer's leased copy
-    assert reschedule.run_followup(h.rt, meta.event_id)["rescheduled"] == ["r~1"]  # found, not redone
+    assert run_followup(h.rt, meta.event_id)["rescheduled"] == ["r~1"]  # found, not redone
     assert len(h.events(["sched.request.received"])) == 2  # r and r~1 only
     assert len(h.events(["sched.instance.rescheduled"])) == 1
 
@@ -460,9 +461,9 @@ def test_changes_that_cannot_unblock_do_not_requeue_a_decision() -> None:
     h.event({"kind": "worker_removed", "worker_id": 2})
     assert h.rt.client.get(h.rt.keys.epoch) == epoch
     item = h.queue.popleft()
-    step = pipeline.decide(h.rt, item.request_id, item.seq, item.attempt, "t")
+    step = decide(h.rt, item.request_id, item.seq, item.attempt, "t")
     h.event({"kind": "worker_labels", "worker_id": 1, "labels": {"os": "linux"}})  # the same labels
-    assert step is not None and pipeline.publish(h.rt, step) == "parked"
+    assert step is not None and publish(h.rt, step) == "parked"
     assert h.events(["sched.request.woken"]) == []
     h.event({"kind": "worker_labels", "worker_id": 1, "labels": {"zone": "z"}})  # can unblock
     assert h.rt.client.get(h.rt.keys.epoch) != epoch

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from scheduler_core import ModelInstance, Worker
 from scheduler_core.cluster import ClusterState, worker_view
-from tasks.cluster_store import snapshot_document
-from tasks.fold import parse_snapshot
-from tasks.ledger import (
+from tasks.intake.snapshots import parse_snapshot
+from tasks.state.cluster_store import Booking, snapshot_document
+from tasks.state.ledger import (
     decode_amounts,
     encode_amounts,
     gpu_key,
@@ -27,7 +27,6 @@ from tasks.ledger import (
     overbooked,
     worker_capacity,
 )
-from tasks.store import Booking
 from tasks.testing import Harness
 
 
@@ -125,9 +124,9 @@ def test_invalid_snapshot_changes_nothing() -> None:
 
 
 def _book(h: Harness, rid: str, claims: dict[str, int], workers: list[int]) -> str:
-    h.rt.store.accept(rid, json.dumps({"request_id": rid}), "d")
-    h.rt.store.call(h.rt.store.begin_call(rid, 0, 0, "t"))
-    h.rt.store.call(h.rt.store.record_decision_call(rid, 0, 0, 0, "{}", "d", "{}"))
+    h.rt.records.accept(rid, json.dumps({"request_id": rid}), "d")
+    h.rt.partition.call(h.rt.records.begin_call(rid, 0, 0, "t"))
+    h.rt.partition.call(h.rt.records.record_decision_call(rid, 0, 0, 0, "{}", "d", "{}"))
     key = f"req:{rid}"
     row = {
         "name": key,
@@ -139,7 +138,8 @@ def _book(h: Harness, rid: str, claims: dict[str, int], workers: list[int]) -> s
     meta = {"src": "gpusched", "rid": rid, "pin": False, "w": workers}
     data = {"instance_key": key, "row": row, "meta": meta}
     booking = Booking(key, json.dumps(row), json.dumps(meta), encode_amounts(claims), json.dumps(data))
-    return h.rt.store.call(h.rt.store.reserve_call(rid, 0, 0, booking, 0, "{}", result_digest="d")).status
+    call = h.rt.cluster.reserve_call(rid, 0, 0, booking, 0, "{}", result_digest="d")
+    return h.rt.partition.call(call).status
 
 
 def test_snapshot_keeps_live_bookings_and_drops_those_on_vanished_workers() -> None:

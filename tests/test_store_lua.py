@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from tasks.store import REDRIVE_DOUBLINGS, Booking, Reserved, outbox_member, parse_outbox_member
+from tasks.state.cluster_store import Booking, Reserved
+from tasks.state.delays import REDRIVE_DOUBLINGS, outbox_member, parse_outbox_member
 from tasks.testing import Harness
 
 
@@ -16,7 +17,7 @@ def h() -> Harness:
 
 
 def _accept(h: Harness, rid: str = "r1", **kwargs: object) -> object:
-    return h.rt.store.accept(rid, json.dumps({"request_id": rid}), "digest", **kwargs)  # type: ignore[arg-type]
+    return h.rt.records.accept(rid, json.dumps({"request_id": rid}), "digest", **kwargs)  # type: ignore[arg-type]
 
 
 def _types(h: Harness) -> list[str]:
@@ -41,27 +42,27 @@ def test_accept_redelivery_of_the_intake_message_is_not_a_duplicate_submission(h
 
 def test_begin_claims_only_the_current_attempt(h: Harness) -> None:
     _accept(h)
-    assert h.rt.store.call(h.rt.store.begin_call("missing", 0, 0, "t")).status == "missing"
-    assert h.rt.store.call(h.rt.store.begin_call("r1", 0, 1, "t")).status == "stale"
-    begun = h.rt.store.call(h.rt.store.begin_call("r1", 0, 0, "t"))
+    assert h.rt.partition.call(h.rt.records.begin_call("missing", 0, 0, "t")).status == "missing"
+    assert h.rt.partition.call(h.rt.records.begin_call("r1", 0, 1, "t")).status == "stale"
+    begun = h.rt.partition.call(h.rt.records.begin_call("r1", 0, 0, "t"))
     assert begun.status == "ok" and json.loads(begun.request_json or "{}") == {"request_id": "r1"}
     assert h.record("r1")["state"] == "deciding"
     # a redelivered decision may redo it
-    assert h.rt.store.call(h.rt.store.begin_call("r1", 0, 0, "t2")).status == "ok"
+    assert h.rt.partition.call(h.rt.records.begin_call("r1", 0, 0, "t2")).status == "ok"
 
 
 def test_record_decision_refuses_a_superseded_attempt(h: Harness) -> None:
     _accept(h)
-    h.rt.store.call(h.rt.store.begin_call("r1", 0, 0, "t"))
-    assert not h.rt.store.call(h.rt.store.record_decision_call("r1", 0, 1, 1, "{}", "d", "{}"))
-    assert h.rt.store.call(h.rt.store.record_decision_call("r1", 0, 0, 1, '{"x":1}', "d", "{}"))
+    h.rt.partition.call(h.rt.records.begin_call("r1", 0, 0, "t"))
+    assert not h.rt.partition.call(h.rt.records.record_decision_call("r1", 0, 1, 1, "{}", "d", "{}"))
+    assert h.rt.partition.call(h.rt.records.record_decision_call("r1", 0, 0, 1, '{"x":1}', "d", "{}"))
     assert h.record("r1")["result"] == '{"x":1}'
 
 
 def _decided(h: Harness, rid: str = "r1") -> None:
     _accept(h, rid)
-    h.rt.store.call(h.rt.store.begin_call(rid, 0, 0, "t"))
-    h.rt.store.call(h.rt.store.record_decision_call(rid, 0, 0, 0, '{"status":"scheduled"}', "d", "{}"))
+    h.rt.partition.call(h.rt.records.begin_call(rid, 0, 0, "t"))
+    h.rt.partition.call(h.rt.records.record_decision_call(rid, 0, 0, 0, '{"status":"scheduled"}', "d", "{}"))
 
 
 def _booking(claims: str, key: str = "req:r1") -> Booking:
@@ -72,8 +73,8 @@ def _booking(claims: str, key: str = "req:r1") -> Booking:
 
 
 def _reserve(h: Harness, booking: Booking, retry_due_ms: int = 0) -> Reserved:
-    call = h.rt.store.reserve_call("r1", 0, 0, booking, retry_due_ms, "{}", result_digest="d")
-    return h.rt.store.call(call)
+    call = h.rt.cluster.reserve_call("r1", 0, 0, booking, retry_due_ms, "{}", result_digest="d")
+    return h.rt.partition.call(call)
 
 
 def _capacity(h: Harness, **gpus: int) -> None:
@@ -128,10 +129,11 @@ def test_reserve_gives_up_after_the_attempt_budget(h: Harness) -> None:
 def test_publish_is_exactly_once(h: Harness) -> None:
     _capacity(h, **{"1_cuda_0": 100})
     _decided(h)
-    # a scheduled result is published only once its booking is made (finding 1)
+    # a scheduled result is published only once its booking is made
     assert _reserve(h, _booking("1:cuda:0=40"), 0).status == "booked"
-    first = h.rt.store.call(h.rt.store.publish_call("r1", "scheduled", seq=0, attempt=0, result_digest="d"))
-    second = h.rt.store.call(h.rt.store.publish_call("r1", "scheduled", seq=0, attempt=0, result_digest="d"))
+    results = h.rt.results
+    first = h.rt.partition.call(results.publish_call("r1", "scheduled", seq=0, attempt=0, result_digest="d"))
+    second = h.rt.partition.call(results.publish_call("r1", "scheduled", seq=0, attempt=0, result_digest="d"))
     assert first[0] == "published" and second[0] == "duplicate"
     results = h.results()
     assert len(results) == 1 and results[0]["terminal"] == "1"
@@ -151,13 +153,13 @@ def test_edge_rejection_never_overwrites_an_inflight_request(h: Harness) -> None
 
 
 def _reject(h: Harness, rid: str, result_json: str) -> tuple[str, str | None]:
-    return h.rt.store.reject(
+    return h.rt.results.reject(
         rid, request_json="{}", request_digest="rd", result_json=result_json, result_digest="d", error=None
     )
 
 
 def _park(h: Harness, rid: str, seq: int, epoch: int = 0, announce: bool = True) -> tuple[str, str | None]:
-    return h.rt.store.call(h.rt.store.park_call(
+    return h.rt.partition.call(h.rt.parked.park_call(
         rid,
         seq,
         0,
@@ -176,11 +178,13 @@ def test_park_announces_unschedulable_once_per_request(h: Harness) -> None:
     outcome, notice = _park(h, "r1", 0)
     assert outcome == "parked" and notice
     assert _park(h, "r1", 0)[0] == "duplicate"
-    woken = h.rt.store.wake([("r1", 0)], {"by": "test"}, 7)
+    woken = h.rt.parked.wake([("r1", 0)], {"by": "test"}, 7)
     assert woken == [("r1", 1)]
-    h.rt.store.call(h.rt.store.begin_call("r1", 1, 0, "t"))
+    h.rt.partition.call(h.rt.records.begin_call("r1", 1, 0, "t"))
     # parks once decided
-    h.rt.store.call(h.rt.store.record_decision_call("r1", 1, 0, 0, '{"status":"unschedulable"}', "d", "{}"))
+    h.rt.partition.call(
+        h.rt.records.record_decision_call("r1", 1, 0, 0, '{"status":"unschedulable"}', "d", "{}")
+    )
     assert _park(h, "r1", 1) == ("parked", "")  # parked again, not announced again
     assert [r["status"] for r in h.results()] == ["unschedulable"]
     assert h.results()[0]["terminal"] == "0"
@@ -206,20 +210,20 @@ def test_wake_only_moves_requests_still_parked_at_that_seq(h: Harness) -> None:
     for rid in ("a", "b"):
         _decided(h, rid)
         _park(h, rid, 0)
-    assert h.rt.store.wake([("a", 0), ("b", 5), ("zz", 0)], {"by": "x"}, 9) == [("a", 1)]
-    assert set(h.rt.store.parked()) == {"b"}
+    assert h.rt.parked.wake([("a", 0), ("b", 5), ("zz", 0)], {"by": "x"}, 9) == [("a", 1)]
+    assert set(h.rt.parked.entries()) == {"b"}
     assert h.rt.client.zscore(h.rt.keys.outbox, "a|1|0") == 9
 
 
 def test_claim_due_leases_and_ack_removes_only_the_claimed_score(h: Harness) -> None:
-    h.rt.client.zadd(h.rt.keys.outbox, {"a|0|0": 1, "b|0|0": h.rt.store.now_ms() + 60_000})
-    claimed = h.rt.store.claim_due(h.rt.keys.outbox)
+    h.rt.client.zadd(h.rt.keys.outbox, {"a|0|0": 1, "b|0|0": h.rt.partition.now_ms() + 60_000})
+    claimed = h.rt.delays.claim_due(h.rt.keys.outbox)
     assert [member for member, _ in claimed] == ["a|0|0"]
     member, lease = claimed[0]
-    assert h.rt.store.claim_due(h.rt.keys.outbox) == []  # leased, not due again yet
+    assert h.rt.delays.claim_due(h.rt.keys.outbox) == []  # leased, not due again yet
     h.rt.client.zadd(h.rt.keys.outbox, {member: lease + 1})  # re-scheduled meanwhile
-    assert not h.rt.store.ack_due(h.rt.keys.outbox, member, lease)
-    assert h.rt.store.ack_due(h.rt.keys.outbox, member, lease + 1)
+    assert not h.rt.delays.ack_due(h.rt.keys.outbox, member, lease)
+    assert h.rt.delays.ack_due(h.rt.keys.outbox, member, lease + 1)
 
 
 def test_outbox_members_round_trip_ids_containing_separators() -> None:
@@ -237,9 +241,9 @@ def test_dead_letter_rejects_an_unfinished_request_once(h: Harness) -> None:
         args_json='["r1"]',
         rejected_json='{"status":"rejected"}',
     )
-    dead_id, result_id = h.rt.store.dead_letter(request_id="r1", **kwargs)  # type: ignore[arg-type]
+    dead_id, result_id = h.rt.deliveries.dead_letter(request_id="r1", **kwargs)  # type: ignore[arg-type]
     assert dead_id and result_id
-    again = h.rt.store.dead_letter(request_id="r1", **kwargs)  # type: ignore[arg-type]
+    again = h.rt.deliveries.dead_letter(request_id="r1", **kwargs)  # type: ignore[arg-type]
     assert again[1] == ""
     entries = h.rt.client.xrange(h.rt.keys.deadletter)
     assert len(entries) == 2 and entries[0][1]["reason"] == "worker_lost_repeatedly"
@@ -248,7 +252,7 @@ def test_dead_letter_rejects_an_unfinished_request_once(h: Harness) -> None:
 
 
 def test_dead_letter_without_a_request_only_records_the_message(h: Harness) -> None:
-    _, result_id = h.rt.store.dead_letter(
+    _, result_id = h.rt.deliveries.dead_letter(
         request_id="",
         task_name="gpusched.cluster_event",
         task_id="t",
@@ -263,10 +267,10 @@ def test_dead_letter_without_a_request_only_records_the_message(h: Harness) -> N
 
 
 def test_delivery_counter_counts_and_clears(h: Harness) -> None:
-    assert [h.rt.store.count_delivery("t") for _ in range(3)] == [1, 2, 3]
+    assert [h.rt.deliveries.count_delivery("t") for _ in range(3)] == [1, 2, 3]
     assert h.rt.client.ttl(h.rt.keys.delivery("t")) > 0
-    h.rt.store.clear_delivery("t")
-    assert h.rt.store.count_delivery("t") == 1
+    h.rt.deliveries.clear_delivery("t")
+    assert h.rt.deliveries.count_delivery("t") == 1
 
 
 def _step(rid: str = "r1", seq: int = 0, attempt: int = 0) -> str:
@@ -286,17 +290,18 @@ def _step(rid: str = "r1", seq: int = 0, attempt: int = 0) -> str:
 
 def test_the_first_decision_recorded_for_an_attempt_wins(h: Harness) -> None:
     _accept(h)
-    h.rt.store.call(h.rt.store.begin_call("r1", 0, 0, "t1"))
-    h.rt.store.call(h.rt.store.begin_call("r1", 0, 0, "t2"))  # a second decider of the same attempt
-    assert h.rt.store.call(h.rt.store.record_decision_call("r1", 0, 0, 1, '{"x":1}', "d", "{}", _step()))
-    second = h.rt.store.call(h.rt.store.record_decision_call("r1", 0, 0, 2, '{"x":2}', "d2", "{}", "{}"))
+    h.rt.partition.call(h.rt.records.begin_call("r1", 0, 0, "t1"))
+    h.rt.partition.call(h.rt.records.begin_call("r1", 0, 0, "t2"))  # a second decider of the same attempt
+    records = h.rt.records
+    assert h.rt.partition.call(records.record_decision_call("r1", 0, 0, 1, '{"x":1}', "d", "{}", _step()))
+    second = h.rt.partition.call(records.record_decision_call("r1", 0, 0, 2, '{"x":2}', "d2", "{}", "{}"))
     assert not second and second.earlier is not None
     assert (second.earlier.state, second.earlier.step_json) == ("decided", _step())
     record = h.record("r1")
     assert (record["result"], record["result_digest"], record["decided_version"]) == ('{"x":1}', "d", "1")
     assert len(h.events(["sched.decision.made"])) == 1
     # a later delivery continues with the recorded step
-    resumed = h.rt.store.call(h.rt.store.begin_call("r1", 0, 0, "t3"))
+    resumed = h.rt.partition.call(h.rt.records.begin_call("r1", 0, 0, "t3"))
     assert resumed.status == "resume" and resumed.recorded == second.earlier
     assert h.record("r1")["state"] == "decided"
 
@@ -304,21 +309,21 @@ def test_the_first_decision_recorded_for_an_attempt_wins(h: Harness) -> None:
 def test_a_booked_attempt_resumes_and_a_parked_one_is_skipped(h: Harness) -> None:
     _capacity(h, **{"1_cuda_0": 100})
     _accept(h)
-    h.rt.store.call(h.rt.store.begin_call("r1", 0, 0, "t"))
-    h.rt.store.call(h.rt.store.record_decision_call("r1", 0, 0, 0, "{}", "d", "{}", _step()))
+    h.rt.partition.call(h.rt.records.begin_call("r1", 0, 0, "t"))
+    h.rt.partition.call(h.rt.records.record_decision_call("r1", 0, 0, 0, "{}", "d", "{}", _step()))
     assert _reserve(h, _booking("1:cuda:0=1")).status == "booked"
-    begun = h.rt.store.call(h.rt.store.begin_call("r1", 0, 0, "t2"))
+    begun = h.rt.partition.call(h.rt.records.begin_call("r1", 0, 0, "t2"))
     assert begun.status == "resume" and begun.recorded is not None and begun.recorded.state == "booked"
     _accept(h, "r2")
-    h.rt.store.call(h.rt.store.begin_call("r2", 0, 0, "t"))
-    h.rt.store.call(h.rt.store.record_decision_call("r2", 0, 0, 0, "{}", "d", "{}", _step("r2")))
+    h.rt.partition.call(h.rt.records.begin_call("r2", 0, 0, "t"))
+    h.rt.partition.call(h.rt.records.record_decision_call("r2", 0, 0, 0, "{}", "d", "{}", _step("r2")))
     _park(h, "r2", 0)
-    assert h.rt.store.call(h.rt.store.begin_call("r2", 0, 0, "t2")).status == "skip"
+    assert h.rt.partition.call(h.rt.records.begin_call("r2", 0, 0, "t2")).status == "skip"
 
 
 def test_a_contended_park_arms_its_retry_timer_in_the_same_step(h: Harness) -> None:
     _decided(h)
-    outcome = h.rt.store.call(h.rt.store.park_call(
+    outcome = h.rt.partition.call(h.rt.parked.park_call(
         "r1",
         0,
         0,
@@ -339,7 +344,7 @@ def test_dead_lettering_a_booked_request_publishes_its_booking(h: Harness) -> No
     _capacity(h, **{"1_cuda_0": 100})
     _decided(h)
     assert _reserve(h, _booking("1:cuda:0=40")).status == "booked"
-    _, result_id = h.rt.store.dead_letter(
+    _, result_id = h.rt.deliveries.dead_letter(
         request_id="r1",
         task_name="gpusched.publish",
         task_id="t",
@@ -371,31 +376,31 @@ def test_dead_lettering_a_message_that_no_longer_drives_its_request_changes_noth
         args_json="[]",
         rejected_json='{"status":"rejected"}',
     )
-    assert h.rt.store.dead_letter(**base, seq=0, attempt=1)[1] == ""  # another attempt
-    assert h.rt.store.dead_letter(**base, result_digest="other")[1] == ""  # another decision
-    assert h.rt.store.dead_letter(**base, intake_task="t9")[1] == ""  # not the accepting message
-    assert h.rt.store.dead_letter(**{**base, "request_id": "unknown"})[1] == ""
+    assert h.rt.deliveries.dead_letter(**base, seq=0, attempt=1)[1] == ""  # another attempt
+    assert h.rt.deliveries.dead_letter(**base, result_digest="other")[1] == ""  # another decision
+    assert h.rt.deliveries.dead_letter(**base, intake_task="t9")[1] == ""  # not the accepting message
+    assert h.rt.deliveries.dead_letter(**{**base, "request_id": "unknown"})[1] == ""
     assert h.results() == [] and h.record("r1")["state"] == "decided"
     assert h.rt.client.exists(h.rt.keys.request("unknown")) == 0
     assert h.rt.client.xlen(h.rt.keys.deadletter) == 4
-    _, result_id = h.rt.store.dead_letter(**base, result_digest="d")
+    _, result_id = h.rt.deliveries.dead_letter(**base, result_digest="d")
     assert result_id and h.results()[0]["status"] == "rejected"
     assert h.events(["sched.result.published"])[0].data["result_digest"]  # the rejection's digest
 
 
 def test_the_redrive_step_backs_off_and_forgets_obsolete_entries(h: Harness) -> None:
     _accept(h, outbox_due_ms=1)
-    now = h.rt.store.now_ms()
+    now = h.rt.partition.now_ms()
     period = int(h.settings.stuck_after_s * 1000)
-    assert h.rt.store.redrive("r1", 0, 0, 1) == ("decide", "queued")
+    assert h.rt.delays.redrive("r1", 0, 0, 1) == ("decide", "queued")
     assert h.rt.client.zscore(h.rt.keys.outbox, "r1|0|0") == now + 2 * period
-    assert h.rt.store.redrive("r1", 0, 0, 1) == ("decide", "queued")
+    assert h.rt.delays.redrive("r1", 0, 0, 1) == ("decide", "queued")
     assert h.rt.client.zscore(h.rt.keys.outbox, "r1|0|0") == now + 4 * period
     for _ in range(10):
-        h.rt.store.redrive("r1", 0, 0, 1)
+        h.rt.delays.redrive("r1", 0, 0, 1)
     assert h.rt.client.zscore(h.rt.keys.outbox, "r1|0|0") == now + 2**REDRIVE_DOUBLINGS * period
-    assert h.rt.store.redrive("r1", 0, 1, 1)[0] == "gone"  # not the current attempt: entry kept
+    assert h.rt.delays.redrive("r1", 0, 1, 1)[0] == "gone"  # not the current attempt: entry kept
     h.rt.client.zadd(h.rt.keys.outbox, {"r1|0|1": 7})
-    assert h.rt.store.redrive("r1", 0, 1, 7)[0] == "gone"
+    assert h.rt.delays.redrive("r1", 0, 1, 7)[0] == "gone"
     assert h.rt.client.zscore(h.rt.keys.outbox, "r1|0|1") is None
     assert [e.data["redrives"] for e in h.events(["sched.request.redriven"])] == list(range(1, 13))

@@ -17,17 +17,22 @@ from hypothesis import strategies as st
 from kombu.exceptions import OperationalError
 from pydantic import ValidationError
 
-from tasks import client as client_module
-from tasks import pipeline
-from tasks.chain import ChainConfigError, load_chain, parse_chain
-from tasks.client import ServiceClient, WaitTimeout
-from tasks.edge import normalize
-from tasks.mirror import ClusterMirror
-from tasks.outcome import OVERCOMMIT_MESSAGE
-from tasks.replay import format_report, replay
-from tasks.runtime import BLOCK_MARGIN_S, redis_client
-from tasks.scripts import Batch, Scripts
-from tasks.settings import Settings
+from tasks.audit.replay import format_report, replay
+from tasks.decision import decide as decide_stage
+from tasks.decision.chain_config import ChainConfigError, load_chain, parse_chain
+from tasks.decision.core_call import run_core
+from tasks.decision.decide import Progress, decide, decide_and_finish
+from tasks.decision.notices import OVERCOMMIT_MESSAGE
+from tasks.decision.publish import publish
+from tasks.decision.reserve import reserve
+from tasks.decision.step import Step
+from tasks.edges import client as client_module
+from tasks.edges.client import ServiceClient, WaitTimeout
+from tasks.intake.requests import normalize
+from tasks.runtime.context import BLOCK_MARGIN_S, redis_client
+from tasks.runtime.settings import Settings
+from tasks.state.mirror import ClusterMirror
+from tasks.state.scripts import Batch, Scripts
 from tasks.testing import Harness, booking_violations, isolated_settings
 
 SMALL = {"GPUSTACK_MODEL_VRAM_CLAIM": str(10 * GIB)}
@@ -45,11 +50,11 @@ def _cluster(workers: int = 2, gpus: int = 2) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- edge
-def _submit_and_decide(h: Harness, request_id: str) -> pipeline.Step | None:
+def _submit_and_decide(h: Harness, request_id: str) -> Step | None:
     """Submit a request and run the decide step of its queued message (task id "t")."""
     h.submit(_request(request_id))
     item = h.queue.popleft()
-    return pipeline.decide(h.rt, item.request_id, item.seq, item.attempt, "t")
+    return decide(h.rt, item.request_id, item.seq, item.attempt, "t")
 
 
 def test_invalid_requests_are_rejected_at_the_edge_naming_the_field() -> None:
@@ -105,11 +110,11 @@ def test_core_rejections_flow_through_the_pipeline() -> None:
 def test_a_raw_request_on_the_queue_is_accepted_and_decided() -> None:
     h = Harness()
     h.apply(_cluster())
-    step = pipeline.decide(h.rt, _request("raw"), 0, 0, "task-1")
+    step = decide(h.rt, _request("raw"), 0, 0, "task-1")
     assert step is not None and step.action == "publish"  # booked inside the decide lease
-    assert pipeline.decide(h.rt, _request("raw"), 0, 0, "task-2") is None  # another message, same id
+    assert decide(h.rt, _request("raw"), 0, 0, "task-2") is None  # another message, same id
     assert h.events(["sched.request.duplicate"])
-    rejected = pipeline.decide(h.rt, {"request_id": "x", "model": {"backend": "vLLM"}}, 0, 0, "t")
+    rejected = decide(h.rt, {"request_id": "x", "model": {"backend": "vLLM"}}, 0, 0, "t")
     assert rejected is None and h.results()[-1]["status"] == "rejected"
 
 
@@ -117,10 +122,10 @@ def test_stale_and_superseded_messages_do_nothing() -> None:
     h = Harness()
     h.apply(_cluster())
     h.submit(_request("r"))
-    assert pipeline.decide(h.rt, "r", 0, 5, "t") is None
-    assert pipeline.decide(h.rt, "unknown", 0, 0, "t") is None
+    assert decide(h.rt, "r", 0, 5, "t") is None
+    assert decide(h.rt, "unknown", 0, 0, "t") is None
     h.pump()
-    assert pipeline.decide(h.rt, "r", 0, 0, "t") is None  # already done
+    assert decide(h.rt, "r", 0, 0, "t") is None  # already done
     assert len(h.results()) == 1
 
 
@@ -140,11 +145,11 @@ def test_decisions_are_deterministic_and_recorded_with_their_inputs() -> None:
 
 
 # ------------------------------------------------------------------ conflicts
-def _decide_two_on_one_snapshot(h: Harness) -> tuple[pipeline.Step, pipeline.Step]:
+def _decide_two_on_one_snapshot(h: Harness) -> tuple[Step, Step]:
     h.submit(_request("a"))
     h.submit(_request("b"))
     items = [h.queue.popleft(), h.queue.popleft()]
-    steps = [pipeline.decide(h.rt, i.request_id, i.seq, i.attempt, "t") for i in items]
+    steps = [decide(h.rt, i.request_id, i.seq, i.attempt, "t") for i in items]
     assert steps[0] is not None and steps[1] is not None
     return steps[0], steps[1]
 
@@ -163,17 +168,17 @@ def test_a_conflicting_reservation_retries_with_a_fresh_snapshot() -> None:
     h.apply(_cluster(workers=1, gpus=2))
     first, second = _decide_two_on_one_snapshot(h)
     assert first.booking == {**first.booking, "claims": second.booking["claims"]}  # type: ignore[index]
-    assert pipeline.reserve(h.rt, first) is not None
-    assert pipeline.reserve(h.rt, second) is None  # conflict: a retry was queued
+    assert reserve(h.rt, first) is not None
+    assert reserve(h.rt, second) is None  # conflict: a retry was queued
     (retry,) = list(h.queue)
     assert (retry.request_id, retry.seq, retry.attempt) == ("b", 0, 1)
     assert 0 <= retry.countdown <= h.settings.max_countdown_s
-    watchdog = h.rt.store.now_ms() + int(h.settings.stuck_after_s * 1000)
+    watchdog = h.rt.partition.now_ms() + int(h.settings.stuck_after_s * 1000)
     assert h.rt.client.zrange(h.rt.keys.outbox, 0, -1, withscores=True) == [
         ("a|0|0", pytest.approx(watchdog, abs=1000)),
         ("b|0|1", watchdog),
     ]
-    pipeline.publish(h.rt, first)
+    publish(h.rt, first)
     h.pump()
     assert sorted(r["status"] for r in h.results()) == ["scheduled", "scheduled"]
     assert h.rt.client.zcard(h.rt.keys.outbox) == 0  # nothing in flight, no watchdog left
@@ -201,7 +206,7 @@ def test_a_lost_publish_step_is_resumed_by_the_watchdog() -> None:
     h = Harness(settings=isolated_settings(decide_lock=False))
     h.apply(_cluster())
     step = _submit_and_decide(h, "r")
-    assert step is not None and pipeline.reserve(h.rt, step) is not None  # publish never runs
+    assert step is not None and reserve(h.rt, step) is not None  # publish never runs
     h.clock.advance(h.settings.stuck_after_s + 1)
     h.drain()
     assert [s["action"] for s in h.resumed] == ["publish"]
@@ -216,10 +221,10 @@ def test_exhausted_conflicts_park_quietly_and_retry_on_a_timer() -> None:
     )
     h.apply(_cluster(workers=1, gpus=2))
     first, second = _decide_two_on_one_snapshot(h)
-    pipeline.publish(h.rt, pipeline.reserve(h.rt, first))  # type: ignore[arg-type]
-    parked_step = pipeline.reserve(h.rt, second)
+    publish(h.rt, reserve(h.rt, first))  # type: ignore[arg-type]
+    parked_step = reserve(h.rt, second)
     assert parked_step is not None and parked_step.reasons == ["conflict_retries_exhausted"]
-    assert pipeline.publish(h.rt, parked_step) == "parked"
+    assert publish(h.rt, parked_step) == "parked"
     assert [r["status"] for r in h.results()] == ["scheduled"]  # no unschedulable notice
     h.clock.advance(2)
     h.drain()
@@ -284,7 +289,7 @@ def _restore_and_change(h: Harness, saved: dict[Any, Any], changes: int) -> None
 
 def _assert_the_prefetched_sync_matches_a_fresh_read(h: Harness) -> None:
     """The decide path's sync (version and changes read in a batch) equals a full read, with no instance."""
-    batch = h.rt.store.batch()
+    batch = h.rt.partition.batch()
     read = h.rt.mirror.read_changes(batch)
     batch.execute()
     assert read is not None
@@ -443,16 +448,16 @@ def test_a_duplicate_decision_of_one_attempt_continues_with_the_recorded_one() -
     h.apply({"workers": [uniform_worker(1, "w1", 1, RTX_4090)], "model_instances": []})
     h.submit(_request("a"))
     h.queue.clear()
-    first = pipeline.decide(h.rt, "a", 0, 0, "task-A")
+    first = decide(h.rt, "a", 0, 0, "task-A")
     # the cluster changes, then the same attempt is delivered again (redelivery, re-drive)
     h.event({"kind": "worker_added", "worker": uniform_worker(2, "w2", 1, H100)})
     h.event({"kind": "worker_state", "worker_id": 1, "state": "not_ready"})
-    second = pipeline.decide(h.rt, "a", 0, 0, "task-B")
+    second = decide(h.rt, "a", 0, 0, "task-B")
     assert first is not None and second is not None
     assert second.to_dict() == first.to_dict()  # not a second decision on the new cluster
     assert len(h.events(["sched.decision.made"])) == 1
-    for step in (pipeline.reserve(h.rt, first), pipeline.reserve(h.rt, second)):
-        assert step is not None and pipeline.publish(h.rt, step) in ("published", "duplicate")
+    for step in (reserve(h.rt, first), reserve(h.rt, second)):
+        assert step is not None and publish(h.rt, step) in ("published", "duplicate")
     (result,) = h.results()
     assert json.loads(result["result"])["candidates"][0]["worker_name"] == "w1"
     assert booking_violations(h.rt) == []
@@ -463,17 +468,17 @@ def test_steps_of_another_decision_cannot_book_publish_or_park() -> None:
     h.apply(_cluster())
     step = _submit_and_decide(h, "a")
     assert step is not None and step.action == "reserve"
-    forged = pipeline.Step.from_dict({**step.to_dict(), "result_digest": "0" * 64})
-    assert pipeline.reserve(h.rt, forged) is None  # stale: not the recorded decision
+    forged = Step.from_dict({**step.to_dict(), "result_digest": "0" * 64})
+    assert reserve(h.rt, forged) is None  # stale: not the recorded decision
     assert h.rt.cluster.ledger()[1] == {}
     forged.action = "publish"
-    assert pipeline.publish(h.rt, forged) == "stale"
-    booked = pipeline.reserve(h.rt, step)
+    assert publish(h.rt, forged) == "stale"
+    booked = reserve(h.rt, step)
     assert booked is not None and h.record("a")["state"] == "booked"
-    parking = pipeline.Step.from_dict({**step.to_dict(), "action": "park", "reasons": ["x"]})
-    assert pipeline.publish(h.rt, parking) == "stale"  # a booked request never parks
-    assert h.rt.store.parked() == {} and h.results() == []
-    assert pipeline.publish(h.rt, booked) == "published"
+    parking = Step.from_dict({**step.to_dict(), "action": "park", "reasons": ["x"]})
+    assert publish(h.rt, parking) == "stale"  # a booked request never parks
+    assert h.rt.parked.entries() == {} and h.results() == []
+    assert publish(h.rt, booked) == "published"
 
 
 def test_a_redelivered_decision_that_had_booked_resumes_its_publish_at_once() -> None:
@@ -481,11 +486,11 @@ def test_a_redelivered_decision_that_had_booked_resumes_its_publish_at_once() ->
     h.apply(_cluster())
     h.submit(_request("r"))
     item = h.queue.popleft()
-    pipeline.decide(h.rt, item.request_id, item.seq, item.attempt, "t")  # booked; then killed
+    decide(h.rt, item.request_id, item.seq, item.attempt, "t")  # booked; then killed
     assert h.record("r")["state"] == "booked"
-    again = pipeline.decide(h.rt, item.request_id, item.seq, item.attempt, "t")  # redelivered
+    again = decide(h.rt, item.request_id, item.seq, item.attempt, "t")  # redelivered
     assert again is not None and again.action == "publish"
-    assert pipeline.publish(h.rt, again) == "published"  # no wait for the watchdog
+    assert publish(h.rt, again) == "published"  # no wait for the watchdog
     assert [r["status"] for r in h.results()] == ["scheduled"]
 
 
@@ -495,27 +500,27 @@ class _Interleaving:
     def __init__(self, h: Harness) -> None:
         self.h = h
         self.delivered: list[Any] = []
-        self.to_reserve: list[pipeline.Step] = []
-        self.to_publish: list[pipeline.Step] = []
+        self.to_reserve: list[Step] = []
+        self.to_publish: list[Step] = []
 
     def decide(self, n: int, *, again: bool) -> None:
         pool = deque(self.delivered[-3:]) if again else self.h.queue  # again: a duplicate delivery
         if pool:
             item = pool.popleft()
             self.delivered.append(item)
-            step = pipeline.decide(self.h.rt, item.request_id, item.seq, item.attempt, f"t{n}")
+            step = decide(self.h.rt, item.request_id, item.seq, item.attempt, f"t{n}")
             if step is not None:
                 (self.to_reserve if step.action == "reserve" else self.to_publish).append(step)
 
     def reserve(self) -> None:
         if self.to_reserve:
-            reserved = pipeline.reserve(self.h.rt, self.to_reserve.pop(0))
+            reserved = reserve(self.h.rt, self.to_reserve.pop(0))
             if reserved is not None:
                 self.to_publish.append(reserved)
 
     def publish(self) -> None:
         if self.to_publish:
-            pipeline.publish(self.h.rt, self.to_publish.pop(0))
+            publish(self.h.rt, self.to_publish.pop(0))
 
     def finish(self) -> None:
         while self.to_reserve or self.to_publish:
@@ -545,7 +550,7 @@ def _cluster_change(h: Harness, op: str, n: int) -> None:
     ),
     st.booleans(),
 )
-@example(  # a decision, then the cluster changes and the same attempt is delivered again (finding 1)
+@example(  # a decision, then the cluster changes and the same attempt is delivered again
     ["submit", "decide", "grow", "publish", "down", "redeliver", "reserve", "reserve", "publish", "publish"],
     False,
 )
@@ -588,7 +593,7 @@ def test_client_wait_returns_only_published_results() -> None:
     assert notice is not None and notice["status"] == "unschedulable"
     h.event({"kind": "instance_deleted", "instance_id": 7})
     item = h.queue.popleft()
-    pipeline.decide(h.rt, item.request_id, item.seq, item.attempt, "t")  # decided, not published
+    decide(h.rt, item.request_id, item.seq, item.attempt, "t")  # decided, not published
     assert h.record("a")["state"] == "decided"
     assert client.stored_result("a") == notice  # the published notice, not the new decision
     assert client.stored_result("a", terminal=True) is None
@@ -614,7 +619,7 @@ def test_the_watchdog_backs_off_and_logs_every_redrive() -> None:
     assert len(h.queue) == 3
     redriven = h.events(["sched.request.redriven"])
     assert [e.data["redrives"] for e in redriven] == [1, 2]
-    assert redriven[1].data["next_due_ms"] - h.rt.store.now_ms() == 4 * period * 1000
+    assert redriven[1].data["next_due_ms"] - h.rt.partition.now_ms() == 4 * period * 1000
     h.pump()  # every copy of the message: one decision, one result
     assert len(h.events(["sched.decision.made"])) == 1
     assert [r["status"] for r in h.results()] == ["scheduled"]
@@ -666,7 +671,7 @@ def test_edge_rejections_log_the_received_request() -> None:
 
 # ---------------------------------------------------------------- runtime
 def test_each_thread_gets_its_own_runtime() -> None:
-    from tasks.runtime import get_runtime, reset_runtime
+    from tasks.runtime.context import get_runtime, reset_runtime
 
     def noop(*_: Any) -> None:
         return None
@@ -743,8 +748,8 @@ def test_under_the_lease_the_decide_message_books_and_publishes_in_two_round_tri
     h.submit(_request("a"))
     item = h.queue.popleft()
     sent = _count_round_trips(h, monkeypatch)
-    progress = pipeline.decide_and_finish(h.rt, item.request_id, item.seq, item.attempt, "t")
-    assert progress == pipeline.Progress(None, "published")
+    progress = decide_and_finish(h.rt, item.request_id, item.seq, item.attempt, "t")
+    assert progress == Progress(None, "published")
     assert sent == ["batch", "batch"]  # lease + begin + changes; record + reserve + release + publish
     assert [r["status"] for r in h.results()] == ["scheduled"]
     assert h.record("a")["state"] == "done" and booking_violations(h.rt) == []
@@ -756,11 +761,11 @@ def test_a_redelivered_decide_after_an_inline_publish_publishes_nothing_twice() 
     h.apply(_cluster())
     h.submit(_request("a"))
     item = h.queue.popleft()
-    first = pipeline.decide_and_finish(h.rt, item.request_id, item.seq, item.attempt, "t1")
-    again = pipeline.decide_and_finish(h.rt, item.request_id, item.seq, item.attempt, "t1")
-    other = pipeline.decide_and_finish(h.rt, item.request_id, item.seq, item.attempt, "t2")
+    first = decide_and_finish(h.rt, item.request_id, item.seq, item.attempt, "t1")
+    again = decide_and_finish(h.rt, item.request_id, item.seq, item.attempt, "t1")
+    other = decide_and_finish(h.rt, item.request_id, item.seq, item.attempt, "t2")
     assert first.outcome == "published"
-    assert again == other == pipeline.Progress(None)
+    assert again == other == Progress(None)
     assert len(h.results()) == 1 and len(h.events(["sched.decision.made"])) == 1
     assert len(h.events(["sched.reservation.booked"])) == 1
 
@@ -770,9 +775,9 @@ def test_a_decide_redelivered_after_booking_publishes_the_booking_inline() -> No
     h.apply(_cluster())
     h.submit(_request("a"))
     item = h.queue.popleft()
-    pipeline.decide(h.rt, item.request_id, item.seq, item.attempt, "t")  # booked; then killed
-    progress = pipeline.decide_and_finish(h.rt, item.request_id, item.seq, item.attempt, "t")
-    assert progress == pipeline.Progress(None, "published")
+    decide(h.rt, item.request_id, item.seq, item.attempt, "t")  # booked; then killed
+    progress = decide_and_finish(h.rt, item.request_id, item.seq, item.attempt, "t")
+    assert progress == Progress(None, "published")
     assert [r["status"] for r in h.results()] == ["scheduled"] and booking_violations(h.rt) == []
 
 
@@ -784,17 +789,17 @@ def test_a_batched_publish_after_a_conflicting_reservation_publishes_nothing(
     h.submit(_request("a"))
     h.submit(_request("b"))
     a, b = h.queue.popleft(), h.queue.popleft()
-    real_core = pipeline.run_core
+    real_core = run_core
 
     def core_then_rival_books(*args: Any, **kwargs: Any) -> Any:
         decided = real_core(*args, **kwargs)
         if args[2] == "a":  # b books the only GPU between a's snapshot and a's batch
-            rival = pipeline.decide_and_finish(h.rt, b.request_id, b.seq, b.attempt, "tb")
+            rival = decide_and_finish(h.rt, b.request_id, b.seq, b.attempt, "tb")
             assert rival.outcome == "published"
         return decided
 
-    monkeypatch.setattr(pipeline, "run_core", core_then_rival_books)
-    assert pipeline.decide_and_finish(h.rt, a.request_id, a.seq, a.attempt, "ta") == pipeline.Progress(None)
+    monkeypatch.setattr(decide_stage, "run_core", core_then_rival_books)
+    assert decide_and_finish(h.rt, a.request_id, a.seq, a.attempt, "ta") == Progress(None)
     assert [r["request_id"] for r in h.results()] == ["b"]  # a's publish refused on its own
     assert h.record("a")["state"] == "retrying"
     assert [(i.request_id, i.attempt) for i in h.queue] == [("a", 1)]  # its retry is queued
@@ -858,9 +863,9 @@ def test_a_decide_lease_whose_acquiring_reply_was_lost_is_still_its_own(
 
     monkeypatch.setattr(Batch, "_send", reply_lost_once)
     started = time.monotonic()
-    progress = pipeline.decide_and_finish(h.rt, item.request_id, item.seq, item.attempt, "t")
+    progress = decide_and_finish(h.rt, item.request_id, item.seq, item.attempt, "t")
     assert time.monotonic() - started < 0.5  # not waiting for its own lease
-    assert progress == pipeline.Progress(None, "published")
+    assert progress == Progress(None, "published")
     assert h.rt.client.exists(h.rt.keys.decide_lock) == 0  # released with the booking
 
 
@@ -880,12 +885,12 @@ def test_a_decide_lease_taken_in_a_round_trip_that_then_failed_is_released(
 
     monkeypatch.setattr(Batch, "_send", reset_on_resend)
     with pytest.raises(redis.ConnectionError):
-        pipeline.decide_and_finish(h.rt, item.request_id, item.seq, item.attempt, "t")
+        decide_and_finish(h.rt, item.request_id, item.seq, item.attempt, "t")
     assert h.rt.client.exists(h.rt.keys.decide_lock) == 0  # not left to its TTL
     monkeypatch.undo()
     started = time.monotonic()
-    progress = pipeline.decide_and_finish(h.rt, item.request_id, item.seq, item.attempt, "t")
-    assert time.monotonic() - started < 0.5 and progress == pipeline.Progress(None, "published")
+    progress = decide_and_finish(h.rt, item.request_id, item.seq, item.attempt, "t")
+    assert time.monotonic() - started < 0.5 and progress == Progress(None, "published")
 
 
 def test_the_mirror_reloads_when_the_new_timeline_sorts_before_its_position(

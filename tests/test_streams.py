@@ -10,7 +10,9 @@ import fakeredis
 import pytest
 from builders import RTX_4090, model, uniform_worker
 
-from tasks.scripts import (
+from tasks.audit.events import EVENT_TYPES, SCHEMA_VERSION, Event, EventMeta, append_event, event_fields
+from tasks.audit.streams import ack, claim_stale, ensure_group, iter_stream, read_group, read_new
+from tasks.state.scripts import (
     SCRIPT_DIR,
     SCRIPT_NAMES,
     Batch,
@@ -18,20 +20,6 @@ from tasks.scripts import (
     Scripts,
     loaded_source,
     script_source,
-)
-from tasks.streams import (
-    EVENT_TYPES,
-    SCHEMA_VERSION,
-    Event,
-    EventMeta,
-    ack,
-    append_event,
-    claim_stale,
-    ensure_group,
-    event_fields,
-    iter_stream,
-    read_group,
-    read_new,
 )
 from tasks.testing import Harness, isolated_settings
 
@@ -113,7 +101,7 @@ def test_no_script_trims_the_audit_stream() -> None:
 def test_scripts_keep_the_events_they_write_when_the_other_streams_are_trimmed() -> None:
     h = Harness(settings=isolated_settings(results_maxlen=1000))
     for n in range(1100):  # each: received, rejected, published events and one result entry
-        h.rt.store.reject(
+        h.rt.results.reject(
             f"r{n}", request_json="{}", request_digest="d", result_json="{}", result_digest="d", error=None
         )
     assert h.rt.client.xlen(h.rt.keys.events) == 3 * 1100
@@ -171,7 +159,7 @@ def _exercise_every_script(h: Harness) -> None:
     h.event({"kind": "worker_state", "worker_id": 2, "state": "unreachable"})
     h.event({"kind": "instance_deleted", "request_id": "r1"})
     h.event({"kind": "worker_removed", "worker_id": 2})
-    h.rt.store.dead_letter(
+    h.rt.deliveries.dead_letter(
         request_id="r3",
         task_name="gpusched.decide",
         task_id="t",
@@ -184,7 +172,7 @@ def _exercise_every_script(h: Harness) -> None:
     )
     h.submit({"request_id": "late", "model": model(env=claim)})
     h.queue.clear()
-    h.rt.store.schedule_timer("grace:1", 0)
+    h.rt.delays.schedule_timer("grace:1", 0)
     h.clock.advance(h.settings.stuck_after_s + 61)
     h.drain()
     h.pump()

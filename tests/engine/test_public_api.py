@@ -22,6 +22,7 @@ def test_public_names_are_pinned():
         "SnapshotMemo",
         "TuneRequest",
         "TuneResult",
+        "WORKER_STATES",
         "Worker",
         "canonical_json",
         "schedule",
