@@ -88,9 +88,11 @@ def test_no_script_trims_the_audit_stream() -> None:
     trimmed = re.compile(r"redis\.call\('XADD',\s*([\w.\[\]]+),\s*'(?:MAXLEN|MINID)'")
     for name in SCRIPT_NAMES:
         keys = _documented_keys(script_source(name))
+        bound = _bindings(script_source(name), "KEYS")
         for target in trimmed.findall(loaded_source(name)):
             index = re.fullmatch(r"KEYS\[(\d+)\]", target)
-            documented = keys[int(index.group(1))] if index else [target]
+            position = int(index.group(1)) if index else bound.get(target)
+            documented = keys[position] if position is not None else [target]
             assert documented and not any("events" in key for key in documented), (name, target)
             assert any(stream in key for key in documented for stream in ("results", "changes")), (
                 name,
@@ -124,6 +126,57 @@ def test_each_script_header_documents_every_key_and_argument() -> None:
     assert not re.search(
         r"KEYS\[", "\n".join(line for line in library.splitlines() if not line.startswith("--"))
     )
+
+
+#: One binding of the block a script body starts with: ``local name = KEYS[n]`` / ``ARGV[n]``
+#: (optionally through ``tonumber(...)`` or ``== '1'``), or the named start index of an
+#: open-ended list (``local first = 9  -- ARGV[9..]: ...``).
+_BINDING = re.compile(
+    r"local (\w+) = (?:tonumber\()?(KEYS|ARGV)\[(\d+)\]\)?(?: == '1')?"
+    r"|local (\w+) = (\d+)  -- (KEYS|ARGV)\[(\d+)\.\.\].*"
+)
+
+
+def _body_lines(source: str) -> list[str]:
+    return [line for line in source.splitlines() if not line.startswith("--")]
+
+
+def _bindings(source: str, kind: str) -> dict[str, int]:
+    """Local name → index, from the binding block at the top of a script body."""
+    bound: dict[str, int] = {}
+    for line in _body_lines(source):
+        found = _BINDING.fullmatch(line)
+        if found is None:
+            if line.strip():
+                break
+            continue
+        name, used, index = (found.group(1, 2, 3) if found.group(1) else found.group(4, 6, 7))
+        assert found.group(1) or found.group(5) == index, f"{line!r}: the start index is not {index}"
+        if used == kind:
+            bound[name] = int(index)
+    return bound
+
+
+def test_each_script_binds_its_keys_and_arguments_to_named_locals_first() -> None:
+    """``KEYS[n]``/``ARGV[n]`` appear only in the binding block; every documented one is bound.
+
+    The event envelope ``ARGV[1..3]`` is bound once, in ``lib.lua``.
+    """
+    library = _body_lines((SCRIPT_DIR / "lib.lua").read_text())
+    envelope = {1, 2, 3}
+    assert set(_bindings("\n".join(library), "ARGV").values()) == envelope
+    for name in SCRIPT_NAMES:
+        source = script_source(name)
+        lines = _body_lines(source)
+        block = next(i for i, line in enumerate(lines) if line.strip() and not _BINDING.fullmatch(line))
+        after = "\n".join(lines[block:])
+        assert not re.search(r"(KEYS|ARGV)\[\d+\]", after), f"{name}: KEYS/ARGV read past the bindings"
+        header = "\n".join(line for line in source.splitlines() if line.startswith("--"))
+        for kind, skipped in (("KEYS", set()), ("ARGV", envelope)):
+            documented = {int(i) for i in re.findall(rf"{kind}\[(\d+)\]", header)} - skipped
+            open_start = min((int(i) for i in _open_starts(header, kind)), default=None)
+            fixed = {i for i in documented if open_start is None or i <= open_start}
+            assert fixed <= set(_bindings(source, kind).values()), f"{name}: an unbound {kind}"
 
 
 def _in_range(header: str, index: int) -> bool:

@@ -21,25 +21,40 @@
 -- (then a sched.request.duplicate event is written unless the caller is the
 -- same intake task, i.e. a redelivery of the accepting message).
 
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  local r = redis.call('HMGET', KEYS[1], 'state', 'intake_task', 'reschedule_of')
+local record_key = KEYS[1]
+local events_key = KEYS[2]
+local outbox_key = KEYS[3]
+
+local request_id = ARGV[4]
+local request_json = ARGV[5]
+local request_digest = ARGV[6]
+local intake_task = ARGV[7]
+local now_ms = ARGV[8]
+local received_data = ARGV[9]
+local outbox_due_ms = ARGV[10]
+local pinned = ARGV[11]
+local reschedule_of = ARGV[12]
+local rescheduled_data = ARGV[13]
+
+if redis.call('EXISTS', record_key) == 1 then
+  local r = redis.call('HMGET', record_key, 'state', 'intake_task', 'reschedule_of')
   local intake = r[2] or ''
-  if ARGV[7] == '' or ARGV[7] ~= intake then
-    emit(KEYS[2], 'sched.request.duplicate', ARGV[4], '',
-      cjson.encode({state = r[1] or '', digest = ARGV[6]}), 0)
+  if intake_task == '' or intake_task ~= intake then
+    emit(events_key, 'sched.request.duplicate', request_id, '',
+      cjson.encode({state = r[1] or '', digest = request_digest}), 0)
   end
   return {'duplicate', r[1] or '', intake, r[3] or ''}
 end
 
-redis.call('HSET', KEYS[1], 'state', 'queued', 'seq', '0', 'attempt', '0',
-  'request', ARGV[5], 'digest', ARGV[6], 'intake_task', ARGV[7],
-  'created_ms', ARGV[8], 'updated_ms', ARGV[8], 'pinned', ARGV[11],
-  'reschedule_of', ARGV[12])
-local id = emit(KEYS[2], 'sched.request.received', ARGV[4], '', ARGV[9], 0)
-if ARGV[13] ~= '' then
-  emit(KEYS[2], 'sched.instance.rescheduled', ARGV[4], '', ARGV[13], 1)
+redis.call('HSET', record_key, 'state', 'queued', 'seq', '0', 'attempt', '0',
+  'request', request_json, 'digest', request_digest, 'intake_task', intake_task,
+  'created_ms', now_ms, 'updated_ms', now_ms, 'pinned', pinned,
+  'reschedule_of', reschedule_of)
+local id = emit(events_key, 'sched.request.received', request_id, '', received_data, 0)
+if rescheduled_data ~= '' then
+  emit(events_key, 'sched.instance.rescheduled', request_id, '', rescheduled_data, 1)
 end
-if ARGV[10] ~= '' then
-  redis.call('ZADD', KEYS[3], ARGV[10], ARGV[4] .. '|0|0')
+if outbox_due_ms ~= '' then
+  redis.call('ZADD', outbox_key, outbox_due_ms, request_id .. '|0|0')
 end
 return {'accepted', id}

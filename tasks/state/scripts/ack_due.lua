@@ -8,8 +8,13 @@
 --
 -- Returns 1 if removed, 0 otherwise.
 
-local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if score and tonumber(score) == tonumber(ARGV[2]) then
-  return redis.call('ZREM', KEYS[1], ARGV[1])
+local delay_set = KEYS[1]
+
+local member = ARGV[1]
+local expected_score = ARGV[2]
+
+local score = redis.call('ZSCORE', delay_set, member)
+if score and tonumber(score) == tonumber(expected_score) then
+  return redis.call('ZREM', delay_set, member)
 end
 return 0

@@ -17,15 +17,23 @@
 -- {"skip", state} when the record is parked or done; {"missing"} for an
 -- unknown request.
 
-local r = redis.call('HMGET', KEYS[1], 'state', 'seq', 'attempt', 'request', 'step')
+local record_key = KEYS[1]
+local epoch_key = KEYS[2]
+
+local seq = ARGV[1]
+local attempt = ARGV[2]
+local task_id = ARGV[3]
+local now_ms = ARGV[4]
+
+local r = redis.call('HMGET', record_key, 'state', 'seq', 'attempt', 'request', 'step')
 if not r[1] then return {'missing'} end
 local state = r[1]
-if r[2] ~= ARGV[1] or r[3] ~= ARGV[2] then
+if r[2] ~= seq or r[3] ~= attempt then
   return {'stale', state, r[2] or '', r[3] or ''}
 end
 if state == 'queued' or state == 'retrying' or state == 'woken' or state == 'deciding' then
-  redis.call('HSET', KEYS[1], 'state', 'deciding', 'decider', ARGV[3], 'updated_ms', ARGV[4])
-  local epoch = redis.call('GET', KEYS[2]) or '0'
+  redis.call('HSET', record_key, 'state', 'deciding', 'decider', task_id, 'updated_ms', now_ms)
+  local epoch = redis.call('GET', epoch_key) or '0'
   return {'ok', r[4], epoch}
 end
 if (state == 'decided' or state == 'booked') and r[5] and r[5] ~= '' then

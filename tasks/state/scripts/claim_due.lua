@@ -13,8 +13,14 @@
 --
 -- Returns the claimed members (each now scored ARGV[2]).
 
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
+local delay_set = KEYS[1]
+
+local now_ms = ARGV[1]
+local lease_until_ms = ARGV[2]
+local limit = tonumber(ARGV[3])
+
+local due = redis.call('ZRANGEBYSCORE', delay_set, '-inf', now_ms, 'LIMIT', 0, limit)
 for _, member in ipairs(due) do
-  redis.call('ZADD', KEYS[1], ARGV[2], member)
+  redis.call('ZADD', delay_set, lease_until_ms, member)
 end
 return due

@@ -45,12 +45,39 @@
 -- Returns {version, dropped_json, followup_id}: dropped = [{key, meta}]
 -- bookings whose workers are gone.
 
-local version = redis.call('INCR', KEYS[1])
-local v = tostring(version)
-redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[12], ARGV[5], 'NX')
+local version_key = KEYS[1]
+local epoch_key = KEYS[2]
+local workers_key = KEYS[3]
+local worker_gpus_key = KEYS[4]
+local capacity_key = KEYS[5]
+local booked_key = KEYS[6]
+local instances_key = KEYS[7]
+local instance_meta_key = KEYS[8]
+local claims_key = KEYS[9]
+local changes_key = KEYS[10]
+local events_key = KEYS[11]
+local snapshot_key = KEYS[12]
+local health_key = KEYS[13]
+local timers_key = KEYS[14]
+local followups_key = KEYS[15]
+local followup_jobs_key = KEYS[16]
 
-local p = 12
+local digest = ARGV[4]
+local snapshot_json = ARGV[5]
+local changes_maxlen = ARGV[6]
+local taken_over_ids = ARGV[7]
+local now_ms = tonumber(ARGV[8])
+local grace_ms = tonumber(ARGV[9])
+local stable_ms = tonumber(ARGV[10])
+local followup_due_ms = ARGV[11]
+local first_row_arg = 12  -- ARGV[12..]: the worker count, worker triples, instance count, quadruples
+
+local version = redis.call('INCR', version_key)
+local v = tostring(version)
+redis.call('INCR', epoch_key)
+redis.call('SET', snapshot_key, snapshot_json, 'NX')
+
+local p = first_row_arg
 local n_workers = tonumber(ARGV[p]); p = p + 1
 local present = {}
 local workers = {}
@@ -62,10 +89,10 @@ end
 local n_instances = tonumber(ARGV[p]); p = p + 1
 
 local taken = {}
-for rid in string.gmatch(ARGV[7], '[^;]+') do taken[rid] = true end
+for rid in string.gmatch(taken_over_ids, '[^;]+') do taken[rid] = true end
 
 local kept, kept_keys, dropped, taken_over = {}, {}, {}, {}
-local metas = redis.call('HGETALL', KEYS[8])
+local metas = redis.call('HGETALL', instance_meta_key)
 for i = 1, #metas, 2 do
   local key, meta = metas[i], cjson.decode(metas[i + 1])
   if meta['src'] == 'gpusched' then
@@ -89,27 +116,27 @@ for _, item in ipairs(kept) do
   kept_keys[#kept_keys + 1] = item.key
 end
 
-for _, key in ipairs(redis.call('HKEYS', KEYS[7])) do
+for _, key in ipairs(redis.call('HKEYS', instances_key)) do
   if not keep[key] then
-    redis.call('HDEL', KEYS[7], key)
-    redis.call('HDEL', KEYS[8], key)
-    redis.call('HDEL', KEYS[9], key)
+    redis.call('HDEL', instances_key, key)
+    redis.call('HDEL', instance_meta_key, key)
+    redis.call('HDEL', claims_key, key)
   end
 end
 
 local old_rows = {}
-local stored = redis.call('HGETALL', KEYS[3])
+local stored = redis.call('HGETALL', workers_key)
 for i = 1, #stored, 2 do old_rows[stored[i]] = stored[i + 1] end
 
-redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+redis.call('DEL', workers_key, worker_gpus_key, capacity_key, booked_key)
 for _, w in ipairs(workers) do
-  redis.call('HSET', KEYS[3], w[1], w[2])
+  redis.call('HSET', workers_key, w[1], w[2])
   local gpu_keys = {}
   for gk, cap in string.gmatch(w[3], '([^;=]+)=(%d+)') do
-    redis.call('HSET', KEYS[5], gk, cap)
+    redis.call('HSET', capacity_key, gk, cap)
     gpu_keys[#gpu_keys + 1] = gk
   end
-  redis.call('HSET', KEYS[4], w[1], table.concat(gpu_keys, ';'))
+  redis.call('HSET', worker_gpus_key, w[1], table.concat(gpu_keys, ';'))
 end
 
 for position = 0, n_instances - 1 do
@@ -118,50 +145,50 @@ for position = 0, n_instances - 1 do
   local meta = cjson.decode(meta_json)
   meta['v'] = version
   meta['i'] = position
-  redis.call('HSET', KEYS[7], key, row)
-  redis.call('HSET', KEYS[8], key, cjson.encode(meta))
-  redis.call('HSET', KEYS[9], key, claims)
+  redis.call('HSET', instances_key, key, row)
+  redis.call('HSET', instance_meta_key, key, cjson.encode(meta))
+  redis.call('HSET', claims_key, key, claims)
 end
 
-for _, key in ipairs(redis.call('HKEYS', KEYS[9])) do
-  local claims = redis.call('HGET', KEYS[9], key)
+for _, key in ipairs(redis.call('HKEYS', claims_key)) do
+  local claims = redis.call('HGET', claims_key, key)
   for gk, amount in string.gmatch(claims, '([^;=]+)=(%d+)') do
-    if amount ~= '0' then redis.call('HINCRBY', KEYS[6], gk, amount) end
+    if amount ~= '0' then redis.call('HINCRBY', booked_key, gk, amount) end
   end
 end
 
-local data = cjson.encode({digest = ARGV[4], kept = kept_keys, dropped = dropped,
+local data = cjson.encode({digest = digest, kept = kept_keys, dropped = dropped,
   taken_over = taken_over, workers = n_workers, instances = n_instances})
-redis.call('XADD', KEYS[10], 'MAXLEN', '~', ARGV[6], '*',
+redis.call('XADD', changes_key, 'MAXLEN', '~', changes_maxlen, '*',
   'version', v, 'type', 'sched.cluster.applied', 'data', data)
-emit(KEYS[11], 'sched.cluster.applied', '', v, data, 0)
+emit(events_key, 'sched.cluster.applied', '', v, data, 0)
 
 local n = 0
-local clocks = {health = KEYS[13], timers = KEYS[14], events = KEYS[11]}
+local clocks = {health = health_key, timers = timers_key, events = events_key}
 for _, w in ipairs(workers) do
   local over = {}
   for gk in string.gmatch(w[3], '([^;=]+)=%d+') do
-    local booked = tonumber(redis.call('HGET', KEYS[6], gk) or '0')
-    local cap = tonumber(redis.call('HGET', KEYS[5], gk))
+    local booked = tonumber(redis.call('HGET', booked_key, gk) or '0')
+    local cap = tonumber(redis.call('HGET', capacity_key, gk))
     if booked > cap then over[#over + 1] = {gpu = gk, booked = booked, capacity = cap} end
   end
   if #over > 0 then
     n = n + 1
-    emit(KEYS[11], 'sched.ledger.overbooked', '', v,
+    emit(events_key, 'sched.ledger.overbooked', '', v,
       cjson.encode({worker_id = tonumber(w[1]), gpus = over}), n)
   end
   if track_health(clocks, w[1], worker_state(old_rows[w[1]]), worker_state(w[2]),
-      tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), n + 1) then
+      now_ms, grace_ms, stable_ms, n + 1) then
     n = n + 1
   end
 end
 for wid, _ in pairs(old_rows) do
   if not present[wid] then
-    redis.call('HDEL', KEYS[13], wid)
-    redis.call('ZREM', KEYS[14], 'grace:' .. wid, 'stable:' .. wid)
+    redis.call('HDEL', health_key, wid)
+    redis.call('ZREM', timers_key, 'grace:' .. wid, 'stable:' .. wid)
   end
 end
 
-local job = follow_up({due = KEYS[15], jobs = KEYS[16]}, ARGV[11], 'worker_gone_in_snapshot',
-  dropped, true, {{kind = 'snapshot', workers = {}}})
+local job = follow_up({due = followups_key, jobs = followup_jobs_key}, followup_due_ms,
+  'worker_gone_in_snapshot', dropped, true, {{kind = 'snapshot', workers = {}}})
 return {v, cjson.encode(dropped), job}

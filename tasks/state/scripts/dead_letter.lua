@@ -36,38 +36,63 @@
 -- (the request was already done or parked), "other" (the message does not
 -- drive the request) or "" (no request).
 
+local deadletter_key = KEYS[1]
+local events_key = KEYS[2]
+local record_key = KEYS[3]
+local results_key = KEYS[4]
+local parked_key = KEYS[5]
+local outbox_key = KEYS[6]
+
 local rid = ARGV[4]
-local id = redis.call('XADD', KEYS[1], '*', 'request_id', rid, 'task', ARGV[5],
-  'task_id', ARGV[6], 'reason', ARGV[7], 'detail', ARGV[8], 'deliveries', ARGV[9],
-  'args', ARGV[10], 'time', ARGV[2])
-emit(KEYS[2], 'sched.request.dead_lettered', rid, '', cjson.encode({
-  task = ARGV[5], task_id = ARGV[6], reason = ARGV[7], detail = ARGV[8],
-  deliveries = tonumber(ARGV[9]), deadletter_id = id}), 0)
+local task_name = ARGV[5]
+local task_id = ARGV[6]
+local reason = ARGV[7]
+local detail = ARGV[8]
+local deliveries = ARGV[9]
+local args_json = ARGV[10]
+local rejected_json = ARGV[11]
+local rejected_digest = ARGV[12]
+local results_maxlen = ARGV[13]
+local record_ttl_s = ARGV[14]
+local now_ms = ARGV[15]
+local message_seq = ARGV[16]
+local message_attempt = ARGV[17]
+local message_digest = ARGV[18]
+local intake_task = ARGV[19]
+local raw_request_json = ARGV[20]
+
+local id = redis.call('XADD', deadletter_key, '*', 'request_id', rid, 'task', task_name,
+  'task_id', task_id, 'reason', reason, 'detail', detail, 'deliveries', deliveries,
+  'args', args_json, 'time', event_time)
+emit(events_key, 'sched.request.dead_lettered', rid, '', cjson.encode({
+  task = task_name, task_id = task_id, reason = reason, detail = detail,
+  deliveries = tonumber(deliveries), deadletter_id = id}), 0)
 if rid == '' then return {id, '', ''} end
 
-local r = redis.call('HMGET', KEYS[3], 'state', 'seq', 'attempt', 'result_digest',
+local r = redis.call('HMGET', record_key, 'state', 'seq', 'attempt', 'result_digest',
   'intake_task', 'result')
 local state = r[1]
 if not state then
-  if ARGV[20] == '' then return {id, '', 'other'} end
-  redis.call('HSET', KEYS[3], 'request', ARGV[20], 'seq', '0', 'attempt', '0',
-    'intake_task', ARGV[19], 'created_ms', ARGV[15])
-  r = {'new', '0', '0', '', ARGV[19], nil}
+  if raw_request_json == '' then return {id, '', 'other'} end
+  redis.call('HSET', record_key, 'request', raw_request_json, 'seq', '0', 'attempt', '0',
+    'intake_task', intake_task, 'created_ms', now_ms)
+  r = {'new', '0', '0', '', intake_task, nil}
 else
-  if r[2] ~= ARGV[16] or r[3] ~= ARGV[17] then return {id, '', 'other'} end
-  if ARGV[18] ~= '' and r[4] ~= ARGV[18] then return {id, '', 'other'} end
-  if ARGV[19] ~= '' and r[5] ~= ARGV[19] then return {id, '', 'other'} end
+  if r[2] ~= message_seq or r[3] ~= message_attempt then return {id, '', 'other'} end
+  if message_digest ~= '' and r[4] ~= message_digest then return {id, '', 'other'} end
+  if intake_task ~= '' and r[5] ~= intake_task then return {id, '', 'other'} end
   if state == 'done' or state == 'parked' then return {id, '', 'finished'} end
 end
 
-local k = {record = KEYS[3], results = KEYS[4], events = KEYS[2], parked = KEYS[5], outbox = KEYS[6]}
+local k = {record = record_key, results = results_key, events = events_key, parked = parked_key,
+  outbox = outbox_key}
 if state == 'booked' and r[6] then
-  local result_id = finish(k, rid, 'scheduled', r[6], r[4], r[2], r[3], ARGV[13], ARGV[14],
-    ARGV[15], 1)
+  local result_id = finish(k, rid, 'scheduled', r[6], r[4], r[2], r[3], results_maxlen,
+    record_ttl_s, now_ms, 1)
   return {id, result_id, 'scheduled'}
 end
-emit(KEYS[2], 'sched.request.rejected', rid, '', cjson.encode({
-  code = 'dead_lettered', reason = ARGV[7]}), 1)
-local result_id = finish(k, rid, 'rejected', ARGV[11], ARGV[12], r[2], r[3], ARGV[13], ARGV[14],
-  ARGV[15], 2)
+emit(events_key, 'sched.request.rejected', rid, '', cjson.encode({
+  code = 'dead_lettered', reason = reason}), 1)
+local result_id = finish(k, rid, 'rejected', rejected_json, rejected_digest, r[2], r[3],
+  results_maxlen, record_ttl_s, now_ms, 2)
 return {id, result_id, 'rejected'}

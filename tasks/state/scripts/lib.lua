@@ -1,17 +1,23 @@
 -- lib.lua — functions shared by the service's scripts.
 --
--- Not a script of its own: tasks.scripts prepends this file to every script
--- it loads, so each script is one chunk and these are its local functions.
--- Nothing here reads KEYS; emit() reads the event envelope ARGV[1..3]
--- (event id, time, source) that every script writing events receives first.
+-- Not a script of its own: tasks.state.scripts prepends this file to every
+-- script it loads, so each script is one chunk and these are its local
+-- functions. Nothing here reads KEYS. Every script that writes events
+-- receives the event envelope first, ARGV[1..3] (event id, time, source);
+-- it is bound here, once, for emit() and follow_up() (a script that writes
+-- no event receives no envelope and never reads these three).
+
+local event_id = ARGV[1]
+local event_time = ARGV[2]
+local event_source = ARGV[3]
 
 -- Append one event to the audit stream (never trimmed). n > 0 suffixes the
 -- event id (".1", ".2", ...) for the further events one script call writes.
 local function emit(stream, etype, rid, version, data, n)
-  local eid = ARGV[1]
+  local eid = event_id
   if n > 0 then eid = eid .. '.' .. n end
   return redis.call('XADD', stream, '*', 'schema_version', '1', 'type', etype,
-    'event_id', eid, 'time', ARGV[2], 'source', ARGV[3], 'request_id', rid,
+    'event_id', eid, 'time', event_time, 'source', event_source, 'request_id', rid,
     'cluster_version', version, 'data', data)
 end
 
@@ -91,13 +97,13 @@ end
 
 -- Record the follow-up work of a cluster change (reschedule released
 -- bookings, expire their records, wake parked requests) under the event id
--- ARGV[1]: the job JSON in the jobs hash, the id in the follow-ups sorted set
+-- (ARGV[1]): the job JSON in the jobs hash, the id in the follow-ups sorted set
 -- due at `due`, in case the caller dies before doing it. The caller chose the
 -- event id, so it runs the job at once (also when this script's reply was
 -- lost and a retry found nothing left to change) and then deletes it.
 local function follow_up(f, due, reason, released, reschedule, wake)
-  redis.call('HSET', f.jobs, ARGV[1], cjson.encode({reason = reason, released = released,
+  redis.call('HSET', f.jobs, event_id, cjson.encode({reason = reason, released = released,
     reschedule = reschedule, wake = wake}))
-  redis.call('ZADD', f.due, due, ARGV[1])
-  return ARGV[1]
+  redis.call('ZADD', f.due, due, event_id)
+  return event_id
 end

@@ -37,38 +37,62 @@
 -- (seq, attempt) or decision, or past state decided (booked); {"missing"}
 -- for an unknown request.
 
-local r = redis.call('HMGET', KEYS[1], 'state', 'seq', 'attempt', 'announced', 'result',
+local record_key = KEYS[1]
+local parked_key = KEYS[2]
+local results_key = KEYS[3]
+local events_key = KEYS[4]
+local epoch_key = KEYS[5]
+local outbox_key = KEYS[6]
+local timers_key = KEYS[7]
+
+local rid = ARGV[4]
+local seq = ARGV[5]
+local attempt = ARGV[6]
+local result_digest = ARGV[7]
+local parked_entry = ARGV[8]
+local notice_json = ARGV[9]
+local results_maxlen = ARGV[10]
+local parked_data = ARGV[11]
+local now_ms = ARGV[12]
+local decided_epoch = ARGV[13]
+local requeue_due_ms = ARGV[14]
+local announce = ARGV[15]
+local retry_member = ARGV[16]
+local retry_due_ms = ARGV[17]
+
+local r = redis.call('HMGET', record_key, 'state', 'seq', 'attempt', 'announced', 'result',
   'result_digest')
 if not r[1] then return {'missing'} end
 if r[1] == 'done' or r[1] == 'parked' then return {'duplicate'} end
-if r[2] ~= ARGV[5] or r[3] ~= ARGV[6] or r[6] ~= ARGV[7] or r[1] ~= 'decided' then
+if r[2] ~= seq or r[3] ~= attempt or r[6] ~= result_digest or r[1] ~= 'decided' then
   return {'stale', r[1]}
 end
 
-redis.call('ZREM', KEYS[6], ARGV[4] .. '|' .. ARGV[5] .. '|' .. ARGV[6])
-local epoch = tonumber(redis.call('GET', KEYS[5]) or '0')
-if epoch > tonumber(ARGV[13]) then
-  local seq = tostring(tonumber(ARGV[5]) + 1)
-  redis.call('HSET', KEYS[1], 'state', 'woken', 'seq', seq, 'attempt', '0', 'updated_ms', ARGV[12])
-  redis.call('ZADD', KEYS[6], ARGV[14], ARGV[4] .. '|' .. seq .. '|0')
-  emit(KEYS[4], 'sched.request.woken', ARGV[4], '',
-    cjson.encode({by = 'changed_during_decision', seq = tonumber(seq)}), 0)
-  return {'requeued', seq}
+redis.call('ZREM', outbox_key, rid .. '|' .. seq .. '|' .. attempt)
+local epoch = tonumber(redis.call('GET', epoch_key) or '0')
+if epoch > tonumber(decided_epoch) then
+  local next_seq = tostring(tonumber(seq) + 1)
+  redis.call('HSET', record_key, 'state', 'woken', 'seq', next_seq, 'attempt', '0',
+    'updated_ms', now_ms)
+  redis.call('ZADD', outbox_key, requeue_due_ms, rid .. '|' .. next_seq .. '|0')
+  emit(events_key, 'sched.request.woken', rid, '',
+    cjson.encode({by = 'changed_during_decision', seq = tonumber(next_seq)}), 0)
+  return {'requeued', next_seq}
 end
 
-redis.call('HSET', KEYS[1], 'state', 'parked', 'parked_ms', ARGV[12], 'updated_ms', ARGV[12])
-redis.call('HSET', KEYS[2], ARGV[4], ARGV[8])
+redis.call('HSET', record_key, 'state', 'parked', 'parked_ms', now_ms, 'updated_ms', now_ms)
+redis.call('HSET', parked_key, rid, parked_entry)
 local notice = ''
-if r[4] ~= '1' and ARGV[15] == '1' then
-  local result = ARGV[9]
+if r[4] ~= '1' and announce == '1' then
+  local result = notice_json
   if result == '' then result = r[5] or '' end
-  notice = redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[10], '*',
-    'request_id', ARGV[4], 'result', result, 'status', 'unschedulable', 'terminal', '0',
-    'seq', ARGV[5])
-  redis.call('HSET', KEYS[1], 'announced', '1', 'notice', result)
+  notice = redis.call('XADD', results_key, 'MAXLEN', '~', results_maxlen, '*',
+    'request_id', rid, 'result', result, 'status', 'unschedulable', 'terminal', '0',
+    'seq', seq)
+  redis.call('HSET', record_key, 'announced', '1', 'notice', result)
 end
-if ARGV[16] ~= '' then
-  redis.call('ZADD', KEYS[7], ARGV[17], ARGV[16])
+if retry_member ~= '' then
+  redis.call('ZADD', timers_key, retry_due_ms, retry_member)
 end
-emit(KEYS[4], 'sched.request.parked', ARGV[4], '', ARGV[11], 0)
+emit(events_key, 'sched.request.parked', rid, '', parked_data, 0)
 return {'parked', notice}

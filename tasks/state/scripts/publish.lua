@@ -26,20 +26,37 @@
 -- terminal result exists; {"stale", state} when the record is at another
 -- (seq, attempt) or decision, or not ready for this status; {"missing"}.
 
-local r = redis.call('HMGET', KEYS[1], 'state', 'seq', 'attempt', 'result_digest', 'result')
+local record_key = KEYS[1]
+local results_key = KEYS[2]
+local events_key = KEYS[3]
+local parked_key = KEYS[4]
+local outbox_key = KEYS[5]
+
+local rid = ARGV[4]
+local status = ARGV[5]
+local seq = ARGV[6]
+local attempt = ARGV[7]
+local result_digest = ARGV[8]
+local results_maxlen = ARGV[9]
+local record_ttl_s = ARGV[10]
+local now_ms = ARGV[11]
+local rejected_data = ARGV[12]
+
+local r = redis.call('HMGET', record_key, 'state', 'seq', 'attempt', 'result_digest', 'result')
 local state = r[1]
 if not state then return {'missing'} end
 if state == 'done' then return {'duplicate', state} end
-if r[2] ~= ARGV[6] or r[3] ~= ARGV[7] or r[4] ~= ARGV[8] or not r[5] then
+if r[2] ~= seq or r[3] ~= attempt or r[4] ~= result_digest or not r[5] then
   return {'stale', state}
 end
 local needed = 'decided'
-if ARGV[5] == 'scheduled' then needed = 'booked' end
+if status == 'scheduled' then needed = 'booked' end
 if state ~= needed then return {'stale', state} end
 
-if ARGV[12] ~= '' then
-  emit(KEYS[3], 'sched.request.rejected', ARGV[4], '', ARGV[12], 1)
+if rejected_data ~= '' then
+  emit(events_key, 'sched.request.rejected', rid, '', rejected_data, 1)
 end
-local k = {record = KEYS[1], results = KEYS[2], events = KEYS[3], parked = KEYS[4], outbox = KEYS[5]}
-local id = finish(k, ARGV[4], ARGV[5], r[5], r[4], r[2], r[3], ARGV[9], ARGV[10], ARGV[11], 0)
+local k = {record = record_key, results = results_key, events = events_key, parked = parked_key,
+  outbox = outbox_key}
+local id = finish(k, rid, status, r[5], r[4], r[2], r[3], results_maxlen, record_ttl_s, now_ms, 0)
 return {'published', id}

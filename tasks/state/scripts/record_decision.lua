@@ -22,13 +22,27 @@
 -- for this (seq, attempt) is already recorded (nothing is written);
 -- {"stale", state} when the record moved on.
 
-local r = redis.call('HMGET', KEYS[1], 'state', 'seq', 'attempt', 'step')
-if r[2] ~= ARGV[5] or r[3] ~= ARGV[6] then return {'stale', r[1] or ''} end
+local record_key = KEYS[1]
+local events_key = KEYS[2]
+
+local rid = ARGV[4]
+local seq = ARGV[5]
+local attempt = ARGV[6]
+local cluster_version = ARGV[7]
+local result_json = ARGV[8]
+local result_digest = ARGV[9]
+local decision_data = ARGV[10]
+local now_ms = ARGV[11]
+local step_json = ARGV[12]
+
+local r = redis.call('HMGET', record_key, 'state', 'seq', 'attempt', 'step')
+if r[2] ~= seq or r[3] ~= attempt then return {'stale', r[1] or ''} end
 local state = r[1]
 if state == 'deciding' then
-  redis.call('HSET', KEYS[1], 'state', 'decided', 'result', ARGV[8], 'result_digest', ARGV[9],
-    'decided_version', ARGV[7], 'step', ARGV[12], 'updated_ms', ARGV[11])
-  local id = emit(KEYS[2], 'sched.decision.made', ARGV[4], ARGV[7], ARGV[10], 0)
+  redis.call('HSET', record_key, 'state', 'decided', 'result', result_json,
+    'result_digest', result_digest, 'decided_version', cluster_version, 'step', step_json,
+    'updated_ms', now_ms)
+  local id = emit(events_key, 'sched.decision.made', rid, cluster_version, decision_data, 0)
   return {'ok', id}
 end
 local settled = state == 'decided' or state == 'booked' or state == 'parked' or state == 'done'

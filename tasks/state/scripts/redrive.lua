@@ -23,22 +23,34 @@
 -- {"publish", step_json} for a booked request (its publish step was lost) or
 -- {"decide", state}.
 
-local member = ARGV[4] .. '|' .. ARGV[5] .. '|' .. ARGV[6]
-local r = redis.call('HMGET', KEYS[1], 'state', 'seq', 'attempt', 'redriven', 'step')
+local record_key = KEYS[1]
+local outbox_key = KEYS[2]
+local events_key = KEYS[3]
+
+local rid = ARGV[4]
+local seq = ARGV[5]
+local attempt = ARGV[6]
+local leased_score = ARGV[7]
+local now_ms = ARGV[8]
+local period_ms = ARGV[9]
+local max_doublings = ARGV[10]
+
+local member = rid .. '|' .. seq .. '|' .. attempt
+local r = redis.call('HMGET', record_key, 'state', 'seq', 'attempt', 'redriven', 'step')
 local state = r[1]
-if not state or r[2] ~= ARGV[5] or r[3] ~= ARGV[6] or state == 'done' or state == 'parked' then
-  local score = redis.call('ZSCORE', KEYS[2], member)
-  if score and tonumber(score) == tonumber(ARGV[7]) then redis.call('ZREM', KEYS[2], member) end
+if not state or r[2] ~= seq or r[3] ~= attempt or state == 'done' or state == 'parked' then
+  local score = redis.call('ZSCORE', outbox_key, member)
+  if score and tonumber(score) == tonumber(leased_score) then redis.call('ZREM', outbox_key, member) end
   return {'gone', state or ''}
 end
 
 local n = 1
 local prefix, count = string.match(r[4] or '', '^(.*)#(%d+)$')
 if prefix == member then n = tonumber(count) + 1 end
-local due = tonumber(ARGV[8]) + tonumber(ARGV[9]) * 2 ^ math.min(n, tonumber(ARGV[10]))
-redis.call('ZADD', KEYS[2], 'XX', due, member)
-redis.call('HSET', KEYS[1], 'redriven', member .. '#' .. n)
-emit(KEYS[3], 'sched.request.redriven', ARGV[4], '', cjson.encode({seq = tonumber(ARGV[5]),
-  attempt = tonumber(ARGV[6]), state = state, redrives = n, next_due_ms = due}), 0)
+local due = tonumber(now_ms) + tonumber(period_ms) * 2 ^ math.min(n, tonumber(max_doublings))
+redis.call('ZADD', outbox_key, 'XX', due, member)
+redis.call('HSET', record_key, 'redriven', member .. '#' .. n)
+emit(events_key, 'sched.request.redriven', rid, '', cjson.encode({seq = tonumber(seq),
+  attempt = tonumber(attempt), state = state, redrives = n, next_due_ms = due}), 0)
 if state == 'booked' and r[5] and r[5] ~= '' then return {'publish', r[5]} end
 return {'decide', state}

@@ -21,13 +21,31 @@
 -- Returns {"published", results_entry_id} or {"duplicate", state} when the
 -- id is known (nothing is written).
 
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  return {'duplicate', redis.call('HGET', KEYS[1], 'state') or ''}
+local record_key = KEYS[1]
+local results_key = KEYS[2]
+local events_key = KEYS[3]
+local parked_key = KEYS[4]
+local outbox_key = KEYS[5]
+
+local rid = ARGV[4]
+local request_json = ARGV[5]
+local request_digest = ARGV[6]
+local rejected_json = ARGV[7]
+local rejected_digest = ARGV[8]
+local received_data = ARGV[9]
+local rejected_data = ARGV[10]
+local results_maxlen = ARGV[11]
+local record_ttl_s = ARGV[12]
+local now_ms = ARGV[13]
+
+if redis.call('EXISTS', record_key) == 1 then
+  return {'duplicate', redis.call('HGET', record_key, 'state') or ''}
 end
-redis.call('HSET', KEYS[1], 'request', ARGV[5], 'digest', ARGV[6], 'seq', '0', 'attempt', '0',
-  'created_ms', ARGV[13])
-emit(KEYS[3], 'sched.request.received', ARGV[4], '', ARGV[9], 1)
-emit(KEYS[3], 'sched.request.rejected', ARGV[4], '', ARGV[10], 2)
-local k = {record = KEYS[1], results = KEYS[2], events = KEYS[3], parked = KEYS[4], outbox = KEYS[5]}
-return {'published', finish(k, ARGV[4], 'rejected', ARGV[7], ARGV[8], '0', '0', ARGV[11],
-  ARGV[12], ARGV[13], 0)}
+redis.call('HSET', record_key, 'request', request_json, 'digest', request_digest, 'seq', '0',
+  'attempt', '0', 'created_ms', now_ms)
+emit(events_key, 'sched.request.received', rid, '', received_data, 1)
+emit(events_key, 'sched.request.rejected', rid, '', rejected_data, 2)
+local k = {record = record_key, results = results_key, events = events_key, parked = parked_key,
+  outbox = outbox_key}
+return {'published', finish(k, rid, 'rejected', rejected_json, rejected_digest, '0', '0',
+  results_maxlen, record_ttl_s, now_ms, 0)}

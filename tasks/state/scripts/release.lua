@@ -31,10 +31,28 @@
 -- Returns {"released", version, released_json, followup_id} (released =
 -- [{key, meta}]; the follow-up id is the event id) or {"absent"}.
 
+local version_key = KEYS[1]
+local epoch_key = KEYS[2]
+local booked_key = KEYS[3]
+local instances_key = KEYS[4]
+local instance_meta_key = KEYS[5]
+local claims_key = KEYS[6]
+local changes_key = KEYS[7]
+local events_key = KEYS[8]
+local followups_key = KEYS[9]
+local followup_jobs_key = KEYS[10]
+
+local changes_maxlen = ARGV[4]
+local reason = ARGV[5]
+local reschedule = ARGV[6] == '1'
+local wake_kind = ARGV[7]
+local followup_due_ms = ARGV[8]
+local first_instance_arg = 9  -- ARGV[9..]: the instance keys
+
 local released = {}
 local workers, seen = {}, {}
-for i = 9, #ARGV do
-  local meta = release_instance(KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[i])
+for i = first_instance_arg, #ARGV do
+  local meta = release_instance(booked_key, instances_key, instance_meta_key, claims_key, ARGV[i])
   if meta then
     released[#released + 1] = {key = ARGV[i], meta = meta}
     for _, w in ipairs(meta['w']) do
@@ -44,15 +62,16 @@ for i = 9, #ARGV do
 end
 if #released == 0 then return {'absent'} end
 
-local v = tostring(redis.call('INCR', KEYS[1]))
+local v = tostring(redis.call('INCR', version_key))
 local wake = {}
-if ARGV[7] ~= '' then
-  redis.call('INCR', KEYS[2])
-  wake = {{kind = ARGV[7], workers = workers}}
+if wake_kind ~= '' then
+  redis.call('INCR', epoch_key)
+  wake = {{kind = wake_kind, workers = workers}}
 end
-local data = cjson.encode({released = released, reason = ARGV[5]})
-redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[4], '*',
+local data = cjson.encode({released = released, reason = reason})
+redis.call('XADD', changes_key, 'MAXLEN', '~', changes_maxlen, '*',
   'version', v, 'type', 'sched.instance.released', 'data', data)
-emit(KEYS[8], 'sched.instance.released', '', v, data, 0)
-local job = follow_up({due = KEYS[9], jobs = KEYS[10]}, ARGV[8], ARGV[5], released, ARGV[6] == '1', wake)
+emit(events_key, 'sched.instance.released', '', v, data, 0)
+local job = follow_up({due = followups_key, jobs = followup_jobs_key}, followup_due_ms, reason,
+  released, reschedule, wake)
 return {'released', v, cjson.encode(released), job}

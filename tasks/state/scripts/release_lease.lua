@@ -14,8 +14,14 @@
 -- Returns 1 when released; 0 when the lease expired or belongs to another
 -- holder (nothing changes then: releasing is idempotent).
 
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1], KEYS[2])
-redis.call('RPUSH', KEYS[2], '1')
-redis.call('PEXPIRE', KEYS[2], ARGV[2])
+local lease_key = KEYS[1]
+local wake_list_key = KEYS[2]
+
+local token = ARGV[1]
+local wake_expiry_ms = ARGV[2]
+
+if redis.call('GET', lease_key) ~= token then return 0 end
+redis.call('DEL', lease_key, wake_list_key)
+redis.call('RPUSH', wake_list_key, '1')
+redis.call('PEXPIRE', wake_list_key, wake_expiry_ms)
 return 1

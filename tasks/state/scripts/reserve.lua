@@ -39,18 +39,44 @@
 -- the outbox (state=retrying); {"exhausted", data_json} when no attempt is
 -- left; {"missing"} for an unknown request.
 
-local r = redis.call('HMGET', KEYS[1], 'state', 'seq', 'attempt', 'result_digest', 'instance')
+local record_key = KEYS[1]
+local capacity_key = KEYS[2]
+local booked_key = KEYS[3]
+local instances_key = KEYS[4]
+local instance_meta_key = KEYS[5]
+local claims_key = KEYS[6]
+local version_key = KEYS[7]
+local changes_key = KEYS[8]
+local events_key = KEYS[9]
+local outbox_key = KEYS[10]
+
+local rid = ARGV[4]
+local seq = ARGV[5]
+local attempt = ARGV[6]
+local result_digest = ARGV[7]
+local instance_key = ARGV[8]
+local instance_row = ARGV[9]
+local instance_meta = ARGV[10]
+local claims = ARGV[11]
+local booked_data = ARGV[12]
+local max_attempts = tonumber(ARGV[13])
+local retry_due_ms = ARGV[14]
+local changes_maxlen = ARGV[15]
+local now_ms = ARGV[16]
+local retried_data = ARGV[17]
+
+local r = redis.call('HMGET', record_key, 'state', 'seq', 'attempt', 'result_digest', 'instance')
 if not r[1] then return {'missing'} end
-if r[2] ~= ARGV[5] or r[3] ~= ARGV[6] or r[4] ~= ARGV[7] then return {'stale', r[1]} end
+if r[2] ~= seq or r[3] ~= attempt or r[4] ~= result_digest then return {'stale', r[1]} end
 if r[5] and r[5] ~= '' then return {'duplicate', r[5]} end
 if r[1] ~= 'decided' then return {'stale', r[1]} end
 
 local items = {}
 local short = {}
-for key, amount in string.gmatch(ARGV[11], '([^;=]+)=(%d+)') do
+for key, amount in string.gmatch(claims, '([^;=]+)=(%d+)') do
   items[#items + 1] = {key, amount}
-  local cap = redis.call('HGET', KEYS[2], key)
-  local booked = tonumber(redis.call('HGET', KEYS[3], key) or '0')
+  local cap = redis.call('HGET', capacity_key, key)
+  local booked = tonumber(redis.call('HGET', booked_key, key) or '0')
   local claim = tonumber(amount)
   if not cap then
     short[#short + 1] = {gpu = key, booked = booked, claim = claim, capacity = cjson.null}
@@ -60,35 +86,34 @@ for key, amount in string.gmatch(ARGV[11], '([^;=]+)=(%d+)') do
 end
 
 if #short > 0 then
-  local attempt = tonumber(ARGV[6])
-  local data = cjson.encode({attempt = attempt, gpus = short})
-  emit(KEYS[9], 'sched.reservation.conflicted', ARGV[4], '', data, 1)
-  local next_attempt = attempt + 1
-  if next_attempt < tonumber(ARGV[13]) then
-    redis.call('HSET', KEYS[1], 'state', 'retrying', 'attempt', tostring(next_attempt),
-      'updated_ms', ARGV[16])
-    redis.call('ZREM', KEYS[10], ARGV[4] .. '|' .. ARGV[5] .. '|' .. ARGV[6])
-    redis.call('ZADD', KEYS[10], ARGV[14], ARGV[4] .. '|' .. ARGV[5] .. '|' .. next_attempt)
-    emit(KEYS[9], 'sched.request.retried', ARGV[4], '', ARGV[17], 2)
+  local data = cjson.encode({attempt = tonumber(attempt), gpus = short})
+  emit(events_key, 'sched.reservation.conflicted', rid, '', data, 1)
+  local next_attempt = tonumber(attempt) + 1
+  if next_attempt < max_attempts then
+    redis.call('HSET', record_key, 'state', 'retrying', 'attempt', tostring(next_attempt),
+      'updated_ms', now_ms)
+    redis.call('ZREM', outbox_key, rid .. '|' .. seq .. '|' .. attempt)
+    redis.call('ZADD', outbox_key, retry_due_ms, rid .. '|' .. seq .. '|' .. next_attempt)
+    emit(events_key, 'sched.request.retried', rid, '', retried_data, 2)
     return {'conflict', data, tostring(next_attempt)}
   end
   return {'exhausted', data}
 end
 
 for _, item in ipairs(items) do
-  if item[2] ~= '0' then redis.call('HINCRBY', KEYS[3], item[1], item[2]) end
+  if item[2] ~= '0' then redis.call('HINCRBY', booked_key, item[1], item[2]) end
 end
-local version = redis.call('INCR', KEYS[7])
-local meta = cjson.decode(ARGV[10])
+local version = redis.call('INCR', version_key)
+local meta = cjson.decode(instance_meta)
 meta['v'] = version
 meta['i'] = 0
-redis.call('HSET', KEYS[4], ARGV[8], ARGV[9])
-redis.call('HSET', KEYS[5], ARGV[8], cjson.encode(meta))
-redis.call('HSET', KEYS[6], ARGV[8], ARGV[11])
+redis.call('HSET', instances_key, instance_key, instance_row)
+redis.call('HSET', instance_meta_key, instance_key, cjson.encode(meta))
+redis.call('HSET', claims_key, instance_key, claims)
 local v = tostring(version)
-redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[15], '*',
-  'version', v, 'type', 'sched.reservation.booked', 'data', ARGV[12])
-emit(KEYS[9], 'sched.reservation.booked', ARGV[4], v, ARGV[12], 0)
-redis.call('HSET', KEYS[1], 'state', 'booked', 'instance', ARGV[8], 'booked_version', v,
-  'updated_ms', ARGV[16])
+redis.call('XADD', changes_key, 'MAXLEN', '~', changes_maxlen, '*',
+  'version', v, 'type', 'sched.reservation.booked', 'data', booked_data)
+emit(events_key, 'sched.reservation.booked', rid, v, booked_data, 0)
+redis.call('HSET', record_key, 'state', 'booked', 'instance', instance_key, 'booked_version', v,
+  'updated_ms', now_ms)
 return {'booked', v}

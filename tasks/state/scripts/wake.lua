@@ -14,17 +14,26 @@
 -- incremented (a new decision) and "<request_id>|<seq>|0" enters the outbox.
 -- Returns a flat list {request_id, new_seq, ...} of the requests woken.
 
+local parked_key = KEYS[1]
+local outbox_key = KEYS[2]
+local events_key = KEYS[3]
+local first_record = 4  -- KEYS[4..]: one request record per (request id, seq) pair
+
+local outbox_due_ms = ARGV[4]
+local woken_data = ARGV[5]
+local first_pair_arg = 6  -- ARGV[6..]: (request id, parked seq) pairs
+
 local woken = {}
-for i = 4, #KEYS do
-  local rid = ARGV[6 + (i - 4) * 2]
-  local seq = ARGV[7 + (i - 4) * 2]
+for i = first_record, #KEYS do
+  local rid = ARGV[first_pair_arg + (i - first_record) * 2]
+  local seq = ARGV[first_pair_arg + 1 + (i - first_record) * 2]
   local r = redis.call('HMGET', KEYS[i], 'state', 'seq')
-  if r[1] == 'parked' and r[2] == seq and redis.call('HEXISTS', KEYS[1], rid) == 1 then
+  if r[1] == 'parked' and r[2] == seq and redis.call('HEXISTS', parked_key, rid) == 1 then
     local next_seq = tostring(tonumber(seq) + 1)
     redis.call('HSET', KEYS[i], 'state', 'woken', 'seq', next_seq, 'attempt', '0')
-    redis.call('HDEL', KEYS[1], rid)
-    redis.call('ZADD', KEYS[2], ARGV[4], rid .. '|' .. next_seq .. '|0')
-    emit(KEYS[3], 'sched.request.woken', rid, '', ARGV[5], i - 3)
+    redis.call('HDEL', parked_key, rid)
+    redis.call('ZADD', outbox_key, outbox_due_ms, rid .. '|' .. next_seq .. '|0')
+    emit(events_key, 'sched.request.woken', rid, '', woken_data, i - first_record + 1)
     woken[#woken + 1] = rid
     woken[#woken + 1] = next_seq
   end

@@ -29,14 +29,34 @@
 -- Returns {"removed", version, released_json, followup_id or ""}
 -- (released = [{key, meta}]) or {"absent"}.
 
-if redis.call('HEXISTS', KEYS[2], ARGV[4]) == 0 then return {'absent'} end
+local version_key = KEYS[1]
+local workers_key = KEYS[2]
+local worker_gpus_key = KEYS[3]
+local capacity_key = KEYS[4]
+local booked_key = KEYS[5]
+local instances_key = KEYS[6]
+local instance_meta_key = KEYS[7]
+local claims_key = KEYS[8]
+local changes_key = KEYS[9]
+local events_key = KEYS[10]
+local health_key = KEYS[11]
+local timers_key = KEYS[12]
+local followups_key = KEYS[13]
+local followup_jobs_key = KEYS[14]
+
+local worker_id = ARGV[4]
+local changes_maxlen = ARGV[5]
+local reason = ARGV[6]
+local followup_due_ms = ARGV[7]
+
+if redis.call('HEXISTS', workers_key, worker_id) == 0 then return {'absent'} end
 
 local released = {}
-local metas = redis.call('HGETALL', KEYS[7])
+local metas = redis.call('HGETALL', instance_meta_key)
 for i = 1, #metas, 2 do
   local meta = cjson.decode(metas[i + 1])
   for _, w in ipairs(meta['w']) do
-    if tostring(w) == ARGV[4] then
+    if tostring(w) == worker_id then
       released[#released + 1] = {key = metas[i], meta = meta}
       break
     end
@@ -46,23 +66,24 @@ table.sort(released, function(a, b)
   return a.meta['v'] < b.meta['v'] or (a.meta['v'] == b.meta['v'] and a.meta['i'] < b.meta['i'])
 end)
 for _, item in ipairs(released) do
-  release_instance(KEYS[5], KEYS[6], KEYS[7], KEYS[8], item.key)
+  release_instance(booked_key, instances_key, instance_meta_key, claims_key, item.key)
 end
 
-local gpu_keys = redis.call('HGET', KEYS[3], ARGV[4]) or ''
-for gk in string.gmatch(gpu_keys, '[^;]+') do redis.call('HDEL', KEYS[4], gk) end
-redis.call('HDEL', KEYS[2], ARGV[4])
-redis.call('HDEL', KEYS[3], ARGV[4])
-redis.call('HDEL', KEYS[11], ARGV[4])
-redis.call('ZREM', KEYS[12], 'grace:' .. ARGV[4], 'stable:' .. ARGV[4])
+local gpu_keys = redis.call('HGET', worker_gpus_key, worker_id) or ''
+for gk in string.gmatch(gpu_keys, '[^;]+') do redis.call('HDEL', capacity_key, gk) end
+redis.call('HDEL', workers_key, worker_id)
+redis.call('HDEL', worker_gpus_key, worker_id)
+redis.call('HDEL', health_key, worker_id)
+redis.call('ZREM', timers_key, 'grace:' .. worker_id, 'stable:' .. worker_id)
 
-local v = tostring(redis.call('INCR', KEYS[1]))
-local data = cjson.encode({worker_id = tonumber(ARGV[4]), released = released, reason = ARGV[6]})
-redis.call('XADD', KEYS[9], 'MAXLEN', '~', ARGV[5], '*',
+local v = tostring(redis.call('INCR', version_key))
+local data = cjson.encode({worker_id = tonumber(worker_id), released = released, reason = reason})
+redis.call('XADD', changes_key, 'MAXLEN', '~', changes_maxlen, '*',
   'version', v, 'type', 'sched.worker.removed', 'data', data)
-emit(KEYS[10], 'sched.worker.removed', '', v, data, 0)
+emit(events_key, 'sched.worker.removed', '', v, data, 0)
 local job = ''
 if #released > 0 then
-  job = follow_up({due = KEYS[13], jobs = KEYS[14]}, ARGV[7], ARGV[6], released, true, {})
+  job = follow_up({due = followups_key, jobs = followup_jobs_key}, followup_due_ms, reason,
+    released, true, {})
 end
 return {'removed', v, cjson.encode(released), job}

@@ -37,40 +37,64 @@
 -- Returns {"ok", version, overbooked_count, followup_id or ""} or
 -- {"stale"} when the row changed.
 
-local current = redis.call('HGET', KEYS[3], ARGV[4]) or ''
-if ARGV[5] ~= '*' and current ~= ARGV[5] then return {'stale'} end
+local version_key = KEYS[1]
+local epoch_key = KEYS[2]
+local workers_key = KEYS[3]
+local worker_gpus_key = KEYS[4]
+local capacity_key = KEYS[5]
+local booked_key = KEYS[6]
+local changes_key = KEYS[7]
+local events_key = KEYS[8]
+local health_key = KEYS[9]
+local timers_key = KEYS[10]
+local followups_key = KEYS[11]
+local followup_jobs_key = KEYS[12]
 
-local old = redis.call('HGET', KEYS[4], ARGV[4])
+local worker_id = ARGV[4]
+local expected_row = ARGV[5]
+local new_row = ARGV[6]
+local new_capacity = ARGV[7]
+local changes_maxlen = ARGV[8]
+local upserted_data = ARGV[9]
+local wake_changes = ARGV[10]
+local now_ms = tonumber(ARGV[11])
+local grace_ms = tonumber(ARGV[12])
+local stable_ms = tonumber(ARGV[13])
+local followup_due_ms = ARGV[14]
+
+local current = redis.call('HGET', workers_key, worker_id) or ''
+if expected_row ~= '*' and current ~= expected_row then return {'stale'} end
+
+local old = redis.call('HGET', worker_gpus_key, worker_id)
 if old then
-  for gk in string.gmatch(old, '[^;]+') do redis.call('HDEL', KEYS[5], gk) end
+  for gk in string.gmatch(old, '[^;]+') do redis.call('HDEL', capacity_key, gk) end
 end
 local gpu_keys, over = {}, {}
-for gk, cap in string.gmatch(ARGV[7], '([^;=]+)=(%d+)') do
-  redis.call('HSET', KEYS[5], gk, cap)
+for gk, cap in string.gmatch(new_capacity, '([^;=]+)=(%d+)') do
+  redis.call('HSET', capacity_key, gk, cap)
   gpu_keys[#gpu_keys + 1] = gk
-  local booked = tonumber(redis.call('HGET', KEYS[6], gk) or '0')
+  local booked = tonumber(redis.call('HGET', booked_key, gk) or '0')
   if booked > tonumber(cap) then
     over[#over + 1] = {gpu = gk, booked = booked, capacity = tonumber(cap)}
   end
 end
-redis.call('HSET', KEYS[4], ARGV[4], table.concat(gpu_keys, ';'))
-redis.call('HSET', KEYS[3], ARGV[4], ARGV[6])
+redis.call('HSET', worker_gpus_key, worker_id, table.concat(gpu_keys, ';'))
+redis.call('HSET', workers_key, worker_id, new_row)
 
-local v = tostring(redis.call('INCR', KEYS[1]))
-redis.call('XADD', KEYS[7], 'MAXLEN', '~', ARGV[8], '*',
-  'version', v, 'type', 'sched.worker.upserted', 'data', ARGV[9])
-emit(KEYS[8], 'sched.worker.upserted', '', v, ARGV[9], 0)
+local v = tostring(redis.call('INCR', version_key))
+redis.call('XADD', changes_key, 'MAXLEN', '~', changes_maxlen, '*',
+  'version', v, 'type', 'sched.worker.upserted', 'data', upserted_data)
+emit(events_key, 'sched.worker.upserted', '', v, upserted_data, 0)
 if #over > 0 then
-  emit(KEYS[8], 'sched.ledger.overbooked', '', v,
-    cjson.encode({worker_id = tonumber(ARGV[4]), gpus = over}), 1)
+  emit(events_key, 'sched.ledger.overbooked', '', v,
+    cjson.encode({worker_id = tonumber(worker_id), gpus = over}), 1)
 end
-track_health({health = KEYS[9], timers = KEYS[10], events = KEYS[8]}, ARGV[4],
-  worker_state(current), worker_state(ARGV[6]), tonumber(ARGV[11]), tonumber(ARGV[12]),
-  tonumber(ARGV[13]), 2)
+track_health({health = health_key, timers = timers_key, events = events_key}, worker_id,
+  worker_state(current), worker_state(new_row), now_ms, grace_ms, stable_ms, 2)
 local job = ''
-if ARGV[10] ~= '' then
-  redis.call('INCR', KEYS[2])
-  job = follow_up({due = KEYS[11], jobs = KEYS[12]}, ARGV[14], 'worker_changed', {}, false,
-    cjson.decode(ARGV[10]))
+if wake_changes ~= '' then
+  redis.call('INCR', epoch_key)
+  job = follow_up({due = followups_key, jobs = followup_jobs_key}, followup_due_ms,
+    'worker_changed', {}, false, cjson.decode(wake_changes))
 end
 return {'ok', v, #over, job}
