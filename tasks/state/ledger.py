@@ -2,14 +2,18 @@
 
 A GPU is keyed ``<worker_id>:<gpu_type>:<index>``. Its *capacity* is what the
 core treats as allocatable on an empty GPU (``total − system_reserved.vram``);
-an instance's *claims* are the bytes the core subtracts for it
-(:meth:`scheduler_core.cluster.ClusterState._allocated`): the main worker's
+an instance's *claims* are the bytes the core subtracts for it when it
+computes a GPU's allocatable memory: the main worker's
 ``computed_resource_claim.vram`` for each of its ``gpu_indexes``, and every
 subordinate's whole ``vram`` map under the instance's GPU type. An instance
 without a GPU type counts, like in the core, against every GPU type of its
 worker at that index (its subordinates then count nowhere). The reservation
 script books an instance only if ``booked + claim ≤ capacity`` for every GPU
 it touches, so the ledger never books past what the core calls allocatable.
+
+This module is the service's one copy of the core's per-GPU claims
+accounting (capacity, claims, occupied workers): every other module of the
+service asks it.
 """
 
 from __future__ import annotations
