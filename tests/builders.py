@@ -1,6 +1,7 @@
 """Small builders for GPUStack-shaped rows used across the engine tests.
 
-GPU totals are the exact byte counts GPUStack's fixtures report (research note §4.3).
+GPU totals are the exact byte counts GPUStack's worker fixtures report (upstream
+``tests/fixtures/workers/*.json``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,10 @@
-"""The deployment-config and pipeline-rule data files (§3.7, §3.8) and their loaders."""
+"""The deployment-config and pipeline-rule data files and their loaders.
+
+Upstream (SGLang ``python/sglang/multimodal_gen/`` at bd3f6a793): the fields and
+defaults of ``configs/pipeline_configs/model_deployment_config.py:
+ModelDeploymentConfig``, the per-pipeline values of ``configs/pipeline_configs/*.py``
+(inheritance resolved) and the default CFG use of ``registry.py``.
+"""
 
 from __future__ import annotations
 
@@ -17,8 +23,8 @@ from scheduler_core.diffusion._deployments import default_configs_dir, is_wan2_2
 
 REPO_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
-#: Every class named in research/sglang.md §3.8 (table rows and inheritance lists).
-SECTION_3_8_CLASSES = (
+#: Every per-pipeline config class upstream gives non-default deployment values (or inherits them).
+UPSTREAM_DEPLOYMENT_CLASSES = (
     "WanT2V480PConfig",
     "WanT2V720PConfig",
     "TurboWanT2V480PConfig",
@@ -68,9 +74,9 @@ MOVA = {
     "auto_dit_layerwise_offload_high_memory_disable_gb": 130,
 }
 
-#: (class, non-default fields) straight from §3.8.
+#: (class, non-default fields) straight from the upstream per-pipeline configs.
 EXPECTED_NON_DEFAULTS = [
-    *[(name, WAN_LAYERWISE) for name in SECTION_3_8_CLASSES[:15]],
+    *[(name, WAN_LAYERWISE) for name in UPSTREAM_DEPLOYMENT_CLASSES[:15]],
     ("TurboWanT2V1_3B480PConfig", DMD_RESIDENT),
     ("FastWan2_1_T2V_480P_Config", DMD_RESIDENT),
     ("MOVAPipelineConfig", MOVA),
@@ -109,13 +115,13 @@ def test_default_configs_dir_is_repo_configs():
 def test_every_deployment_entry_loads_and_validates():
     """Rule: the whole file validates (pydantic); every entry is usable."""
     catalog = load_deployment_configs()
-    assert set(SECTION_3_8_CLASSES) <= set(catalog.pipelines)
+    assert set(UPSTREAM_DEPLOYMENT_CLASSES) <= set(catalog.pipelines)
     for entry in catalog.pipelines.values():
         assert isinstance(entry.deployment, DeploymentConfig)
 
 
 @pytest.mark.parametrize(("name", "non_defaults"), EXPECTED_NON_DEFAULTS)
-def test_per_pipeline_values_match_section_3_8(name, non_defaults):
+def test_per_pipeline_values_match_upstream(name, non_defaults):
     """Rule: each pipeline's non-default ModelDeploymentConfig fields (inheritance resolved)."""
     entry = load_deployment_configs().lookup(name)
     assert entry is not None
@@ -144,13 +150,13 @@ def test_auto_cfg_parallel_degree_lookup(num_gpus, degree):
     assert ltx.deployment.auto_cfg_parallel_degree(num_gpus) == degree
 
 
-def test_family_facts_follow_section_3_8():
-    """Rule: Wan family, A14B name rule, DMD models and default CFG use per §3.8."""
+def test_family_facts_follow_upstream():
+    """Rule: Wan family, A14B name rule, DMD models and default CFG use, as upstream defines them."""
     catalog = load_deployment_configs()
     for name, entry in catalog.pipelines.items():
         assert entry.family.is_wan2_2_a14b == is_wan2_2_a14b_name(name)
     wan = {name for name, entry in catalog.pipelines.items() if entry.family.is_wan_family}
-    assert wan == set(SECTION_3_8_CLASSES[:17])
+    assert wan == set(UPSTREAM_DEPLOYMENT_CLASSES[:17])
     dmd = {name for name, entry in catalog.pipelines.items() if entry.family.dmd_distilled}
     assert dmd == {
         "TurboWanT2V480PConfig",

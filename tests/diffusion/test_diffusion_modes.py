@@ -1,4 +1,10 @@
-"""Performance modes and platforms (research/sglang.md §3.3 step 1 and 8, §3.5 item 1)."""
+"""Performance modes and platforms.
+
+Upstream (SGLang ``python/sglang/multimodal_gen/runtime/server_args/``):
+``auto_tune.py: ServerArgsAutoTuner.adjust_based_on_performance_mode`` (the first
+step of ``ServerArgs._adjust_parameters``) and ``server_args.py:
+ServerArgs._adjust_platform_specific``.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,10 @@
-"""Auto-FSDP, cache-dit, parallelism defaults and validation (§3.5 item 4, §3.6)."""
+"""Auto-FSDP, cache-dit, parallelism defaults and validation.
+
+Upstream (SGLang ``python/sglang/multimodal_gen/runtime/server_args/``):
+``auto_tune.py: ServerArgsAutoTuner.maybe_adjust_auto_fsdp_with_offload_enabled``, and in
+``server_args.py`` ``ServerArgs._adjust_parallelism``, ``_validate_offload``,
+``_validate_parallelism`` and ``_validate_cfg_parallel``.
+"""
 
 from __future__ import annotations
 
