@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: venv demo test lint typecheck bench clean
+.PHONY: venv demo test lint typecheck bench parity clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,15 @@ typecheck: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/bench_schedule.py
 	$(PY) bench/bench_service.py
+
+## parity: decide generated requests (and examples/) with gpusched and with GPUStack's own code
+## (tools/gpustack-oracle, in its own virtualenv at .oracle-venv, built when missing)
+ORACLE_VENV ?= $(CURDIR)/.oracle-venv
+PARITY_ARGS ?= --seeds 1 2 --count 2500
+
+parity: $(STAMP)
+	ORACLE_VENV=$(ORACLE_VENV) bash tools/gpustack-oracle/setup.sh
+	ORACLE_VENV=$(ORACLE_VENV) $(PY) -m tests.parity.run $(PARITY_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

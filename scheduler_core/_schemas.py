@@ -132,7 +132,8 @@ class GPUSelector(_Row):
     """Manual GPU selection: ``gpu_ids`` are ``<worker_name>:<type>:<index>``."""
 
     gpu_ids: list[str] | None = None
-    gpus_per_replica: int | None = Field(default=None, ge=1)
+    #: 0 means unset, as in GPUStack (``_set_gpu_count``: ``gpus_per_replica or len(gpu_ids)``).
+    gpus_per_replica: int | None = Field(default=None, ge=0)
 
 
 class ExtendedKVCache(_Row):
@@ -159,7 +160,8 @@ class ModelSpec(_Row):
     id: int | None = None
     name: str = ""
     cluster_id: int | None = None
-    backend: str = "SGLang"
+    #: None is accepted (GPUStack's schema allows it) and placed as SGLang.
+    backend: str | None = "SGLang"
     backend_version: str | None = None
     backend_parameters: list[str] = Field(default_factory=list)
     categories: list[str] = Field(default_factory=list)
@@ -185,7 +187,9 @@ class ModelSpec(_Row):
 
     @field_validator("backend")
     @classmethod
-    def _sglang_only(cls, value: str) -> str:
+    def _sglang_only(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         if value.lower() != "sglang":
             raise ValueError(f"backend {value!r} is not supported; gpusched places SGLang models")
         return "SGLang"

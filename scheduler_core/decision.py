@@ -46,8 +46,10 @@ from scheduler_core.model_facts import (
     ModelParameters,
     model_parameters_from_config,
 )
+from scheduler_core.params import flatten_to_argv
 from scheduler_core.scoring import pick_highest, score_candidates
 from scheduler_core.sglang import (
+    INIT_CONTEXT,
     SelectorOutcome,
     build_plan,
     fractions_by_type,
@@ -100,15 +102,33 @@ def _request_id(raw: Any) -> str:
     return f"req-{digest}"
 
 
-def _rejected(
-    request_id: str, code: str, message: str, field: str | None, context: str | None = None
-) -> ScheduleResult:
+def _rejected(request_id: str, code: str, message: str, field: str | None) -> ScheduleResult:
     return ScheduleResult(
         request_id=request_id,
         status="rejected",
-        # GPUStack's state message for the same failure ("Failed to find candidate: ...")
-        state_message=f"{context}: {message}" if context else None,
         error=ErrorOut(code=code, message=message, field=field),
+    )
+
+
+def _argument_rejection(
+    error: RequestError, request_id: str, filter_messages: Sequence[str]
+) -> ScheduleResult:
+    """A rejection with the messages and state message GPUStack stores for the same error.
+
+    ``find_candidate`` turns a selector-constructor error into its only message,
+    stored under the no-suitable-workers header; an error raised while selecting
+    propagates and is stored as ``Failed to find candidate: ...``
+    (``gpustack/scheduler/scheduler.py: find_candidate``, ``_schedule_one``).
+    """
+    line = f"{error.context}: {error.message}"
+    constructor = error.context == INIT_CONTEXT
+    return ScheduleResult(
+        request_id=request_id,
+        status="rejected",
+        messages=[line] if constructor else [],
+        filter_messages=list(filter_messages),
+        state_message=NO_SUITABLE_WORKERS + line if constructor else line,
+        error=ErrorOut(code=error.code, message=error.message, field=error.field),
     )
 
 
@@ -156,9 +176,20 @@ def _schedule(request: Any, request_id: str, chain: Chain, memo: SnapshotMemo | 
     try:
         return _decide(parsed, request_id, chain, memo)
     except RequestError as error:
-        return _rejected(request_id, error.code, error.message, error.field, error.context)
+        if error.context is not None:
+            return _argument_rejection(error, request_id, _filter_messages(parsed, chain, memo))
+        return _rejected(request_id, error.code, error.message, error.field)
     except Exception as error:  # the contract is "never raises": report, don't crash
         return _rejected(request_id, "internal_error", f"{type(error).__name__}: {error}", None)
+
+
+def _filter_messages(request: ScheduleRequest, chain: Chain, memo: SnapshotMemo | None) -> tuple[str, ...]:
+    """The worker filters' lines for a request rejected on its arguments (GPUStack filters first)."""
+    try:
+        views = _snapshot(request, memo)
+    except RequestError:
+        return ()
+    return run_filters(request.model, views, chain.filters).messages
 
 
 def _snapshot(request: ScheduleRequest, memo: SnapshotMemo | None) -> list[WorkerView]:
@@ -319,7 +350,7 @@ def _with_diffusion_plan(
     # SGLang diffusion sizes itself from --num-gpus and the tuned flags: the LLM launch
     # flags (--tp-size from the GPU count, --mem-fraction-static) do not apply.
     launch = LaunchOut.model_construct(
-        backend_parameters=[*selection.model.backend_parameters, *plan.cli_flags],
+        backend_parameters=[*flatten_to_argv(selection.model.backend_parameters), *plan.cli_flags],
         nodes=None,
         diffusion=plan.summary,
     )

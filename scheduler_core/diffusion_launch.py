@@ -30,6 +30,7 @@ from scheduler_core.diffusion import (
 from scheduler_core.errors import RequestError
 from scheduler_core.estimate import ModelFacts
 from scheduler_core.events import Event, Level
+from scheduler_core.params import flatten_to_argv
 from scheduler_core.strategies._base import Candidate
 
 #: GPUStack GPU runtime type → SGLang platform kind (upstream predicates is_cuda, is_npu, ...).
@@ -53,7 +54,7 @@ def explicit_diffusion_args(backend_parameters: Sequence[str]) -> dict[str, Any]
         RequestError: a diffusion flag has a malformed value.
     """
     try:
-        return diffusion_args_from_cli(backend_parameters)
+        return diffusion_args_from_cli(flatten_to_argv(backend_parameters))
     except ValueError as error:
         raise RequestError(_FIELD, str(error).splitlines()[0], "invalid_backend_parameters") from None
 

@@ -40,32 +40,37 @@ def _plural(count: int) -> str:
 
 
 class ClusterFilter:
-    """Keep workers of the model's cluster; skipped when the model names none."""
+    """Keep workers of the model's cluster (``worker_filters/cluster_filter.py``).
+
+    Always runs: a model without a cluster matches only workers without one.
+    """
 
     name = "cluster"
 
     def __call__(self, model: ModelSpec, workers: Sequence[WorkerView]) -> FilterOutcome:
-        """Match ``worker.cluster_id == model.cluster_id``."""
-        if model.cluster_id is None:
-            return FilterOutcome(tuple(workers))
+        """Match ``worker.cluster_id == model.cluster_id`` (None equals None only)."""
         kept = tuple(w for w in workers if w.cluster_id == model.cluster_id)
         message = f"Matched {len(kept)} {_plural(len(kept))} by cluster selector."
         return FilterOutcome(kept, (message,), "cluster_mismatch")
 
 
 class GpuSelectorFilter:
-    """Keep the workers named in manual ``gpu_ids``."""
+    """Keep the workers named in manual ``gpu_ids`` (``worker_filters/gpu_matching_filter.py``)."""
 
     name = "gpu_selector"
 
     def __call__(self, model: ModelSpec, workers: Sequence[WorkerView]) -> FilterOutcome:
-        """Match worker names against ``<worker>:<type>:<index>`` ids."""
+        """Match worker names against ``<worker>:<type>:<index>`` ids.
+
+        Missing workers are listed in selection order (GPUStack lists a set, whose
+        order changes from process to process).
+        """
         selector = model.gpu_selector
         if selector is None or not selector.gpu_ids:
             return FilterOutcome(tuple(workers))
         wanted = list(dict.fromkeys(gpu_id.rsplit(":", 2)[0] for gpu_id in selector.gpu_ids))
         kept = tuple(w for w in workers if w.name in wanted)
-        message = f"Matched {len(kept)} workers by gpu selector."
+        message = f"Matched {len(kept)} {_plural(len(kept))} by gpu selector."
         present = {w.name for w in kept}
         missing = [name for name in wanted if name not in present]
         if missing:
@@ -74,28 +79,33 @@ class GpuSelectorFilter:
 
 
 class LabelFilter:
-    """Keep workers whose labels contain every ``worker_selector`` pair."""
+    """Keep workers whose labels contain every ``worker_selector`` pair
+    (``worker_filters/label_matching_filter.py``); says so only when it removed one."""
 
     name = "labels"
 
     def __call__(self, model: ModelSpec, workers: Sequence[WorkerView]) -> FilterOutcome:
         """Exact label matching."""
         selector = model.worker_selector
-        if not selector:
+        if selector is None:
             return FilterOutcome(tuple(workers))
         kept = tuple(w for w in workers if all(w.labels.get(k) == v for k, v in selector.items()))
+        if len(kept) == len(workers):
+            return FilterOutcome(kept)
         message = f"Matched {len(kept)}/{len(workers)} workers by label selector: {selector}."
         return FilterOutcome(kept, (message,), "label_mismatch")
 
 
 class StatusFilter:
-    """Keep READY workers."""
+    """Keep READY workers (``worker_filters/status_filter.py``); says so only when it removed one."""
 
     name = "status"
 
     def __call__(self, model: ModelSpec, workers: Sequence[WorkerView]) -> FilterOutcome:
         """Only ``state == ready`` is schedulable."""
         kept = tuple(w for w in workers if w.state == "ready")
+        if len(kept) == len(workers):
+            return FilterOutcome(kept)
         message = f"Matched {len(kept)}/{len(workers)} workers by READY status."
         return FilterOutcome(kept, (message,), "worker_not_ready")
 

@@ -75,7 +75,8 @@ def _node_flags(params: BackendParameters, candidate: Candidate, rank: int) -> l
 def launch_arguments(backend_parameters: list[str], candidate: Candidate) -> LaunchOut:
     """The SGLang arguments to start ``candidate`` (user flags first, derived flags after)."""
     params = BackendParameters(backend_parameters)
-    base = [*backend_parameters, *_derived_flags(params, candidate)]
+    # SGLang receives the flattened argv, as GPUStack's worker builds it (``worker/backends/base.py``).
+    base = [*params.argv, *_derived_flags(params, candidate)]
     if not candidate.subordinates:
         return LaunchOut(backend_parameters=base)
     members = [candidate.worker, *(s.worker for s in candidate.subordinates)]

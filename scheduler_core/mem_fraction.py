@@ -67,11 +67,7 @@ class FractionFlags:
 
     @classmethod
     def from_parameters(cls, params: BackendParameters) -> FractionFlags:
-        """Read the flags; sizes default to 1 as upstream (``or 1``).
-
-        Raises:
-            ParameterError: a numeric flag has a non-integer value.
-        """
+        """Read the flags; sizes default to 1 as upstream (``or 1``); a non-integer value is unset."""
         piecewise = params.find(["enable-piecewise-cuda-graph"])
         return cls(
             chunked_prefill_size=params.find_int(["chunked-prefill-size"]),

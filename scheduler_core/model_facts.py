@@ -310,9 +310,28 @@ def model_parameters_from_config(config: Mapping[str, Any] | None, *, is_llm: bo
         moe_num_shared_experts=_first_moe_int(text, _MOE_SHARED_EXPERT_KEYS),
         moe_intermediate_size=_first_moe_int(text, ("moe_intermediate_size",)),
         is_multimodel=vision is not None,
-        vision_config=None if vision is None else vision.frozen_copy(),
+        vision_config=_vision_sizes(root, vision),
         vision_num_attention_heads=None if vision is None else _vision_heads(vision),
     )
+
+
+def _vision_sizes(root: _Section, vision: _Section | None) -> Mapping[str, Any] | None:
+    """The vision sub-config as the fraction calculator reads it.
+
+    GPUStack reads the ViT size with ``getattr`` on the parsed config. A config
+    without ``model_type`` is not one transformers' ``AutoConfig`` accepts;
+    GPUStack then falls back to ``PretrainedConfig.from_dict``, where
+    ``vision_config`` stays a plain dict and ``getattr`` finds none of its keys,
+    so the ViT counts as ViT-L/14 (``gpustack/utils/hub.py`` fallback read,
+    ``sglang_resource_fit_selector.py: _cal_mem_fraction_static`` step 3). The
+    same empty view reproduces that here; the vision heads are still read from
+    the dict, as upstream's ``get_model_vision_num_attention_heads`` does.
+    """
+    if vision is None:
+        return None
+    if not root.has("model_type"):
+        return MappingProxyType({})
+    return vision.frozen_copy()
 
 
 def _with_default(value: int | None, default: int) -> int:

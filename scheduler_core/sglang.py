@@ -39,7 +39,14 @@ _TP = ("tp-size", "tensor-parallel-size")
 _PP = ("pp-size", "pipeline-parallel-size")
 _DP = ("dp-size", "data-parallel-size")
 _PARAMS_FIELD = "model.backend_parameters"
-_INIT_CONTEXT = "Failed to initialize SGLang candidates selector"
+#: GPUStack's prefix for an error of the selector's constructor (``scheduler.py: find_candidate``).
+INIT_CONTEXT = "Failed to initialize SGLang candidates selector"
+#: The rest of GPUStack's world-size mismatch error (``base_candidate_selector.py: _set_gpu_count``).
+_MISMATCH_ADVICE = (
+    "Adjust the selected GPUs or the parallelism backend parameters so they match. "
+    "If the mismatch is intentional, add GPUSTACK_SKIP_GPU_COUNT_CHECK=1 to the model's "
+    "environment variables to bypass this check and keep the selected gpu count."
+)
 _FIND_CONTEXT = "Failed to find candidate"
 
 
@@ -129,9 +136,9 @@ def _gpu_count(model: ModelSpec, params: BackendParameters, selected: int, diffu
         raise RequestError(
             _PARAMS_FIELD,
             f"Model {model.name} has {'/'.join(strategies)} set, but the selected gpu count "
-            f"({count}) does not match the world size ({size}).",
+            f"({count}) does not match the world size ({size}). {_MISMATCH_ADVICE}",
             "gpu_count_mismatch",
-            _INIT_CONTEXT,
+            INIT_CONTEXT,
         )
     return size
 
@@ -144,26 +151,19 @@ def build_plan(model: ModelSpec, *, diffusion: bool = False) -> Plan:
     Raises:
         RequestError: malformed flags or GPU ids, or a GPU count that contradicts tp/pp/dp.
     """
-    params = BackendParameters(model.backend_parameters)
+    try:
+        params = BackendParameters(model.backend_parameters)
+    except ParameterError as error:  # GPUStack's constructor reads the flags first
+        raise RequestError(error.field, str(error), "invalid_backend_parameters", INIT_CONTEXT) from None
     manual, workers = _manual_selection(model)
     selected = sum(len(ix) for per in manual.by_type.values() for ix in per.values())
-    try:
-        count = _gpu_count(model, params, selected, diffusion)
-    except ParameterError as error:
-        raise RequestError(error.field, str(error), "invalid_backend_parameters") from None
+    count = _gpu_count(model, params, selected, diffusion)
     check_vision = not model.backend_parameters or not params.find_bool(["language-only"])
     return Plan(params, manual, workers, count, check_vision)
 
 
 def _argument_error(message: str) -> RequestError:
     return RequestError(_PARAMS_FIELD, message, "invalid_backend_parameters", _FIND_CONTEXT)
-
-
-def _int_flag(params: BackendParameters, names: Sequence[str]) -> int | None:
-    try:
-        return params.find_int(names)
-    except ParameterError as error:
-        raise _argument_error(str(error)) from None
 
 
 def _nnodes(params: BackendParameters) -> int:
@@ -173,8 +173,8 @@ def _nnodes(params: BackendParameters) -> int:
         return 1
     try:
         nnodes = int(value)
-    except ValueError:
-        raise _argument_error(f"Invalid value for --nnodes: {value!r} is not an integer.") from None
+    except ValueError as error:  # GPUStack's int() fails with Python's own message
+        raise _argument_error(str(error)) from None
     if nnodes <= 0:
         raise _argument_error("--nnodes must be a positive integer.")
     return nnodes
@@ -231,10 +231,10 @@ def validate_arguments(plan: Plan, model_params: ModelParameters) -> float:
         RequestError: the flags contradict each other or the model.
     """
     params = plan.params
-    tp = _int_flag(params, _TP) or 1
+    tp = params.find_int(_TP) or 1
     _check_heads(tp, model_params)
-    pp = _int_flag(params, _PP) or 1
-    dp = _int_flag(params, _DP) or 1
+    pp = params.find_int(_PP) or 1
+    dp = params.find_int(_DP) or 1
     mixed_chunk = _mixed_chunk(params)
     nnodes = _nnodes(params)
     if (tp * pp) % nnodes != 0:
@@ -243,12 +243,7 @@ def validate_arguments(plan: Plan, model_params: ModelParameters) -> float:
     tp_problem = tp_divisibility_problem(model_params, plan.check_vision_tp, tp)
     if tp_problem:
         raise _argument_error(tp_problem + " Consider adjusting your tp-size value.")
-    fraction = _user_fraction(params)
-    try:
-        FractionFlags.from_parameters(params)  # the calculator's own flags must parse too
-    except ParameterError as error:
-        raise _argument_error(str(error)) from None
-    return fraction
+    return _user_fraction(params)
 
 
 def fractions_by_type(

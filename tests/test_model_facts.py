@@ -153,6 +153,7 @@ def test_parameters_are_hashable_even_with_mapping_fields() -> None:
 def test_qwen2_vl_style_vision_config_with_text_fields_at_root() -> None:
     qwen2_vl = {
         "architectures": ["Qwen2VLForConditionalGeneration"],
+        "model_type": "qwen2_vl",
         "hidden_size": 3584,
         "num_attention_heads": 28,
         "num_hidden_layers": 28,
@@ -171,6 +172,20 @@ def test_qwen2_vl_style_vision_config_with_text_fields_at_root() -> None:
     assert result.num_attention_heads == 28
     assert result.derived_max_seq_len == 32768
     assert result.architectures == ("Qwen2VLForConditionalGeneration",)
+
+
+def test_vision_sizes_unread_without_model_type() -> None:
+    """Rule: without ``model_type`` GPUStack's fallback keeps ``vision_config`` a plain dict that its
+    ``getattr`` reads as empty (the ViT counts as ViT-L/14); the vision heads are still read."""
+    config = {
+        "architectures": ["Qwen2VLForConditionalGeneration"],
+        "num_attention_heads": 28,
+        "vision_config": {"depth": 32, "embed_dim": 1280, "num_heads": 16, "hidden_size": 3584},
+    }
+    result = params(config)
+    assert result.is_multimodel
+    assert result.vision_config is not None and dict(result.vision_config) == {}
+    assert result.vision_num_attention_heads == 16
 
 
 def test_llava_style_text_config_is_the_text_side() -> None:

@@ -100,7 +100,7 @@ def test_the_same_request_id_yields_one_decision() -> None:
 def test_core_rejections_flow_through_the_pipeline() -> None:
     h = Harness()
     h.apply(_cluster())
-    h.submit(_request("r", backend_parameters=["--tp-size", "zero"]))
+    h.submit(_request("r", backend_parameters=["--tp-size", "0"]))
     h.pump()
     (result,) = h.results()
     assert result["status"] == "rejected"

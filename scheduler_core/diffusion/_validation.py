@@ -1,14 +1,32 @@
 """Final validation (``_validate_offload``, ``_validate_parallelism``, ``_validate_cfg_parallel``).
 
-Source: research/sglang.md §3.6. Our notes give the rules but not upstream's
-error texts, so every message here is ours ("text not given upstream in our
-notes"); each names the offending fields.
+Upstream: ``python/sglang/multimodal_gen/runtime/server_args/server_args.py``,
+``ServerArgs._validate_parameters`` and the three methods above. The two cache-dit
+conflict errors in ``validate_offload`` carry upstream's ``_validate_offload`` texts
+exactly; the parallelism and CFG messages are ours and name the offending fields.
 """
 
 from __future__ import annotations
 
 from ._layerwise import selects_dit
 from ._state import ServerArgsState, TuneContext
+
+# Upstream's exact texts (server_args.py: ServerArgs._validate_offload), kept character
+# for character so a refused request reads as SGLang itself would refuse it.
+_CACHE_DIT_FSDP_ERROR = (
+    "FSDP inference cannot be enabled together with cache-dit. "
+    "cache-dit wraps known DiT block structures, while FSDP wraps "
+    "and shards modules before cache-dit can inspect them. "
+    "Please disable --use-fsdp-inference or disable "
+    "SGLANG_CACHE_DIT_ENABLED."
+)
+_CACHE_DIT_DIT_LAYERWISE_ERROR = (
+    "DiT layerwise offload cannot be enabled together with cache-dit. "
+    "cache-dit may reuse skipped blocks whose weights have been released by layerwise offload, "
+    "causing shape mismatch errors. "
+    "Please disable --dit-layerwise-offload, remove DiT from --layerwise-offload-components, "
+    "or disable SGLANG_CACHE_DIT_ENABLED."
+)
 
 
 def _dit_layerwise_selected(args: ServerArgsState) -> bool:
@@ -26,11 +44,7 @@ def validate_offload(args: ServerArgsState, ctx: TuneContext) -> None:
     """
     if ctx.cache_dit_enabled and args.use_fsdp_inference:
         if ctx.is_explicit("use_fsdp_inference"):
-            # text not given upstream in our notes
-            raise ValueError(
-                "use_fsdp_inference=True cannot be combined with cache-dit "
-                "(SGLANG_CACHE_DIT_ENABLED); disable one of them."
-            )
+            raise ValueError(_CACHE_DIT_FSDP_ERROR)
         args.use_fsdp_inference = False
         ctx.log("cache-dit is enabled: use_fsdp_inference=False")
     if args.use_fsdp_inference and selects_dit(args.layerwise_offload_components):
@@ -40,12 +54,7 @@ def validate_offload(args: ServerArgsState, ctx: TuneContext) -> None:
             "DiT layerwise: use_fsdp_inference=False"
         )
     if ctx.cache_dit_enabled and _dit_layerwise_selected(args):
-        # text not given upstream in our notes
-        raise ValueError(
-            "DiT layerwise offload (dit_layerwise_offload or a DiT group in "
-            "layerwise_offload_components) cannot be combined with cache-dit "
-            "(SGLANG_CACHE_DIT_ENABLED); disable one of them."
-        )
+        raise ValueError(_CACHE_DIT_DIT_LAYERWISE_ERROR)
 
 
 def validate_parallelism(args: ServerArgsState, ctx: TuneContext) -> None:

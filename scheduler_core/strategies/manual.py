@@ -58,7 +58,7 @@ class ManualGpuSelection:
         )
         copies = {t: _selected_copies(selection, workers, t) for t in types}
         candidates = _candidates(selection, copies, request, gpu_count)
-        return _triage(selection, candidates, request, total_selected)
+        return _triage(selection, workers, candidates, request, total_selected)
 
 
 def _selected_count(selection: Selection) -> int:
@@ -174,13 +174,21 @@ def _follower_indexes(selection: Selection, worker: WorkerView, gpu_type: str) -
     return [index for index in ordered if index in selected]  # the copy holds existing GPUs only
 
 
+def _same_backend(instance_backend: str | None, model_backend: str | None) -> bool:
+    """GPUStack compares the instance's model backend with the model's; a null one never matches
+    (``base_candidate_selector.py: _validate_distributed_limit_per_worker``)."""
+    if instance_backend is None or model_backend is None:
+        return False
+    return instance_backend.lower() == model_backend.lower()
+
+
 def _hosts_distributed_instance(selection: Selection, worker: WorkerView) -> bool:
     """A worker runs one distributed SGLang instance at most (GPUStack's rule and text)."""
     for instance in selection.cluster.instances_on(worker.id):
         servers = instance.distributed_servers
         if not (servers and servers.subordinate_workers):
             continue
-        if instance.backend is not None and instance.backend.lower() != "sglang":
+        if not _same_backend(instance.backend, selection.model.backend):
             continue
         selection.messages[:] = [
             f"- Each worker can run only one distributed vLLM instance. "
@@ -191,54 +199,156 @@ def _hosts_distributed_instance(selection: Selection, worker: WorkerView) -> boo
 
 
 # ----------------------------------------------------------------------------- triage
+# ``base_candidate_selector.py: _generate_manual_selected_gpus_overcommit_message`` and
+# ``_get_non_overcommit_and_best_overcommit_candidates``.
+
+#: More indexes than this are abbreviated in the "Using worker ... GPU indexes" line.
+_SHOWN_INDEXES = 8
+
+
+@dataclass(frozen=True, slots=True)
+class _Selected:
+    """The whole manual selection as found on the workers: allocatable bytes of the
+    selected GPUs and which of them meet the fraction (``(type, worker, index)``)."""
+
+    allocatable: int
+    satisfied: frozenset[tuple[str, str, int]]
+
+
+def _selected(selection: Selection, workers: Sequence[WorkerView], utilization: float) -> _Selected:
+    by_name = {worker.name: worker for worker in workers}
+    allocatable = 0
+    satisfied: set[tuple[str, str, int]] = set()
+    for gpu_type, per_worker in selection.manual.by_type.items():
+        for name, indexes in per_worker.items():
+            worker = by_name.get(name)
+            if worker is None:
+                continue
+            free = selection.cluster.allocatable(worker, gpu_type).vram
+            totals = {g.index: g.total for g in worker.gpus if g.type == gpu_type and g.total}
+            for index in indexes:
+                allocatable += free.get(index, 0)
+                fits = index in free and index in totals and free[index] / totals[index] >= utilization
+                if utilization == 0 or fits:
+                    satisfied.add((gpu_type, name, index))
+    return _Selected(allocatable, frozenset(satisfied))
 
 
 @dataclass(frozen=True, slots=True)
 class _Usage:
-    """What a candidate's GPUs offer: allocatable bytes, satisfied count, GPU count."""
+    """What a candidate uses: claims, allocatable bytes, GPUs and how many meet the fraction."""
 
+    vram_claim: int
+    ram_claim: int
     allocatable: int
-    satisfied: int
     gpus: int
+    satisfied: int
 
 
-def _usage(selection: Selection, candidate: Candidate) -> _Usage:
-    utilization = _utilization(selection, candidate.gpu_type)
-    allocatable = satisfied = gpus = 0
-    parts = [(candidate.worker, candidate.gpu_indexes)]
-    parts.extend((sub.worker, sub.gpu_indexes) for sub in candidate.subordinates)
-    for worker, indexes in parts:
+def _usage(selection: Selection, candidate: Candidate, selected: _Selected) -> _Usage:
+    gpu_type = candidate.gpu_type or ""
+    parts = [(candidate.worker, candidate.gpu_indexes, candidate.claim)]
+    parts.extend((sub.worker, sub.gpu_indexes, sub.claim) for sub in candidate.subordinates)
+    vram = ram = allocatable = gpus = satisfied = 0
+    for worker, indexes, claim in parts:
+        vram += sum(claim.vram.values())
+        ram += claim.ram or 0
         free = selection.cluster.allocatable(worker, candidate.gpu_type).vram
-        for gpu in worker.gpus:
-            if gpu.index in indexes:
-                gpus += 1
-                allocatable += free.get(gpu.index, 0)
-                satisfied += utilization <= 0 or gpu_rate(free, gpu) >= utilization
-    return _Usage(allocatable, satisfied, gpus)
+        gpus += len(indexes)
+        allocatable += sum(free.get(index, 0) for index in indexes)
+        satisfied += sum((gpu_type, worker.name, index) in selected.satisfied for index in indexes)
+    return _Usage(vram, ram, allocatable, gpus, satisfied)
 
 
-def _is_overcommit(selection: Selection, candidate: Candidate, request: _Request) -> bool:
-    claims = [candidate.claim, *(sub.claim for sub in candidate.subordinates)]
-    if sum(sum(c.vram.values()) for c in claims) < request.vram:
-        return True
-    if request.ram > 0 and sum(c.ram or 0 for c in claims) < request.ram:
-        return True
-    usage = _usage(selection, candidate)
-    return usage.satisfied < usage.gpus
+def _is_overcommit(usage: _Usage, request: _Request) -> bool:
+    short_of_ram = request.ram > 0 and usage.ram_claim < request.ram
+    return usage.vram_claim < request.vram or short_of_ram or usage.satisfied < usage.gpus
 
 
-def _effective_vram(selection: Selection, candidate: Candidate) -> float:
-    utilization = _utilization(selection, candidate.gpu_type)
-    allocatable = _usage(selection, candidate).allocatable
-    return allocatable * utilization if utilization > 0 else allocatable
+@dataclass(frozen=True, slots=True)
+class _Overcommit:
+    """An overcommitted candidate's effective VRAM (what the pick compares) and its message."""
+
+    effective_vram: float
+    message: str
+
+
+def _abbreviated_indexes(indexes: Sequence[int]) -> str:
+    """``utils/gpu.py: abbreviate_gpu_indexes`` with GPUStack's limit of 8 here."""
+    if len(indexes) <= _SHOWN_INDEXES:
+        return str(list(indexes))
+    shown = ",".join(str(index) for index in indexes[:_SHOWN_INDEXES])
+    return f"[{shown}...(more {len(indexes) - _SHOWN_INDEXES})]"
+
+
+def _used_devices(candidate: Candidate, usage: _Usage) -> str:
+    """``utils/gpu.py: abbreviate_worker_gpu_indexes``."""
+    text = f"worker {candidate.worker.name} GPU indexes {_abbreviated_indexes(candidate.gpu_indexes)}"
+    other_gpus = usage.gpus - len(candidate.gpu_indexes)
+    other_workers = len(candidate.subordinates)
+    if other_gpus > 0 and other_workers > 0:
+        text += f" and {other_gpus} {'GPUs' if other_gpus > 1 else 'GPU'}"
+        text += f" from other {other_workers} {'workers' if other_workers > 1 else 'worker'}"
+    return text
+
+
+def _overcommit(
+    candidate: Candidate, usage: _Usage, selected: _Selected, utilization: float, total_selected: int
+) -> _Overcommit:
+    partial = usage.gpus < total_selected
+    lines = [_OVERCOMMIT]
+    if partial:
+        lines.append(f"Using {_used_devices(candidate, usage)} out of {total_selected} selected devices.")
+    if utilization == 0:  # not an LLM: the claim is split, no fraction to meet
+        effective: float = usage.allocatable if partial else selected.allocatable
+        if partial:
+            lines.append(f"Used GPUs provide {byte_to_gib(effective)} GiB allocatable VRAM.")
+        else:
+            lines.append(f"Selected GPUs have {byte_to_gib(effective)} GiB of VRAM.")
+        return _Overcommit(effective, list_message(lines))
+    if partial:
+        effective = usage.allocatable * utilization
+        lines.append(
+            f"Used GPUs provide {byte_to_gib(usage.allocatable):.2f} GiB allocatable VRAM, "
+            f"{usage.satisfied}/{usage.gpus} of GPUs meet the VRAM utilization ratio, "
+            f"providing {byte_to_gib(effective):.2f} GiB of allocatable VRAM."
+        )
+    else:
+        effective = selected.allocatable * utilization
+        lines.append(
+            f"Selected GPUs have {byte_to_gib(selected.allocatable):.2f} GiB allocatable VRAM, "
+            f"{len(selected.satisfied)}/{total_selected} of GPUs meet the VRAM utilization ratio, "
+            f"providing {byte_to_gib(effective):.2f} GiB of allocatable VRAM."
+        )
+    return _Overcommit(effective, list_message(lines))
 
 
 def _triage(
-    selection: Selection, candidates: list[Candidate], request: _Request, total_selected: int
+    selection: Selection,
+    workers: Sequence[WorkerView],
+    candidates: list[Candidate],
+    request: _Request,
+    total_selected: int,
 ) -> list[Candidate]:
+    """Fitting candidates; else, for one replica, the overcommitted one with the most
+    effective VRAM (ties: the later one), with GPUStack's message."""
     if not candidates:
         return []
-    fitting = [c for c in candidates if not _is_overcommit(selection, c, request)]
+    fitting: list[Candidate] = []
+    best: tuple[Candidate, _Overcommit] | None = None
+    selected_by_type: dict[str | None, _Selected] = {}
+    for candidate in candidates:
+        utilization = _utilization(selection, candidate.gpu_type)
+        selected = selected_by_type.get(candidate.gpu_type)
+        if selected is None:
+            selected = selected_by_type[candidate.gpu_type] = _selected(selection, workers, utilization)
+        usage = _usage(selection, candidate, selected)
+        if not _is_overcommit(usage, request):
+            fitting.append(candidate)
+        elif not fitting:
+            report = _overcommit(candidate, usage, selected, utilization, total_selected)
+            if best is None or report.effective_vram >= best[1].effective_vram:
+                best = (candidate, report)
     if fitting:
         return fitting
     if selection.model.replicas > 1:
@@ -252,34 +362,6 @@ def _triage(
             "overcommit_not_allowed",
         )
         return []
-    best = candidates[0]
-    for candidate in candidates[1:]:
-        if _effective_vram(selection, candidate) >= _effective_vram(selection, best):
-            best = candidate  # ties go to the later candidate, as upstream
-    _record_overcommit(selection, best, total_selected)
-    return [replace(best, overcommit=True)]
-
-
-def _record_overcommit(selection: Selection, candidate: Candidate, total_selected: int) -> None:
-    usage = _usage(selection, candidate)
-    utilization = _utilization(selection, candidate.gpu_type)
-    provided = byte_to_gib(usage.allocatable)
-    lines = [_OVERCOMMIT]
-    partial = usage.gpus != total_selected
-    if partial:
-        lines.append(
-            f"Using worker {candidate.worker.name} GPU indexes {list(candidate.gpu_indexes)} "
-            f"out of {total_selected} selected devices."
-        )
-    subject = "Used GPUs provide" if partial else "Selected GPUs have"
-    if utilization > 0:
-        effective = byte_to_gib(int(usage.allocatable * utilization))
-        lines.append(
-            f"{subject} {provided} GiB allocatable VRAM, {usage.satisfied}/{usage.gpus} of GPUs"
-            f" meet the VRAM utilization ratio, providing {effective} GiB of allocatable VRAM."
-        )
-    elif partial:
-        lines.append(f"{subject} {provided} GiB allocatable VRAM.")
-    else:
-        lines.append(f"{subject} {provided} GiB of VRAM.")
-    selection.events.add(Level.INFO, Action.MANUAL_MULTI, list_message(lines), "overcommit")
+    assert best is not None  # every candidate is overcommitted here
+    selection.events.add(Level.INFO, Action.MANUAL_MULTI, best[1].message, "overcommit")
+    return [replace(best[0], overcommit=True)]

@@ -1,7 +1,8 @@
 """Stage 4: several workers (GPUStack ``find_multi_worker_multi_gpu_candidates``).
 
 A cross-worker memory-balanced GPU group acts as a gate: when some group has
-every GPU above the fraction and the same GPU count on each of its workers,
+every GPU above the fraction and the same GPU count on each of its workers
+(no tensor-parallel check here: upstream checks tp per whole-node bucket),
 GPUStack runs ``auto_select_multi_worker_multi_gpu_candidates`` over *all*
 workers of the type, taking whole nodes with equal GPU counts in order until
 their claims cover the model. That selection does not depend on the group,
@@ -58,8 +59,8 @@ def _gate_passes(selection: Selection, group: list[GpuSlot], gpu_type: str | Non
     per_worker: dict[int, int] = {}
     for slot in group:
         per_worker[slot.worker.id] = per_worker.get(slot.worker.id, 0) + 1
-    counts = set(per_worker.values())
-    return len(counts) == 1 and selection.tp_divisible(counts.pop())
+    # Same GPU count on every worker of the group; tp is checked per whole-node bucket later.
+    return len(set(per_worker.values())) == 1
 
 
 def _whole_node_fits(selection: Selection, worker: WorkerView, gpu_type: str | None) -> bool:

@@ -167,20 +167,52 @@ def test_cache_dit_blocks_speed_mode_fsdp(run):
     assert result.use_fsdp_inference is False
 
 
+# SGLang's own texts (server_args.py: ServerArgs._validate_offload), typed out here
+# independently of the module so a drift in either copy fails.
+CACHE_DIT_FSDP_ERROR = (
+    "FSDP inference cannot be enabled together with cache-dit. cache-dit wraps known DiT "
+    "block structures, while FSDP wraps and shards modules before cache-dit can inspect "
+    "them. Please disable --use-fsdp-inference or disable SGLANG_CACHE_DIT_ENABLED."
+)
+CACHE_DIT_DIT_LAYERWISE_ERROR = (
+    "DiT layerwise offload cannot be enabled together with cache-dit. cache-dit may reuse "
+    "skipped blocks whose weights have been released by layerwise offload, causing shape "
+    "mismatch errors. Please disable --dit-layerwise-offload, remove DiT from "
+    "--layerwise-offload-components, or disable SGLANG_CACHE_DIT_ENABLED."
+)
+
+
 def test_cache_dit_with_explicit_fsdp_raises(make_request):
-    """Rule: cache-dit + explicit use_fsdp_inference=True is an error."""
-    with pytest.raises(ValueError, match=r"use_fsdp_inference=True cannot be combined"):
+    """Rule: cache-dit + explicit use_fsdp_inference=True is an error, in SGLang's words."""
+    with pytest.raises(ValueError) as excinfo:
         tune(make_request(explicit={"num_gpus": 2, "use_fsdp_inference": True}, cache_dit=True))
+    assert str(excinfo.value) == CACHE_DIT_FSDP_ERROR
+
+
+def test_validate_offload_explicit_fsdp_under_cache_dit_raises():
+    """Rule: the explicit-FSDP error fires in _validate_offload itself and leaves FSDP on."""
+    args = _state()
+    ctx = _context(cache_dit=True, explicit=frozenset({"use_fsdp_inference"}))
+    with pytest.raises(ValueError) as excinfo:
+        validate_offload(args, ctx)
+    assert str(excinfo.value) == CACHE_DIT_FSDP_ERROR
+    assert args.use_fsdp_inference is True
+    assert ctx.logs == []
 
 
 @pytest.mark.parametrize(
     "explicit",
-    [{"dit_layerwise_offload": True}, {"layerwise_offload_components": "transformer,vae"}],
+    [
+        {"dit_layerwise_offload": True},
+        {"layerwise_offload_components": "transformer,vae"},
+        {"layerwise_offload_components": "all"},
+    ],
 )
 def test_dit_layerwise_with_cache_dit_raises(make_request, explicit):
-    """Rule: DiT layerwise offload + cache-dit is an error."""
-    with pytest.raises(ValueError, match=r"DiT layerwise offload .* with cache-dit"):
+    """Rule: DiT layerwise offload (flag, a DiT name, or ``all``) + cache-dit is an error."""
+    with pytest.raises(ValueError) as excinfo:
         tune(make_request(explicit=explicit, cache_dit=True))
+    assert str(excinfo.value) == CACHE_DIT_DIT_LAYERWISE_ERROR
 
 
 def test_cache_dit_blocks_wan_dit_layerwise_default(run):

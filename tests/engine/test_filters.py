@@ -37,12 +37,18 @@ def test_gpu_selector_filter_reports_missing_workers():
     """Rule: GPUMatchingFilter keeps named workers and lists the missing ones."""
     selector = {"gpu_ids": ["gone:cuda:0", "a:cuda:0", "other:cuda:1"], "gpus_per_replica": 1}
     result = schedule(request(model(gpu_selector=selector), [uniform_worker(1, "a", 1, RTX_4090)]))
-    assert result.filter_messages[1] == "Matched 1 workers by gpu selector. Missing workers: gone, other."
+    assert result.filter_messages[1] == "Matched 1 worker by gpu selector. Missing workers: gone, other."
     assert result.status == "scheduled"
 
 
-def test_cluster_filter_skipped_without_model_cluster():
-    """Rule: no cluster_id on the model → no cluster filtering and no message."""
-    result = schedule(request(model(cluster_id=None), [uniform_worker(1, "a", 1, RTX_4090, cluster_id=7)]))
-    assert result.filter_messages == ["Matched 1/1 workers by READY status."]
+def test_cluster_filter_always_runs_and_null_cluster_matches_only_null():
+    """Rule: ClusterFilter compares cluster ids even when the model has none (None == None only);
+    the READY line appears only when the status filter removed a worker."""
+    in_cluster = uniform_worker(1, "a", 1, RTX_4090, cluster_id=7)
+    result = schedule(request(model(cluster_id=None), [in_cluster]))
+    assert result.filter_messages == ["Matched 0 workers by cluster selector."]
+    assert result.status == "unschedulable" and result.blocked_by == "cluster_mismatch"
+    free = uniform_worker(2, "b", 1, RTX_4090, cluster_id=None)
+    result = schedule(request(model(cluster_id=None), [in_cluster, free]))
+    assert result.filter_messages == ["Matched 1 worker by cluster selector."]
     assert result.status == "scheduled"

@@ -4,7 +4,97 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler_core.params import BackendParameters, Flag, ParameterError, parse_flags
+from scheduler_core.params import (
+    BackendParameters,
+    Flag,
+    ParameterError,
+    flatten_to_argv,
+    is_parameter_key,
+    parse_flags,
+)
+
+#: (backend_parameters, the argv GPUStack's flatten_to_argv makes of it, find_int_parameter(tp-size)).
+#: Each expected argv was checked against gpustack/utils/command.py at 47277d79.
+TOKENISER_TABLE = [
+    # one token per element, --k=v, and a whole "--k v" written as one element
+    (["--tp-size", "4"], ["--tp-size", "4"], 4),
+    (["--tp-size=4"], ["--tp-size=4"], 4),
+    (["--tp-size 4"], ["--tp-size", "4"], 4),
+    (["  --tp-size  4 "], ["--tp-size", "4"], 4),
+    (["--tp-size 2 --pp-size 2"], ["--tp-size", "2", "--pp-size", "2"], 2),
+    # quotes are the shell's: stripped, and they keep spaces inside one value
+    (['--tp-size="2"'], ["--tp-size=2"], 2),
+    (
+        ["--served-model-name 'my model' --tp-size 2"],
+        ["--served-model-name", "my model", "--tp-size", "2"],
+        2,
+    ),
+    # a JSON value after = is kept whole, quotes and spaces included
+    (
+        ['--json-model-override-args={"rope_scaling": {"type": "yarn", "factor": 4}} --tp-size 2'],
+        ['--json-model-override-args={"rope_scaling": {"type": "yarn", "factor": 4}}', "--tp-size", "2"],
+        2,
+    ),
+    (
+        ['--lora-modules=[{"name": "a b", "path": "/x y"}]'],
+        ['--lora-modules=[{"name": "a b", "path": "/x y"}]'],
+        None,
+    ),
+    # backslash-newline continuations of a pasted command, and a stray trailing backslash
+    (["--tp-size 2 \\\n  --pp-size 2"], ["--tp-size", "2", "--pp-size", "2"], 2),
+    (["--tp-size 2 \\\r\n--dp-size 2"], ["--tp-size", "2", "--dp-size", "2"], 2),
+    (["--tp-size 2 \\"], ["--tp-size", "2"], 2),
+    # negative numbers are values; "-", "--", paths and JSON blobs are single tokens
+    (
+        ["--x", "-1", "--y -0.5", "--z", "-.5", "--w", "-inf"],
+        ["--x", "-1", "--y", "-0.5", "--z", "-.5", "--w", "-inf"],
+        None,
+    ),
+    (
+        ["-.5", "--", "-", "/path/with space", '{"a": 1}'],
+        ["-.5", "--", "-", "/path/with space", '{"a": 1}'],
+        None,
+    ),
+    # a bare occurrence followed by a valued one: the valued one is read
+    (["--tp-size", "--tp-size=2"], ["--tp-size", "--tp-size=2"], 2),
+    # empty elements vanish; an element whose first word is not a key is never re-split
+    (["", "   ", "--tp-size", "2"], ["--tp-size", "2"], 2),
+    (["positional --tp-size 4"], ["positional --tp-size 4"], None),
+    # a non-integer is unset, not an error
+    (["--tp-size two"], ["--tp-size", "two"], None),
+]
+
+
+@pytest.mark.parametrize(("parameters", "argv", "tp"), TOKENISER_TABLE)
+def test_tokeniser_table(parameters, argv, tp):
+    """Rule: flatten_to_argv / find_int_parameter, every written form (gpustack/utils/command.py)."""
+    assert flatten_to_argv(parameters) == argv
+    params = BackendParameters(parameters)
+    assert list(params.argv) == argv
+    assert params.find_int(["tp-size", "tensor-parallel-size"]) == tp
+
+
+@pytest.mark.parametrize(
+    ("token", "is_key"),
+    [("--tp-size", True), ("-x", True), ("-1", False), ("-0.5", False), ("-.5", False), ("-inf", False),
+     ("-", False), ("--", False), ("tp", False), ("-1e3", False), ("--1", True)],
+)
+def test_is_parameter_key(token, is_key):
+    """Rule: is_parameter_key: '-', '--' and anything float() accepts are values."""
+    assert is_parameter_key(token) is is_key
+
+
+@pytest.mark.parametrize("parameters", [['--tp-size "2'], ["--served-model-name 'a"]])
+def test_unbalanced_quotes_fail_with_shlex_message(parameters):
+    """Bad input: shlex's own error, naming the field (GPUStack raises it from the selector's constructor)."""
+    with pytest.raises(ParameterError, match=r"^No closing quotation$") as info:
+        BackendParameters(parameters)
+    assert info.value.field == "model.backend_parameters"
+
+
+def test_values_after_equals_split_at_the_first_equals_only():
+    """Rule: --k=v splits at the first '=' (a value may contain '=')."""
+    assert parse_flags(["--a=b=c"]) == (Flag("a", "b=c"),)
 
 
 def test_three_token_forms_and_positional_arguments():
@@ -50,10 +140,11 @@ def test_mixed_chunk_uses_strtobool_so_bare_flag_is_false():
         BackendParameters(["--enable-mixed-chunk", "perhaps"]).find_strtobool(["enable-mixed-chunk"])
 
 
-def test_bad_numbers_name_the_flag():
-    """Bad input: a non-integer tp size is an error naming the flag."""
-    with pytest.raises(ParameterError, match=r"--tp-size: 'two' is not an integer") as info:
-        BackendParameters(["--tp-size", "two"]).find_int(["tp-size", "tensor-parallel-size"])
-    assert info.value.field == "model.backend_parameters"
-    with pytest.raises(ParameterError, match="is not a number"):
+def test_non_integer_is_unset_and_bad_float_has_pythons_message():
+    """Rule: find_int_parameter treats a non-integer value as unset; a float flag that does not
+    parse fails with float()'s own message, naming the field."""
+    assert BackendParameters(["--tp-size", "two"]).find_int(["tp-size", "tensor-parallel-size"]) is None
+    assert BackendParameters(["--tp-size", "2.0"]).find_int(["tp-size"]) is None
+    with pytest.raises(ParameterError, match="could not convert string to float: 'high'") as info:
         BackendParameters(["--mem-fraction-static=high"]).find_float(["mem-fraction-static"])
+    assert info.value.field == "model.backend_parameters"

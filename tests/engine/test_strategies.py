@@ -86,8 +86,7 @@ def test_single_gpu_rejects_gpu_below_the_fraction_and_explains():
         QWEN_DEFAULT + "\n- The current available GPU only has 14.23 GiB allocatable VRAM (58.73%)."
     ]
     assert result.state_message == (
-        "No suitable workers.\nDetails:\n- Matched 1 worker by cluster selector.\n"
-        "- Matched 1/1 workers by READY status.\n" + result.messages[0]
+        "No suitable workers.\nDetails:\n- Matched 1 worker by cluster selector.\n" + result.messages[0]
     )
 
 
@@ -297,8 +296,7 @@ def test_manual_one_gpu_per_replica_makes_each_selected_gpu_a_candidate():
     assert [c.gpu_indexes for c in result.candidates] == [[0], [2]]
     assert result.filter_messages == [
         "Matched 1 worker by cluster selector.",
-        "Matched 1 workers by gpu selector.",
-        "Matched 1/1 workers by READY status.",
+        "Matched 1 worker by gpu selector.",
     ]
 
 
@@ -481,21 +479,66 @@ def _selection_without_fraction(workers, instances):
 
 
 def test_overcommit_text_without_a_fraction():
-    """Rule: non-LLM overcommit text: 'Selected GPUs have X GiB of VRAM.' (GPUStack's base selector)."""
+    """Rule: non-LLM overcommit text (util 0, GPUStack's base selector): whole selection used →
+    'Selected GPUs have X GiB of VRAM.'; part of it → 'Using ... out of N selected devices.' and
+    'Used GPUs provide X GiB allocatable VRAM.' (GiB as byte_to_gib prints them, not .2f)."""
     from scheduler_core.strategies import Candidate, Claim
-    from scheduler_core.strategies.manual import _record_overcommit
+    from scheduler_core.strategies.manual import _Request, _triage
 
     selection, views = _selection_without_fraction([uniform_worker(1, "w", 2, RTX_4090)], [])
     claim = Claim(vram={0: 1, 1: 1}, ram=None, vram_utilization=0.0, estimated_vram=None)
-    _record_overcommit(selection, Candidate(views[0], "cuda", (0, 1), claim), total_selected=2)
+    need = _Request(vram=30 * GIB, ram=0)
+    _triage(selection, views, [Candidate(views[0], "cuda", (0, 1), claim)], need, total_selected=2)
     assert selection.events.events[-1].message == (
         "- Manual GPU selection resulted in resource overcommit.\n- Selected GPUs have 48.46 GiB of VRAM."
     )
-    _record_overcommit(selection, Candidate(views[0], "cuda", (1,), claim), total_selected=2)
+    _triage(selection, views, [Candidate(views[0], "cuda", (1,), claim)], need, total_selected=2)
     assert selection.events.events[-1].message == (
         "- Manual GPU selection resulted in resource overcommit.\n"
         "- Using worker w GPU indexes [1] out of 2 selected devices.\n"
         "- Used GPUs provide 24.23 GiB allocatable VRAM."
+    )
+
+
+def test_overcommit_llm_text_has_two_decimals_and_untruncated_effective_vram():
+    """Rule: the LLM overcommit line formats GiB with two decimals ('40.00') and the effective
+    VRAM is allocatable × fraction. One 80 GiB H100 selected for a 200 GiB model at
+    --mem-fraction-static 0.5: 80 × 0.5 = 40 GiB, printed '80.00' and '40.00'."""
+    selector = {"gpu_ids": ["w:cuda:0"]}
+    params = ["--mem-fraction-static", "0.5"]
+    result = schedule(
+        request(
+            model(gpu_selector=selector, backend_parameters=params, weight_bytes=weight_for_estimate(200)),
+            [uniform_worker(1, "w", 1, H100)],
+        )
+    )
+    assert result.candidates[0].overcommit is True
+    assert result.messages[0].split("\n")[2:] == [
+        "- Manual GPU selection resulted in resource overcommit.",
+        "- Selected GPUs have 80.00 GiB allocatable VRAM, 1/1 of GPUs meet the VRAM utilization ratio, "
+        "providing 40.00 GiB of allocatable VRAM.",
+    ]
+
+
+def test_used_devices_abbreviate_beyond_eight_indexes_and_name_other_workers():
+    """Rule: abbreviate_worker_gpu_indexes with GPUStack's limit 8 here: '[0, 1]' as Python prints a
+    short list, '[0,1,...,7...(more 2)]' beyond 8; the other workers' GPUs are counted."""
+    from scheduler_core.strategies import Candidate, Claim, Subordinate
+    from scheduler_core.strategies.manual import _usage, _used_devices
+
+    selection, views = _selection_without_fraction([uniform_worker(1, "w", 2, RTX_4090)], [])
+    claim = Claim(vram={}, ram=None, vram_utilization=None, estimated_vram=None)
+    leader = Candidate(views[0], "cuda", tuple(range(10)), claim)
+    from scheduler_core.strategies.manual import _Selected
+
+    nothing = _Selected(0, frozenset())
+    assert _used_devices(leader, _usage(selection, leader, nothing)) == (
+        "worker w GPU indexes [0,1,2,3,4,5,6,7...(more 2)]"
+    )
+    sub = Subordinate(views[0], "cuda", (0, 1, 2), claim)
+    short = Candidate(views[0], "cuda", (0, 1), claim, subordinates=(sub,))
+    assert _used_devices(short, _usage(selection, short, nothing)) == (
+        "worker w GPU indexes [0, 1] and 3 GPUs from other 1 worker"
     )
 
 

@@ -1,0 +1,249 @@
+"""The deliberate differences (README, "Deliberate differences"), recognised in a request.
+
+A difference is excused only when the request exhibits the input that the
+README's row is about *and* the two results show that row's signature (for
+example: GPUStack crashed with ``ZeroDivisionError`` and the request has a
+zero-size GPU). Anything else that differs, GPUStack crashing included, is a
+defect. Backend parameters are read with a tokeniser of this module's own
+that follows GPUStack's reading (``gpustack/utils/command.py:
+flatten_to_argv`` / ``find_parameter``), independently of ``scheduler_core``.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Iterator
+from typing import Any
+
+Json = dict[str, Any]
+
+#: Name -> the README row it stands for (upstream behaviour → ours).
+DELIBERATE: dict[str, str] = {
+    "mixed_vendor_worker": "allocatable keyed by GPU index / shallow worker copy → keyed by (type, index)",
+    "binpack_index_collision": "binpack reads allocatable without a GPU type → the candidate's GPU type",
+    "zero_size_gpu": "a zero-size GPU raises ZeroDivisionError → the GPU is skipped",
+    "system_reserved_null": "system_reserved: null crashes → null reserved counts as 0",
+    "argument_error_before_filters": "argument errors surface only after the filters → rejected immediately",
+    "tp_size_zero": "--tp-size 0 counts as unset → rejected as bad input",
+    "duplicate_gpu_ids": "duplicate gpu_ids count twice → rejected as bad input",
+    "mem_fraction_static_zero": "--mem-fraction-static 0 crashes the calculator → rejected as bad input",
+    "shared_type_index": "two GPUs may share a (type, index) → rejected as bad input",
+    "diffusion_num_gpus": "a diffusion model's --num-gpus is ignored → it sets the GPU count",
+}
+
+
+def _is_key(token: str) -> bool:
+    if not token.startswith("-") or len(token) <= 1 or token == "--":
+        return False
+    try:
+        float(token)
+    except ValueError:
+        return True
+    return False
+
+
+def argv(params: list[str] | None) -> list[str]:
+    """The argv an element list stands for: elements whose first word is a flag are shell-split."""
+    tokens: list[str] = []
+    for entry in params or []:
+        text = (entry or "").strip()
+        if not text:
+            continue
+        if _is_key(text.split(None, 1)[0]):
+            try:
+                tokens += shlex.split(text.replace("\\\n", " ").rstrip("\\"))
+            except ValueError:
+                tokens.append(text)
+        else:
+            tokens.append(text)
+    return tokens
+
+
+def _pairs(params: list[str] | None) -> Iterator[tuple[str, str | None]]:
+    tokens = argv(params)
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if not _is_key(token):
+            i += 1
+        elif "=" in token:
+            key, _, value = token.partition("=")
+            yield key.lstrip("-"), value
+            i += 1
+        elif i + 1 < len(tokens) and not _is_key(tokens[i + 1]):
+            yield token.lstrip("-"), tokens[i + 1]
+            i += 2
+        else:
+            yield token.lstrip("-"), None
+            i += 1
+
+
+def parameter(params: list[str] | None, names: tuple[str, ...]) -> str | None:
+    """The first value given to one of ``names`` (bare occurrences skipped), as GPUStack reads it."""
+    return next((value for key, value in _pairs(params) if key in names and value is not None), None)
+
+
+def has_flag(params: list[str] | None, names: tuple[str, ...]) -> bool:
+    return any(key in names for key, _ in _pairs(params))
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        return None if text is None else float(text)
+    except ValueError:
+        return None
+
+
+# --------------------------------------------------------------------------- what the request exhibits
+
+
+def _devices(request: Json) -> Iterator[tuple[Json, list[Json]]]:
+    for worker in request.get("workers") or []:
+        if isinstance(worker, dict):
+            yield worker, ((worker.get("status") or {}).get("gpu_devices") or [])
+
+
+def _mixed_vendor(request: Json) -> bool:
+    return any(len({g.get("type") for g in devices}) > 1 for _, devices in _devices(request))
+
+
+def _index_collision(request: Json) -> bool:
+    for _, devices in _devices(request):
+        types_by_index: dict[Any, set[Any]] = {}
+        for g in devices:
+            types_by_index.setdefault(g.get("index"), set()).add(g.get("type"))
+        if any(len(types) > 1 for types in types_by_index.values()):
+            return True
+    return False
+
+
+def _shared_type_index(request: Json) -> bool:
+    for _, devices in _devices(request):
+        keys = [(g.get("type"), g.get("index")) for g in devices]
+        if len(keys) != len(set(keys)):
+            return True
+    return False
+
+
+def _zero_size_gpu(request: Json) -> bool:
+    return any(not (g.get("memory") or {}).get("total") for _, devices in _devices(request) for g in devices)
+
+
+def _reserved_null(request: Json) -> bool:
+    return any(worker.get("system_reserved") is None for worker, _ in _devices(request))
+
+
+def _model(request: Json) -> Json:
+    model = request.get("model")
+    return model if isinstance(model, dict) else {}
+
+
+def _params(request: Json) -> list[str]:
+    params = _model(request).get("backend_parameters")
+    return params if isinstance(params, list) else []
+
+
+def _tp_zero(request: Json) -> bool:
+    return _number(parameter(_params(request), ("tp-size", "tensor-parallel-size"))) == 0
+
+
+def _fraction_zero(request: Json) -> bool:
+    return _number(parameter(_params(request), ("mem-fraction-static",))) == 0
+
+
+def _duplicate_gpu_ids(request: Json) -> bool:
+    ids = (_model(request).get("gpu_selector") or {}).get("gpu_ids") or []
+    return len(ids) != len(set(ids))
+
+
+def _diffusion_num_gpus(request: Json) -> bool:
+    return "image" in (_model(request).get("categories") or []) and has_flag(_params(request), ("num-gpus",))
+
+
+def exhibited(request: Json) -> set[str]:
+    """The deliberate-difference inputs present in ``request``."""
+    checks: dict[str, Callable[[Json], bool]] = {
+        "mixed_vendor_worker": _mixed_vendor,
+        "binpack_index_collision": lambda r: (
+            _model(r).get("placement_strategy") == "binpack" and _index_collision(r)
+        ),
+        "zero_size_gpu": _zero_size_gpu,
+        "system_reserved_null": _reserved_null,
+        "tp_size_zero": _tp_zero,
+        "duplicate_gpu_ids": _duplicate_gpu_ids,
+        "mem_fraction_static_zero": _fraction_zero,
+        "shared_type_index": _shared_type_index,
+        "diffusion_num_gpus": _diffusion_num_gpus,
+    }
+    return {name for name, check in checks.items() if check(request)}
+
+
+# --------------------------------------------------------------------------- signatures
+
+#: Our rejections that are argument errors GPUStack raises too (after its filters).
+_ARGUMENT_FIELDS = ("model.backend_parameters", "model.gpu_selector", "model.hf_config", "model.env")
+
+
+def _oracle_crashed(theirs: Json, kind: str) -> bool:
+    error = theirs.get("error") or {}
+    return theirs.get("status") == "error" and error.get("type") == kind
+
+
+def _filters_left_nothing(theirs: Json) -> bool:
+    """GPUStack's selector never ran: no worker passed the filters (or there were none)."""
+    return (
+        theirs.get("status") == "unschedulable" and "estimate" not in theirs and not theirs.get("candidates")
+    )
+
+
+def _argument_error(ours: Json) -> bool:
+    error = ours.get("error") or {}
+    return ours.get("status") == "rejected" and str(error.get("field") or "").startswith(_ARGUMENT_FIELDS)
+
+
+def excuse(request: Json, ours: Json, theirs: Json) -> str | None:
+    """The deliberate difference that explains why ``ours`` and ``theirs`` (raw results) differ, if any."""
+    present = exhibited(request)
+    rejected = ours.get("status") == "rejected"
+    signatures: list[tuple[str, bool]] = [
+        (
+            "system_reserved_null",
+            "system_reserved_null" in present and _oracle_crashed(theirs, "AttributeError"),
+        ),
+        ("zero_size_gpu", "zero_size_gpu" in present and _oracle_crashed(theirs, "ZeroDivisionError")),
+        ("tp_size_zero", "tp_size_zero" in present and rejected),
+        ("mem_fraction_static_zero", "mem_fraction_static_zero" in present and rejected),
+        ("duplicate_gpu_ids", "duplicate_gpu_ids" in present and rejected),
+        ("shared_type_index", "shared_type_index" in present and rejected),
+        ("argument_error_before_filters", _argument_error(ours) and _filters_left_nothing(theirs)),
+        ("binpack_index_collision", "binpack_index_collision" in present),
+        ("mixed_vendor_worker", "mixed_vendor_worker" in present),
+        ("diffusion_num_gpus", "diffusion_num_gpus" in present),
+    ]
+    return next((name for name, matched in signatures if matched), None)
+
+
+# --------------------------------------------------------------------------- oracle gaps
+
+#: Where the oracle cannot reproduce GPUStack (not a deliberate difference of ours): name -> why.
+ORACLE_GAPS: dict[str, str] = {
+    "distributed_limit": (
+        "GPUStack's one-distributed-instance-per-worker check reads instance.model.backend "
+        "(base_candidate_selector.py: _validate_distributed_limit_per_worker); the scheduler loads that "
+        "relation (selectinload); the oracle's ModelInstance rows never have it, so it never fires there"
+    ),
+}
+_DISTRIBUTED_LIMIT = "Each worker can run only one distributed vLLM instance."
+
+
+def _mentions(result: Json, text: str) -> bool:
+    return any(text in m for m in result.get("messages") or []) or text in str(
+        result.get("state_message") or ""
+    )
+
+
+def oracle_gap(ours: Json, theirs: Json) -> str | None:
+    """The known oracle limitation behind a difference, if any (reported apart, never as parity)."""
+    if _mentions(ours, _DISTRIBUTED_LIMIT) and not _mentions(theirs, _DISTRIBUTED_LIMIT):
+        return "distributed_limit"
+    return None
