@@ -1,31 +1,21 @@
-"""The claims ledger and the cluster scripts on fakeredis.
-
-The ledger must agree with the core's allocatable memory exactly (otherwise
-the reservation re-check would admit what the core refuses, or refuse what it
-admits) and must never book past capacity.
-"""
+"""Cluster mutations and bookings on fakeredis: snapshots, worker changes, releases, reservations."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from builders import GIB, H100, RTX_4090, gpu, instance, uniform_worker, worker
-from hypothesis import HealthCheck, given, settings
+from builders import GIB, H100, RTX_4090, instance, uniform_worker
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from record_steps import booking, decided, event_types, reserve_booking, set_capacity
 
-from scheduler_core import ModelInstance, Worker
-from scheduler_core.cluster import ClusterState, worker_view
+from scheduler_core import Worker
 from tasks.intake.snapshots import parse_snapshot
 from tasks.state.cluster_store import Booking, snapshot_document
 from tasks.state.ledger import (
-    decode_amounts,
     encode_amounts,
-    gpu_key,
-    instance_claims,
-    occupied_workers,
     overbooked,
-    worker_capacity,
 )
 from tasks.testing import Harness
 
@@ -53,41 +43,6 @@ def _snapshot() -> dict[str, object]:
             ),
         ],
     }
-
-
-def test_capacity_is_total_minus_reserved_per_gpu() -> None:
-    row = Worker.model_validate(uniform_worker(1, "a", 2, H100, reserved_vram=GIB))
-    assert worker_capacity(row) == {"1:cuda:0": H100 - GIB, "1:cuda:1": H100 - GIB}
-
-
-def test_gpus_without_memory_or_index_are_not_bookable() -> None:
-    row = Worker.model_validate(worker(1, "a", [gpu(0, 0), {"type": "cuda", "memory": {"total": 5}}]))
-    assert worker_capacity(row) == {}
-
-
-def test_claims_follow_the_core_rules_for_leaders_and_subordinates() -> None:
-    rows = _snapshot()["model_instances"]
-    inst = ModelInstance.model_validate(rows[1])  # type: ignore[index]
-    assert instance_claims(inst, {}) == {"1:cuda:1": 10 * GIB, "2:cuda:0": 5 * GIB}
-    assert occupied_workers(inst) == [1, 2]
-
-
-def test_untyped_instances_count_against_every_type_and_not_their_subordinates() -> None:
-    row = instance(
-        1,
-        1,
-        {0: 7},
-        gpu_type=None,
-        subordinates=[{"worker_id": 2, "gpu_indexes": [0], "computed_resource_claim": {"vram": {"0": 3}}}],
-    )
-    claims = instance_claims(ModelInstance.model_validate(row), {1: ("cuda", "rocm")})
-    assert claims == {"1:cuda:0": 7, "1:rocm:0": 7}
-
-
-def test_amounts_round_trip() -> None:
-    amounts = {"1:cuda:0": 71_640_054_497, "12:rocm:3": 0}
-    assert decode_amounts(encode_amounts(amounts)) == amounts
-    assert gpu_key(3, None, 1) == "3::1"
 
 
 def test_apply_snapshot_rebuilds_the_ledger_and_stores_the_snapshot_once() -> None:
@@ -192,48 +147,6 @@ def test_release_is_idempotent() -> None:
     assert "1:cuda:0" not in h.rt.cluster.ledger()[1]
 
 
-# ------------------------------------------------------------------ properties
-_claims = st.dictionaries(st.integers(0, 3), st.integers(0, 40 * GIB), min_size=1, max_size=4)
-
-
-@st.composite
-def _clusters(draw: st.DrawFn) -> dict[str, object]:
-    count = draw(st.integers(1, 4))
-    workers = [
-        uniform_worker(
-            w,
-            f"w{w}",
-            draw(st.integers(1, 4)),
-            draw(st.sampled_from([RTX_4090, H100])),
-            reserved_vram=draw(st.sampled_from([0, GIB])),
-        )
-        for w in range(1, count + 1)
-    ]
-    instances = [
-        instance(
-            i, draw(st.integers(1, count)), draw(_claims), gpu_type=draw(st.sampled_from(["cuda", None]))
-        )
-        for i in range(draw(st.integers(0, 6)))
-    ]
-    return {"workers": workers, "model_instances": instances}
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_clusters())
-def test_ledger_free_memory_equals_the_core_allocatable(document: dict[str, object]) -> None:
-    h = Harness()
-    h.rt.cluster.apply_snapshot(document)
-    capacity, booked = h.rt.cluster.ledger()
-    rows = parse_snapshot(document)
-    views = [worker_view(w) for w in rows.workers]
-    state = ClusterState(views, [i for _, i in rows.instances])
-    for view in views:
-        allocatable = state.allocatable(view, "cuda").vram
-        for index, free in allocatable.items():
-            key = gpu_key(view.id, "cuda", index)
-            assert max(capacity[key] - booked.get(key, 0), 0) == free
-
-
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 60)), min_size=1, max_size=25))
 def test_reservations_never_book_past_capacity(bookings: list[tuple[int, int]]) -> None:
@@ -249,3 +162,48 @@ def test_reservations_never_book_past_capacity(bookings: list[tuple[int, int]]) 
         for key, amount in held.items():
             claims_total[key] = claims_total.get(key, 0) + amount
     assert {k: v for k, v in claims_total.items() if v} == h.rt.cluster.ledger()[1]
+
+
+def test_reserve_books_every_gpu_or_none(h: Harness) -> None:
+    set_capacity(h, **{"1_cuda_0": 100, "1_cuda_1": 100})
+    h.rt.client.hset(h.rt.keys.booked, "1:cuda:1", 60)
+    decided(h)
+    conflict = reserve_booking(h, booking("1:cuda:0=50;1:cuda:1=50"), 999)
+    assert conflict.status == "conflict" and conflict.next_attempt == 1
+    assert h.rt.client.hgetall(h.rt.keys.booked) == {"1:cuda:1": "60"}  # nothing booked
+    detail = json.loads(conflict.detail or "{}")
+    assert detail["gpus"] == [{"gpu": "1:cuda:1", "booked": 60, "claim": 50, "capacity": 100}]
+    assert h.record("r1")["state"] == "retrying"
+    assert h.rt.client.zscore(h.rt.keys.outbox, "r1|0|1") == 999
+    assert event_types(h)[-2:] == ["sched.reservation.conflicted", "sched.request.retried"]
+
+
+def test_reserve_books_atomically_and_bumps_the_version_once(h: Harness) -> None:
+    set_capacity(h, **{"1_cuda_0": 100, "2_cuda_0": 100})
+    decided(h)
+    booked = reserve_booking(h, booking("1:cuda:0=40;2:cuda:0=100"), 0)
+    assert booked.status == "booked" and booked.version == 1
+    assert h.rt.client.hgetall(h.rt.keys.booked) == {"1:cuda:0": "40", "2:cuda:0": "100"}
+    assert h.rt.client.hget(h.rt.keys.claims, "req:r1") == "1:cuda:0=40;2:cuda:0=100"
+    meta = json.loads(h.rt.client.hget(h.rt.keys.instance_meta, "req:r1") or "{}")
+    assert (meta["v"], meta["i"], meta["rid"]) == (1, 0, "r1")
+    change = h.rt.client.xrange(h.rt.keys.changes)
+    assert [(f["version"], f["type"]) for _, f in change] == [("1", "sched.reservation.booked")]
+    again = reserve_booking(h, booking("1:cuda:0=40"), 0)
+    assert again.status == "duplicate" and again.detail == "req:r1"
+    assert h.rt.client.hget(h.rt.keys.booked, "1:cuda:0") == "40"
+
+
+def test_reserve_on_a_vanished_gpu_conflicts(h: Harness) -> None:
+    decided(h)
+    outcome = reserve_booking(h, booking("9:cuda:0=1"), 0)
+    assert outcome.status == "conflict"
+    assert json.loads(outcome.detail or "{}")["gpus"][0]["capacity"] is None
+
+
+def test_reserve_gives_up_after_the_attempt_budget(h: Harness) -> None:
+    h = Harness(settings=h.settings.model_copy(update={"conflict_max_attempts": 1}))
+    decided(h)
+    outcome = reserve_booking(h, booking("1:cuda:0=1"), 0)
+    assert outcome.status == "exhausted"
+    assert h.rt.client.zcard(h.rt.keys.outbox) == 0  # no retry queued
