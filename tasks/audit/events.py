@@ -130,6 +130,11 @@ def dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
+def embedded_json(text: str) -> Any:
+    """A JSON text (e.g. the canonical request) embedded as JSON, not as a string, in event data."""
+    return json.loads(text)
+
+
 def event_fields(
     event_type: str,
     data: Mapping[str, Any],

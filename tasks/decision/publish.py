@@ -14,7 +14,7 @@ from tasks.decision.enqueue import enqueue
 from tasks.decision.step import PARK, PUBLISH, Step
 from tasks.runtime.context import Runtime
 from tasks.state.parking import CONFLICT_REASON, ParkedEntry, parked_json
-from tasks.state.results import OutcomeReply
+from tasks.state.partition import OutcomeReply
 from tasks.state.scripts import ScriptCall
 
 

@@ -12,8 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tasks.audit.events import dumps
-from tasks.state.partition import Partition
-from tasks.state.results import OutcomeReply, outcome_reply
+from tasks.state.partition import OutcomeReply, Partition, outcome_reply
 from tasks.state.scripts import ScriptCall
 
 

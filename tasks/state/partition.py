@@ -25,6 +25,8 @@ from tasks.state.scripts import Batch, ScriptCall, Scripts, T
 
 #: Clock returning seconds since the epoch (injectable for tests).
 Clock = Callable[[], float]
+#: A script reply naming an outcome and, when a stream entry was added, its id.
+OutcomeReply = tuple[str, str | None]
 
 
 class Partition:
@@ -71,3 +73,8 @@ class Partition:
     def lease_deadline_ms(self) -> int:
         """When the drainer takes over work its caller may not finish (now + ``outbox_lease_s``)."""
         return self.now_ms() + int(self.settings.outbox_lease_s * 1000)
+
+
+def outcome_reply(reply: Any) -> OutcomeReply:
+    """A script's ``{outcome}`` or ``{outcome, entry id}`` reply as a pair."""
+    return reply[0], reply[1] if len(reply) > 1 else None

@@ -19,11 +19,10 @@ waking), :mod:`tasks.state.delays` (re-driving) and
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from tasks.audit.events import dumps
+from tasks.audit.events import dumps, embedded_json
 from tasks.state.partition import Partition
 from tasks.state.scripts import ScriptCall
 
@@ -149,11 +148,6 @@ class RequestRecords:
         """The request record (empty when unknown or expired)."""
         p = self._partition
         return dict(p.client.hgetall(p.keys.request(request_id)))  # type: ignore[arg-type]
-
-
-def embedded_json(request_json: str) -> Any:
-    """Embed a canonical request as JSON (not as a string) in event data."""
-    return json.loads(request_json)
 
 
 def _begun(reply: Any) -> Begun:

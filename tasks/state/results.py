@@ -11,13 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.audit.events import dumps
-from tasks.state.partition import Partition
-from tasks.state.records import embedded_json
+from tasks.audit.events import dumps, embedded_json
+from tasks.state.partition import OutcomeReply, Partition, outcome_reply
 from tasks.state.scripts import ScriptCall
-
-#: A script reply naming an outcome and, when a stream entry was added, its id.
-OutcomeReply = tuple[str, str | None]
 
 
 class PublishedResults:
@@ -75,8 +71,3 @@ class PublishedResults:
             ],
         )
         return outcome_reply(reply)
-
-
-def outcome_reply(reply: Any) -> OutcomeReply:
-    """``{outcome}`` or ``{outcome, entry id}`` as a pair."""
-    return reply[0], reply[1] if len(reply) > 1 else None
