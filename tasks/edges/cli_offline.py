@@ -48,7 +48,7 @@ def _schedule(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
-    from scheduler_core.diffusion import tune
+    from scheduler_core import tune
 
     try:
         result = tune(read_json(args.file))
