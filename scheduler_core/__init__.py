@@ -5,6 +5,11 @@ Public API::
     from scheduler_core import schedule, tune
     result = schedule({"model": {...}, "workers": [...], "model_instances": [...]})
     plan = tune({"explicit_args": {...}, "platform": {...}, "pipeline": {...}})
+
+Besides the two entry points, the names a service built on the core needs:
+the wire models, the chain and its plugins by name, the reason codes and the
+wake rules they imply, the claims arithmetic the ledger shares with the core,
+the GPU-id parser and the request-id rule.
 """
 
 from __future__ import annotations
@@ -22,21 +27,38 @@ from scheduler_core._schemas import (
     ScheduleResult,
     Worker,
 )
-from scheduler_core.cluster import SnapshotMemo
-from scheduler_core.decision import DEFAULT_CHAIN, Chain, canonical_json, schedule
+from scheduler_core.accounting import gpu_capacity, instance_claims, occupied_workers
+from scheduler_core.caching import SnapshotMemo
+from scheduler_core.decision import canonical_json, request_id_for, schedule
 from scheduler_core.diffusion import TuneRequest, TuneResult, tune
+from scheduler_core.framework import Chain
+from scheduler_core.gpu_ids import GpuId, parse_gpu_id, selected_worker_names
+from scheduler_core.plugins import (
+    DEFAULT_CHAIN,
+    FILTERS_BY_NAME,
+    STRATEGIES_BY_NAME,
+    chain_of,
+    chain_wake_table,
+    worker_admits,
+)
+from scheduler_core.reasons import ClusterChange, Reason
 
 __all__ = [
     "DEFAULT_CHAIN",
+    "FILTERS_BY_NAME",
+    "STRATEGIES_BY_NAME",
     "WORKER_STATES",
     "CandidateOut",
     "Chain",
+    "ClusterChange",
     "ErrorOut",
     "EstimateOut",
     "EventOut",
+    "GpuId",
     "LaunchOut",
     "ModelInstance",
     "ModelSpec",
+    "Reason",
     "ScheduleRequest",
     "ScheduleResult",
     "SnapshotMemo",
@@ -44,6 +66,15 @@ __all__ = [
     "TuneResult",
     "Worker",
     "canonical_json",
+    "chain_of",
+    "chain_wake_table",
+    "gpu_capacity",
+    "instance_claims",
+    "occupied_workers",
+    "parse_gpu_id",
+    "request_id_for",
     "schedule",
+    "selected_worker_names",
     "tune",
+    "worker_admits",
 ]

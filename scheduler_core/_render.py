@@ -1,4 +1,4 @@
-"""Conversion of the core's internal decision objects into Contract 1 result models.
+"""Rendering a decision as the Contract 1 result: candidates, messages, launch, errors.
 
 The internal objects are already well-typed, so the result models are built
 with ``model_construct`` (no re-validation): a 2,000-worker cluster can yield
@@ -7,20 +7,34 @@ with ``model_construct`` (no re-validation): a 2,000-worker cluster can yield
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from scheduler_core._schemas import (
     CandidateOut,
     ClaimOut,
+    ErrorOut,
     EstimateOut,
     EventOut,
+    LaunchOut,
+    ScheduleResult,
     SubordinateOut,
 )
+from scheduler_core.arguments import INIT_CONTEXT
+from scheduler_core.candidates import Candidate, Claim, Subordinate
+from scheduler_core.diffusion_launch import ExplicitArgs, plan_diffusion_launch
+from scheduler_core.errors import RequestError
 from scheduler_core.estimate import ModelFacts
-from scheduler_core.events import Event
-from scheduler_core.strategies._base import Candidate, Claim, Selection, Subordinate
+from scheduler_core.events import Event, list_message
+from scheduler_core.framework import SelectorOutcome
+from scheduler_core.launch import launch_arguments
+from scheduler_core.messages import NO_RESOURCE_FIT, NO_SUITABLE_WORKERS
+from scheduler_core.params import flatten_to_argv
+from scheduler_core.reasons import Reason
+from scheduler_core.selection import Selection
 
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -103,12 +117,13 @@ def candidate_out(candidate: Candidate, score: float, memo: ClaimMemo | None = N
 
 def event_out(event: Event) -> EventOut:
     """A recorded event."""
+    reason = None if event.reason is None else str(event.reason)
     return EventOut.model_construct(
-        level=event.level.value, action=event.action, message=event.message, reason=event.reason
+        level=event.level.value, action=event.action, message=event.message, reason=reason
     )
 
 
-def fraction_summary(fractions: dict[str | None, float]) -> dict[str, float]:
+def fraction_summary(fractions: Mapping[str | None, float]) -> dict[str, float]:
     """Fractions keyed by real GPU types only (drops ``"*"`` and the GPU-less ``None``)."""
     return {t: f for t, f in fractions.items() if t is not None and t != "*"}
 
@@ -122,3 +137,137 @@ def estimate_out(selection: Selection, facts: ModelFacts) -> EstimateOut:
         weight_bytes=facts.weight_bytes,
         weight_source=facts.weight_source,
     )
+
+
+# --------------------------------------------------------------------------- results
+
+
+def rejected(request_id: str, code: str, message: str, field: str | None) -> ScheduleResult:
+    """Bad input: nothing placed, the error names the field."""
+    return ScheduleResult(
+        request_id=request_id,
+        status="rejected",
+        error=ErrorOut(code=code, message=message, field=field),
+    )
+
+
+def validation_rejection(request_id: str, error: ValidationError) -> ScheduleResult:
+    """A request that does not parse, with pydantic's first error and its location."""
+    first = error.errors(include_url=False)[0]
+    field = ".".join(str(part) for part in first["loc"]) or "request"
+    message = str(first["msg"]).removeprefix("Value error, ")
+    return rejected(request_id, "invalid_request", message, field)
+
+
+def argument_rejection(
+    error: RequestError, request_id: str, filter_messages: Sequence[str]
+) -> ScheduleResult:
+    """A rejection with the messages and state message GPUStack stores for the same error.
+
+    ``find_candidate`` turns a selector-constructor error into its only message,
+    stored under the no-suitable-workers header; an error raised while selecting
+    propagates and is stored as ``Failed to find candidate: ...``
+    (``gpustack/scheduler/scheduler.py: find_candidate``, ``_schedule_one``).
+    """
+    line = f"{error.context}: {error.message}"
+    constructor = error.context == INIT_CONTEXT
+    return ScheduleResult(
+        request_id=request_id,
+        status="rejected",
+        messages=[line] if constructor else [],
+        filter_messages=list(filter_messages),
+        state_message=NO_SUITABLE_WORKERS + line if constructor else line,
+        error=ErrorOut(code=error.code, message=error.message, field=error.field),
+    )
+
+
+def blocked(request_id: str, filter_messages: Sequence[str], reason: Reason | None) -> ScheduleResult:
+    """No worker passed the filters: GPUStack's filter block is the whole message."""
+    block = list_message(filter_messages) + "\n" if filter_messages else ""
+    return ScheduleResult(
+        request_id=request_id,
+        status="unschedulable",
+        messages=[block] if block else [],
+        filter_messages=list(filter_messages),
+        blocked_by=None if reason is None else reason.value,
+        state_message=NO_SUITABLE_WORKERS + block,
+    )
+
+
+def shown_candidates(scores: Sequence[float], limit: int | None) -> list[int]:
+    """Indexes of the candidates to report, in selector order.
+
+    All of them without a ``limit``; otherwise the ``limit`` best-scoring
+    (ties: earlier first), which always includes the chosen one (the first
+    highest score ranks first).
+    """
+    if limit is None or len(scores) <= limit:
+        return list(range(len(scores)))
+    limit = max(limit, 1)
+    # The limit-th highest score; every higher one is shown, then the earliest ties.
+    cutoff = heapq.nlargest(limit, scores)[-1]
+    above = [i for i, score in enumerate(scores) if score > cutoff]
+    ties = [i for i, score in enumerate(scores) if score == cutoff][: limit - len(above)]
+    return sorted(above + ties)
+
+
+def decision(
+    request_id: str,
+    selection: Selection,
+    facts: ModelFacts,
+    filter_messages: Sequence[str],
+    outcome: SelectorOutcome,
+    scores: Sequence[float],
+    chosen: int | None,
+    max_candidates: int | None = None,
+) -> ScheduleResult:
+    """A scheduled or unschedulable result with GPUStack's messages."""
+    candidates = outcome.candidates
+    shown = shown_candidates(scores, max_candidates)
+    claims: ClaimMemo = {}
+    block = list_message(filter_messages) + "\n" if filter_messages else ""
+    messages = list(outcome.messages)
+    launch: LaunchOut | None = None
+    state_message: str | None = None
+    if chosen is None:
+        messages = messages or [NO_RESOURCE_FIT]
+        state_message = NO_SUITABLE_WORKERS + block + "".join(messages)
+    else:
+        launch = launch_arguments(selection.model.backend_parameters, candidates[chosen])
+        if not candidates[chosen].overcommit:
+            messages = []  # GPUStack assembles messages only on failure or overcommit
+    return ScheduleResult(
+        request_id=request_id,
+        status="scheduled" if chosen is not None else "unschedulable",
+        candidates=[candidate_out(candidates[i], scores[i], claims) for i in shown],
+        candidates_total=len(candidates),
+        selected=None if chosen is None else shown.index(chosen),
+        messages=messages,
+        filter_messages=list(filter_messages),
+        state_message=state_message,
+        events=[event_out(e) for e in outcome.events],
+        estimate=estimate_out(selection, facts),
+        launch=launch,
+    )
+
+
+def with_diffusion_plan(
+    result: ScheduleResult,
+    selection: Selection,
+    facts: ModelFacts,
+    chosen: Candidate,
+    diffusion_args: ExplicitArgs,
+) -> ScheduleResult:
+    """Add the diffusion auto-tuner's launch plan for the chosen GPUs (Contract 2 integration)."""
+    plan = plan_diffusion_launch(selection.model, facts, chosen, selection.cluster, diffusion_args)
+    if plan is None or result.launch is None:
+        return result
+    # SGLang diffusion sizes itself from --num-gpus and the tuned flags: the LLM launch
+    # flags (--tp-size from the GPU count, --mem-fraction-static) do not apply.
+    launch = LaunchOut.model_construct(
+        backend_parameters=[*flatten_to_argv(selection.model.backend_parameters), *plan.cli_flags],
+        nodes=None,
+        diffusion=plan.summary,
+    )
+    events = [*result.events, *(event_out(e) for e in plan.events)]
+    return result.model_copy(update={"launch": launch, "events": events})

@@ -1,87 +1,56 @@
 """``schedule()``: one request and a cluster snapshot in, one decision out.
 
+The orchestrator of a decision, in named phases:
+
+1. **parse** the request (pydantic, wrong types rejected with the field);
+2. **prepare**: worker views, the model's facts and hyperparameters, GPUStack's
+   selector constructor and argument checks (:mod:`scheduler_core.arguments`);
+3. **filter** the workers (:mod:`scheduler_core.filters`);
+4. **generate**: the cluster view, the fraction per GPU type, a complete
+   :class:`~scheduler_core.selection.Selection`, then the strategies in order;
+5. **score** the candidates and pick the first highest;
+6. **render** the result (:mod:`scheduler_core._render`), with the diffusion
+   launch plan for an IMAGE model.
+
 Pure: no clock, no randomness, no network; the only I/O is reading a model's
 ``local_path`` folder. The same request gives a byte-identical result.
 Nothing raises out of :func:`schedule`: bad input becomes ``status:
-rejected`` with an error naming the field.
+rejected`` with an error naming the field. Reuse across decisions lives in
+:mod:`scheduler_core.caching` and is passed in as a ``memo``.
 """
 
 from __future__ import annotations
 
 import gc
 import hashlib
-import heapq
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from scheduler_core._render import ClaimMemo, candidate_out, estimate_out, event_out
-from scheduler_core._schemas import ErrorOut, LaunchOut, ScheduleRequest, ScheduleResult, Worker
-from scheduler_core.cluster import (
-    ClusterState,
-    SnapshotMemo,
-    WorkerView,
-    group_workers_by_gpu_type,
-    sort_workers_by_gpu_count,
-    worker_view,
-)
-from scheduler_core.diffusion_launch import explicit_diffusion_args, plan_diffusion_launch
+from scheduler_core import _render
+from scheduler_core._schemas import ModelSpec, ScheduleRequest, ScheduleResult, Worker
+from scheduler_core.arguments import FIND_CONTEXT, Plan, TpRule, build_plan, validate_arguments
+from scheduler_core.caching import SnapshotMemo, StageRunner
+from scheduler_core.cluster import ClusterState, group_workers_by_gpu_type, sort_workers_by_gpu_count
+from scheduler_core.diffusion_launch import ExplicitArgs, explicit_diffusion_args
 from scheduler_core.errors import RequestError
-from scheduler_core.estimate import (
-    ModelFacts,
-    estimate_vram,
-    is_llm,
-    model_ram_claim,
-    resolve_model_facts,
-)
-from scheduler_core.events import list_message
-from scheduler_core.filters import DEFAULT_FILTERS, WorkerFilter, run_filters
-from scheduler_core.launch import launch_arguments
-from scheduler_core.model_facts import (
-    ModelConfigError,
-    ModelFolderError,
-    ModelParameters,
-    model_parameters_from_config,
-)
-from scheduler_core.params import flatten_to_argv
+from scheduler_core.estimate import ModelFacts, estimate_vram, is_llm, model_ram_claim, resolve_model_facts
+from scheduler_core.framework import Chain, run_filters, run_strategies
+from scheduler_core.mem_fraction import FractionFlags, FractionInputs, MemFractionCalculator
+from scheduler_core.model_config import ModelConfigError, ModelParameters, model_parameters_from_config
+from scheduler_core.model_folder import ModelFolderError
+from scheduler_core.plugins import DEFAULT_CHAIN
 from scheduler_core.scoring import pick_highest, score_candidates
-from scheduler_core.sglang import (
-    INIT_CONTEXT,
-    SelectorOutcome,
-    build_plan,
-    fractions_by_type,
-    run_strategies,
-    validate_arguments,
-)
-from scheduler_core.strategies import DEFAULT_STRATEGIES
-from scheduler_core.strategies._base import Candidate, Selection, Strategy
+from scheduler_core.selection import Selection
+from scheduler_core.workers import WorkerView, worker_view
 
-#: GPUStack's state-message header for an instance that could not be placed.
-NO_SUITABLE_WORKERS = "No suitable workers.\nDetails:\n"
-#: GPUStack's text when the selector produced no message of its own.
-NO_RESOURCE_FIT = "No workers meet the resource requirements."
+_T = TypeVar("_T")
 
-
-@dataclass(frozen=True, slots=True)
-class Chain:
-    """The plugin chain a decision runs: worker filters, then strategies in order.
-
-    The default is GPUStack's chain; a deployment may drop or reorder plugins
-    (``policy: gpustack`` parity holds only for the default).
-    """
-
-    filters: tuple[WorkerFilter, ...] = DEFAULT_FILTERS
-    strategies: tuple[Strategy, ...] = DEFAULT_STRATEGIES
-    #: Report at most this many candidates (None: all, GPUStack's behaviour). The
-    #: selected one is always kept; the rest are the best-scoring, in selector order.
-    max_candidates: int | None = None
-
-
-#: GPUStack's chain.
-DEFAULT_CHAIN = Chain()
+#: Longest client-given request id used as is; longer or missing ids are derived.
+MAX_REQUEST_ID = 200
 
 
 def canonical_json(value: Any) -> str:
@@ -89,54 +58,19 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def _request_id(raw: Any) -> str:
+def request_id_for(raw: Any) -> str:
+    """The request's id: its own ``request_id`` (1–200 characters), else ``req-`` and
+    24 hex digits of the sha256 of its canonical JSON (the same request, the same id)."""
     if isinstance(raw, ScheduleRequest):
         if raw.request_id:
             return raw.request_id
         raw = raw.model_dump(mode="json")
     if isinstance(raw, Mapping):
         given = raw.get("request_id")
-        if isinstance(given, str) and 0 < len(given) <= 200:
+        if isinstance(given, str) and 0 < len(given) <= MAX_REQUEST_ID:
             return given
     digest = hashlib.sha256(canonical_json(raw).encode()).hexdigest()[:24]
     return f"req-{digest}"
-
-
-def _rejected(request_id: str, code: str, message: str, field: str | None) -> ScheduleResult:
-    return ScheduleResult(
-        request_id=request_id,
-        status="rejected",
-        error=ErrorOut(code=code, message=message, field=field),
-    )
-
-
-def _argument_rejection(
-    error: RequestError, request_id: str, filter_messages: Sequence[str]
-) -> ScheduleResult:
-    """A rejection with the messages and state message GPUStack stores for the same error.
-
-    ``find_candidate`` turns a selector-constructor error into its only message,
-    stored under the no-suitable-workers header; an error raised while selecting
-    propagates and is stored as ``Failed to find candidate: ...``
-    (``gpustack/scheduler/scheduler.py: find_candidate``, ``_schedule_one``).
-    """
-    line = f"{error.context}: {error.message}"
-    constructor = error.context == INIT_CONTEXT
-    return ScheduleResult(
-        request_id=request_id,
-        status="rejected",
-        messages=[line] if constructor else [],
-        filter_messages=list(filter_messages),
-        state_message=NO_SUITABLE_WORKERS + line if constructor else line,
-        error=ErrorOut(code=error.code, message=error.message, field=error.field),
-    )
-
-
-def _validation_rejection(request_id: str, error: ValidationError) -> ScheduleResult:
-    first = error.errors(include_url=False)[0]
-    field = ".".join(str(part) for part in first["loc"]) or "request"
-    message = str(first["msg"]).removeprefix("Value error, ")
-    return _rejected(request_id, "invalid_request", message, field)
 
 
 def schedule(
@@ -150,15 +84,15 @@ def schedule(
     Args:
         request: a :class:`ScheduleRequest` or its JSON-shaped dict.
         chain: the filters and strategies to run (GPUStack's by default).
-        memo: per-worker state reused across calls by a long-lived decider (see
-            :class:`~scheduler_core.cluster.SnapshotMemo`); it never changes a result.
+        memo: state reused across calls by a long-lived decider (see
+            :class:`~scheduler_core.caching.SnapshotMemo`); it never changes a result.
 
     Returns:
         ``scheduled`` with candidates, ``selected`` and launch arguments;
         ``unschedulable`` with GPUStack's messages when nothing fits now;
         ``rejected`` with an error naming the field for invalid input. Never raises.
     """
-    request_id = _request_id(request)
+    request_id = request_id_for(request)
     collecting = gc.isenabled()
     gc.disable()  # a decision allocates many short-lived objects; cyclic GC only slows it
     try:
@@ -172,34 +106,56 @@ def _schedule(request: Any, request_id: str, chain: Chain, memo: SnapshotMemo | 
     try:
         parsed = request if isinstance(request, ScheduleRequest) else ScheduleRequest.model_validate(request)
     except ValidationError as error:
-        return _validation_rejection(request_id, error)
+        return _render.validation_rejection(request_id, error)
     try:
         return _decide(parsed, request_id, chain, memo)
     except RequestError as error:
         if error.context is not None:
-            return _argument_rejection(error, request_id, _filter_messages(parsed, chain, memo))
-        return _rejected(request_id, error.code, error.message, error.field)
+            return _render.argument_rejection(error, request_id, _filter_messages(parsed, chain, memo))
+        return _render.rejected(request_id, error.code, error.message, error.field)
     except Exception as error:  # the contract is "never raises": report, don't crash
-        return _rejected(request_id, "internal_error", f"{type(error).__name__}: {error}", None)
+        return _render.rejected(request_id, "internal_error", f"{type(error).__name__}: {error}", None)
 
 
-def _filter_messages(request: ScheduleRequest, chain: Chain, memo: SnapshotMemo | None) -> tuple[str, ...]:
-    """The worker filters' lines for a request rejected on its arguments (GPUStack filters first)."""
-    try:
-        views = _snapshot(request, memo)
-    except RequestError:
-        return ()
-    return run_filters(request.model, views, chain.filters).messages
+# --------------------------------------------------------------------------- prepare
 
 
-def _snapshot(request: ScheduleRequest, memo: SnapshotMemo | None) -> list[WorkerView]:
-    """The validated worker views (reused across decisions while the rows are the same objects)."""
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What a decision derives from the request before looking at GPUs."""
+
+    views: list[WorkerView]
+    facts: ModelFacts
+    categories: list[str]
+    model_params: ModelParameters
+    plan: Plan
+    user_fraction: float
+    diffusion_args: ExplicitArgs | None
+
+
+def _prepare(request: ScheduleRequest, memo: SnapshotMemo | None) -> Prepared:
+    """Phase 2. Raises RequestError for anything that makes the request invalid."""
+    views = _views(request, memo)
+    model = request.model
+    facts, categories, model_params = _model_facts(request)
+    plan = build_plan(model, diffusion="image" in categories)
+    user_fraction = validate_arguments(plan, model_params)
+    diffusion_args = explicit_diffusion_args(model.backend_parameters) if "image" in categories else None
+    return Prepared(views, facts, categories, model_params, plan, user_fraction, diffusion_args)
+
+
+def _reused(
+    memo: SnapshotMemo | None, slot: object, items: Sequence[object], compute: Callable[[], _T]
+) -> _T:
+    return compute() if memo is None else memo.derived(slot, items, compute)
+
+
+def _views(request: ScheduleRequest, memo: SnapshotMemo | None) -> list[WorkerView]:
+    """The validated worker views (reused while the rows are the same objects)."""
     workers = request.workers
     if workers is None:
         raise RequestError("workers", "workers are required when no cluster state is held")
-    if memo is None:
-        return _validated_views(workers)
-    return memo.derived("views", workers, lambda: _validated_views(workers))
+    return _reused(memo, "views", workers, lambda: _validated_views(workers))
 
 
 def _validated_views(workers: Sequence[Worker]) -> list[WorkerView]:
@@ -248,152 +204,131 @@ def _model_facts(request: ScheduleRequest) -> tuple[ModelFacts, list[str], Model
             f"model.{error.field}",
             f"Failed to parse model {model.name} hyperparameters: {error.message}",
             "invalid_model_config",
-            "Failed to find candidate",
+            FIND_CONTEXT,
         ) from None
     return facts, categories, params
 
 
+def _filter_messages(request: ScheduleRequest, chain: Chain, memo: SnapshotMemo | None) -> tuple[str, ...]:
+    """The worker filters' lines for a request rejected on its arguments (GPUStack filters first)."""
+    try:
+        views = _views(request, memo)
+    except RequestError:
+        return ()
+    return run_filters(request.model, views, chain.filters).messages
+
+
+# --------------------------------------------------------------------------- decide
+
+
 def _decide(
-    request: ScheduleRequest, request_id: str, chain_: Chain, memo: SnapshotMemo | None
+    request: ScheduleRequest, request_id: str, chain: Chain, memo: SnapshotMemo | None
 ) -> ScheduleResult:
-    views = _snapshot(request, memo)
+    prepared = _prepare(request, memo)
     model = request.model
-    facts, categories, model_params = _model_facts(request)
-    plan = build_plan(model, diffusion="image" in categories)
-    user_fraction = validate_arguments(plan, model_params)
-    diffusion_args = explicit_diffusion_args(model.backend_parameters) if "image" in categories else None
-    chain = run_filters(model, views, chain_.filters)
-    if not chain.workers:
-        block = list_message(chain.messages) + "\n" if chain.messages else ""
-        return ScheduleResult(
-            request_id=request_id,
-            status="unschedulable",
-            messages=[block] if block else [],
-            filter_messages=list(chain.messages),
-            blocked_by=chain.blocked_by,
-            state_message=NO_SUITABLE_WORKERS + block,
-        )
-    cluster = ClusterState(views, request.model_instances or (), memo)
-    selection = Selection(
+    filtered = run_filters(model, prepared.views, chain.filters)
+    if not filtered.workers:
+        return _render.blocked(request_id, filtered.messages, filtered.blocked_by)
+    selection = _selection(request, prepared, filtered.workers, memo)
+    outcome = run_strategies(selection, chain.strategies)
+    scores = score_candidates(outcome.candidates, model.placement_strategy, selection.cluster, model.id)
+    chosen = pick_highest(scores)
+    result = _render.decision(
+        request_id,
+        selection,
+        prepared.facts,
+        filtered.messages,
+        outcome,
+        scores,
+        chosen,
+        chain.max_candidates,
+    )
+    if prepared.diffusion_args is None or chosen is None:
+        return result
+    candidate = outcome.candidates[chosen]
+    return _render.with_diffusion_plan(result, selection, prepared.facts, candidate, prepared.diffusion_args)
+
+
+def _selection(
+    request: ScheduleRequest,
+    prepared: Prepared,
+    workers: Sequence[WorkerView],
+    memo: SnapshotMemo | None,
+) -> Selection:
+    """Phase 4's inputs, complete: cluster view, ordering, grouping and the fractions."""
+    model = request.model
+    cluster = ClusterState(prepared.views, request.model_instances or (), memo)
+    # A memo keeps the ordering and the per-type copies while the filter passes the same
+    # views, so the copies keep their identity across decisions (the runner's reuse needs it).
+    ordered, grouped = _reused(memo, "ordered", workers, lambda: _grouped(workers))
+    categories = prepared.categories
+    diffusion = "image" in categories
+    fractions: dict[str | None, float] = {"*": 0.0}
+    if not diffusion:
+        fractions.update(_fractions(prepared, model, cluster, grouped, memo))
+    plan = prepared.plan
+    return Selection(
         model=model,
         categories=categories,
-        model_params=model_params,
+        model_params=prepared.model_params,
         cluster=cluster,
-        vram_claim=estimate_vram(model, categories, facts),
+        vram_claim=estimate_vram(model, categories, prepared.facts),
         ram_claim=model_ram_claim(model),
-        mfs_by_type={"*": 0.0},
+        mfs_by_type=fractions,
         gpu_count=plan.gpu_count,
         manual=plan.manual,
         selected_workers=plan.selected_workers,
-        check_vision_tp=plan.check_vision_tp,
+        tp_rule=TpRule.of(prepared.model_params, plan.check_vision_tp),
+        ordered=ordered,
+        workers_by_type=grouped,
+        runner=StageRunner(cluster, memo),
     )
-    # GPUStack computes fractions before sorting; order does not change a minimum.
-    ordered = _ordered_workers(selection, chain.workers, memo)
-    if not selection.is_diffusion:
-        selection.mfs_by_type = fractions_by_type(plan, selection, ordered, user_fraction)
-    outcome = run_strategies(selection, ordered, chain_.strategies)
-    result = _result(request, request_id, selection, facts, chain.messages, outcome, chain_.max_candidates)
-    if diffusion_args is None or result.selected is None:
-        return result
-    return _with_diffusion_plan(result, selection, facts, outcome.candidates[result.selected], diffusion_args)
 
 
-def _ordered_workers(
-    selection: Selection, workers: Sequence[WorkerView], memo: SnapshotMemo | None
-) -> list[WorkerView]:
-    """The filtered workers by GPU count, with their GPU-type grouping seeded in ``selection``.
+def _grouped(
+    workers: Sequence[WorkerView],
+) -> tuple[list[WorkerView], dict[str | None, list[WorkerView]]]:
+    ordered = sort_workers_by_gpu_count(workers)
+    return ordered, group_workers_by_gpu_type(ordered)
 
-    With a memo both are reused while the filter passes the same views, so the
-    per-type worker copies keep their identity across decisions (which the
-    strategies' cross-decision outcomes rely on).
+
+def _fractions(
+    prepared: Prepared,
+    model: ModelSpec,
+    cluster: ClusterState,
+    grouped: Mapping[str | None, Sequence[WorkerView]],
+    memo: SnapshotMemo | None,
+) -> dict[str | None, float]:
+    """GPUStack's ``cal_mem_fraction_static``: one fraction per GPU type present.
+
+    Under manual selection only the selected types get one; the user's
+    ``--mem-fraction-static`` replaces the calculator. GPUStack computes them
+    before sorting the workers; order does not change a minimum.
     """
-    if memo is None:
-        return sort_workers_by_gpu_count(workers)
-
-    def derive() -> tuple[list[WorkerView], dict[str | None, list[WorkerView]]]:
-        ordered = sort_workers_by_gpu_count(workers)
-        return ordered, group_workers_by_gpu_type(ordered)
-
-    ordered, grouped = memo.derived("ordered", workers, derive)
-    selection.seed_grouping(ordered, grouped)
-    return ordered
-
-
-def _shown_candidates(scores: Sequence[float], limit: int | None) -> list[int]:
-    """Indexes of the candidates to report, in selector order.
-
-    All of them without a ``limit``; otherwise the ``limit`` best-scoring
-    (ties: earlier first), which always includes the chosen one (the first
-    highest score ranks first).
-    """
-    if limit is None or len(scores) <= limit:
-        return list(range(len(scores)))
-    limit = max(limit, 1)
-    # The limit-th highest score; every higher one is shown, then the earliest ties.
-    cutoff = heapq.nlargest(limit, scores)[-1]
-    above = [i for i, score in enumerate(scores) if score > cutoff]
-    ties = [i for i, score in enumerate(scores) if score == cutoff][: limit - len(above)]
-    return sorted(above + ties)
+    plan = prepared.plan
+    flags = FractionFlags.from_parameters(plan.params)
+    valid = set(plan.manual.by_type) if plan.manual.by_type else set(grouped)
+    fractions: dict[str | None, float] = {}
+    for gpu_type, workers in grouped.items():
+        if gpu_type not in valid:
+            continue
+        if prepared.user_fraction > 0:
+            fractions[gpu_type] = prepared.user_fraction
+            continue
+        calculator = MemFractionCalculator(
+            flags, plan.manual, gpu_type, cluster, prepared.model_params.vision_config
+        )
+        fractions[gpu_type] = calculator.fraction(_fraction_inputs(calculator, gpu_type, workers, memo))
+    return fractions
 
 
-def _with_diffusion_plan(
-    result: ScheduleResult,
-    selection: Selection,
-    facts: ModelFacts,
-    chosen: Candidate,
-    diffusion_args: dict[str, Any],
-) -> ScheduleResult:
-    """Add the diffusion auto-tuner's launch plan for the chosen GPUs (Contract 2 integration)."""
-    plan = plan_diffusion_launch(selection.model, facts, chosen, selection.cluster, diffusion_args)
-    if plan is None or result.launch is None:
-        return result
-    # SGLang diffusion sizes itself from --num-gpus and the tuned flags: the LLM launch
-    # flags (--tp-size from the GPU count, --mem-fraction-static) do not apply.
-    launch = LaunchOut.model_construct(
-        backend_parameters=[*flatten_to_argv(selection.model.backend_parameters), *plan.cli_flags],
-        nodes=None,
-        diffusion=plan.summary,
-    )
-    events = [*result.events, *(event_out(e) for e in plan.events)]
-    return result.model_copy(update={"launch": launch, "events": events})
-
-
-def _result(
-    request: ScheduleRequest,
-    request_id: str,
-    selection: Selection,
-    facts: ModelFacts,
-    filter_messages: Sequence[str],
-    outcome: SelectorOutcome,
-    max_candidates: int | None = None,
-) -> ScheduleResult:
-    model = request.model
-    candidates = outcome.candidates
-    scores = score_candidates(candidates, model.placement_strategy, selection.cluster, model.id)
-    chosen = pick_highest(scores)
-    shown = _shown_candidates(scores, max_candidates)
-    claims: ClaimMemo = {}
-    block = list_message(filter_messages) + "\n" if filter_messages else ""
-    messages = list(outcome.messages)
-    launch: LaunchOut | None = None
-    state_message: str | None = None
-    if chosen is None:
-        messages = messages or [NO_RESOURCE_FIT]
-        state_message = NO_SUITABLE_WORKERS + block + "".join(messages)
-    else:
-        launch = launch_arguments(model.backend_parameters, candidates[chosen])
-        if not candidates[chosen].overcommit:
-            messages = []  # GPUStack assembles messages only on failure or overcommit
-    return ScheduleResult(
-        request_id=request_id,
-        status="scheduled" if chosen is not None else "unschedulable",
-        candidates=[candidate_out(candidates[i], scores[i], claims) for i in shown],
-        candidates_total=len(candidates),
-        selected=None if chosen is None else shown.index(chosen),
-        messages=messages,
-        filter_messages=list(filter_messages),
-        state_message=state_message,
-        events=[event_out(e) for e in outcome.events],
-        estimate=estimate_out(selection, facts),
-        launch=launch,
-    )
+def _fraction_inputs(
+    calculator: MemFractionCalculator,
+    gpu_type: str | None,
+    workers: Sequence[WorkerView],
+    memo: SnapshotMemo | None,
+) -> FractionInputs:
+    """The calculator's worker inputs, reused while the same workers are passed (no manual selection)."""
+    if not calculator.inputs_depend_on_workers_only:
+        return calculator.inputs(workers)
+    return _reused(memo, ("fraction_inputs", gpu_type), workers, lambda: calculator.inputs(workers))

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from scheduler_core._schemas import ModelSpec
 from scheduler_core._units import GIB
+from scheduler_core.candidates import Candidate
 from scheduler_core.cluster import ClusterState
 from scheduler_core.diffusion import (
     PipelineInfo,
@@ -31,7 +32,6 @@ from scheduler_core.errors import RequestError
 from scheduler_core.estimate import ModelFacts
 from scheduler_core.events import Event, Level
 from scheduler_core.params import flatten_to_argv
-from scheduler_core.strategies._base import Candidate
 
 #: GPUStack GPU runtime type → SGLang platform kind (upstream predicates is_cuda, is_npu, ...).
 PLATFORM_BY_GPU_TYPE = {"cuda": "cuda", "rocm": "rocm", "cann": "npu", "npu": "npu", "mps": "mps"}
@@ -47,16 +47,27 @@ _TRUE_WORDS = frozenset({"1", "true"})
 _FIELD = "model.backend_parameters"
 
 
-def explicit_diffusion_args(backend_parameters: Sequence[str]) -> dict[str, Any]:
-    """The diffusion flags the user set, by ServerArgs field name.
+@dataclass(frozen=True, slots=True)
+class ExplicitArgs:
+    """The diffusion flags the user set, by ServerArgs field name, or why SGLang's
+    argument parser would refuse them (the placement does not depend on them)."""
 
-    Raises:
-        RequestError: a diffusion flag has a malformed value.
+    values: Mapping[str, Any]
+    error: RequestError | None = None
+
+
+def explicit_diffusion_args(backend_parameters: Sequence[str]) -> ExplicitArgs:
+    """Read the diffusion flags as SGLang diffusion's argument parser would.
+
+    A malformed flag does not reject the request: GPUStack places the model
+    anyway (SGLang then refuses to start), so the refusal is reported with the
+    launch plan instead.
     """
     try:
-        return diffusion_args_from_cli(flatten_to_argv(backend_parameters))
+        return ExplicitArgs(diffusion_args_from_cli(flatten_to_argv(backend_parameters)))
     except ValueError as error:
-        raise RequestError(_FIELD, str(error).splitlines()[0], "invalid_backend_parameters") from None
+        message = str(error).splitlines()[0]
+        return ExplicitArgs({}, RequestError(_FIELD, message, "invalid_backend_parameters"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +112,7 @@ def plan_diffusion_launch(
     facts: ModelFacts,
     candidate: Candidate,
     cluster: ClusterState,
-    explicit: Mapping[str, Any],
+    explicit: ExplicitArgs,
 ) -> DiffusionPlan | None:
     """Tune the launch of ``candidate``; None when its GPU type has no SGLang platform.
 
@@ -113,15 +124,18 @@ def plan_diffusion_launch(
     kind = PLATFORM_BY_GPU_TYPE.get((candidate.gpu_type or "").lower())
     if kind is None or not candidate.gpu_indexes:
         return None
-    given = dict(explicit)
+    pipeline = _pipeline(model, facts)
+    if explicit.error is not None:
+        return _refused(explicit.error, pipeline.pipeline_config_class)
+    given = dict(explicit.values)
     given.setdefault("num_gpus", len(candidate.gpu_indexes))
     request = {
         "explicit_args": given,
         "platform": _platform(candidate, cluster, kind),
         "env": _env(model),
-        "pipeline": _pipeline(model, facts).model_dump(),
+        "pipeline": pipeline.model_dump(),
     }
-    pipeline_class = request["pipeline"]["pipeline_config_class"]
+    pipeline_class = pipeline.pipeline_config_class
     try:
         result = tune(request)
     except ValidationError as error:
@@ -129,7 +143,7 @@ def plan_diffusion_launch(
     except ValueError as error:
         refusal = RequestError(_FIELD, str(error).splitlines()[0], "invalid_diffusion_arguments")
         return _refused(refusal, pipeline_class)
-    return _plan(result, set(explicit), pipeline_class)
+    return _plan(result, set(explicit.values), pipeline_class)
 
 
 def _refused(error: RequestError, pipeline_class: str) -> DiffusionPlan:

@@ -16,7 +16,7 @@ from typing import Any
 
 from scheduler_core._schemas import ModelSpec
 from scheduler_core._units import GIB, MIB
-from scheduler_core.model_facts import ModelFolderError, read_local_model
+from scheduler_core.model_folder import ModelFolderError, read_local_model
 
 #: Env key GPUStack reads to skip estimation (bytes, an int string).
 VRAM_CLAIM_ENV = "GPUSTACK_MODEL_VRAM_CLAIM"
@@ -120,17 +120,34 @@ def model_ram_claim(model: ModelSpec) -> int:
     return 0
 
 
-def computed_ram_claim(
-    model: ModelSpec, vram_claim: Mapping[int, int], static_ram: int | None = None
-) -> int | None:
-    """GPUStack's ``get_computed_ram_claim``: the RAM written into a claim."""
-    if static_ram:
-        return static_ram
-    kv = model.extended_kv_cache
-    if not kv or not kv.enabled:
+@dataclass(frozen=True, slots=True)
+class RamClaimRule:
+    """GPUStack's ``get_computed_ram_claim``: the RAM a claim records for its VRAM.
+
+    Only the extended KV cache claims RAM: ``ram_size`` GiB, else ``ram_ratio``
+    × the claimed VRAM. Hashable, so a rule's inputs can carry it.
+    """
+
+    enabled: bool = False
+    ram_size: float | None = None
+    ram_ratio: float | None = None
+
+    @classmethod
+    def of(cls, model: ModelSpec) -> RamClaimRule:
+        """The rule of ``model``'s extended KV cache settings."""
+        kv = model.extended_kv_cache
+        if not kv or not kv.enabled:
+            return cls()
+        return cls(True, kv.ram_size, kv.ram_ratio)
+
+    def ram_for(self, vram_claim: Mapping[int, int], static_ram: int | None = None) -> int | None:
+        """The RAM recorded with ``vram_claim`` (``static_ram``, when given, wins)."""
+        if static_ram:
+            return static_ram
+        if not self.enabled:
+            return None
+        if self.ram_size:
+            return int(self.ram_size * GIB)
+        if self.ram_ratio and self.ram_ratio > 0 and vram_claim:
+            return int(sum(vram_claim.values()) * self.ram_ratio)
         return None
-    if kv.ram_size:
-        return int(kv.ram_size * GIB)
-    if kv.ram_ratio and kv.ram_ratio > 0 and vram_claim:
-        return int(sum(vram_claim.values()) * kv.ram_ratio)
-    return None

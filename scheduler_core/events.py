@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from scheduler_core.reasons import Reason
+
 
 class Action(StrEnum):
     """Event action keys, GPUStack's ``EVENT_ACTION_*`` values."""
@@ -41,12 +43,17 @@ MESSAGE_PRIORITY = (
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One recorded event; ``reason`` is a stable machine code (ours, not GPUStack's)."""
+    """One recorded event.
+
+    ``reason`` is a stable machine code (ours, not GPUStack's): a :class:`Reason`
+    when the event says why something did not fit, else an informational code
+    (the diffusion planner's ``diffusion_tuning``) or None.
+    """
 
     level: Level
     action: str
     message: str
-    reason: str | None = None
+    reason: Reason | str | None = None
 
 
 def list_message(lines: str | Iterable[str]) -> str:
@@ -69,7 +76,7 @@ class EventCollector:
         """Events in the order they were first recorded."""
         return tuple(self._events)
 
-    def add(self, level: Level, action: str, message: str, reason: str | None = None) -> None:
+    def add(self, level: Level, action: str, message: str, reason: Reason | str | None = None) -> None:
         """Record an event unless the same level/action/message was recorded before."""
         key = (level.value, action, message)
         if key in self._seen:

@@ -9,30 +9,13 @@ probes the request does not carry; they are not part of this chain.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar
 
 from scheduler_core._schemas import ModelSpec
-from scheduler_core.cluster import WorkerView
-
-
-@dataclass(frozen=True, slots=True)
-class FilterOutcome:
-    """Workers that passed, the user-facing messages, and a reason code for the rest."""
-
-    workers: tuple[WorkerView, ...]
-    messages: tuple[str, ...] = ()
-    reason: str | None = None
-
-
-class WorkerFilter(Protocol):
-    """One filter of the chain."""
-
-    name: str
-
-    def __call__(self, model: ModelSpec, workers: Sequence[WorkerView]) -> FilterOutcome:
-        """Filter ``workers`` for ``model``."""
-        ...
+from scheduler_core.framework import Clears, FilterOutcome
+from scheduler_core.gpu_ids import selected_worker_names
+from scheduler_core.reasons import ClusterChange, Reason
+from scheduler_core.workers import WorkerView
 
 
 def _plural(count: int) -> str:
@@ -46,18 +29,24 @@ class ClusterFilter:
     """
 
     name = "cluster"
+    clears: ClassVar[Clears] = {
+        Reason.CLUSTER_MISMATCH: frozenset({ClusterChange.WORKER_ADDED, ClusterChange.CLUSTER_CHANGED})
+    }
 
     def __call__(self, model: ModelSpec, workers: Sequence[WorkerView]) -> FilterOutcome:
         """Match ``worker.cluster_id == model.cluster_id`` (None equals None only)."""
         kept = tuple(w for w in workers if w.cluster_id == model.cluster_id)
         message = f"Matched {len(kept)} {_plural(len(kept))} by cluster selector."
-        return FilterOutcome(kept, (message,), "cluster_mismatch")
+        return FilterOutcome(kept, (message,), Reason.CLUSTER_MISMATCH)
 
 
 class GpuSelectorFilter:
     """Keep the workers named in manual ``gpu_ids`` (``worker_filters/gpu_matching_filter.py``)."""
 
     name = "gpu_selector"
+    clears: ClassVar[Clears] = {
+        Reason.GPU_SELECTOR_MISMATCH: frozenset({ClusterChange.WORKER_ADDED, ClusterChange.RENAMED})
+    }
 
     def __call__(self, model: ModelSpec, workers: Sequence[WorkerView]) -> FilterOutcome:
         """Match worker names against ``<worker>:<type>:<index>`` ids.
@@ -68,14 +57,14 @@ class GpuSelectorFilter:
         selector = model.gpu_selector
         if selector is None or not selector.gpu_ids:
             return FilterOutcome(tuple(workers))
-        wanted = list(dict.fromkeys(gpu_id.rsplit(":", 2)[0] for gpu_id in selector.gpu_ids))
+        wanted = selected_worker_names(selector.gpu_ids)
         kept = tuple(w for w in workers if w.name in wanted)
         message = f"Matched {len(kept)} {_plural(len(kept))} by gpu selector."
         present = {w.name for w in kept}
         missing = [name for name in wanted if name not in present]
         if missing:
             message += f" Missing workers: {', '.join(missing)}."
-        return FilterOutcome(kept, (message,), "gpu_selector_mismatch")
+        return FilterOutcome(kept, (message,), Reason.GPU_SELECTOR_MISMATCH)
 
 
 class LabelFilter:
@@ -83,6 +72,9 @@ class LabelFilter:
     (``worker_filters/label_matching_filter.py``); says so only when it removed one."""
 
     name = "labels"
+    clears: ClassVar[Clears] = {
+        Reason.LABEL_MISMATCH: frozenset({ClusterChange.WORKER_ADDED, ClusterChange.LABELS_CHANGED})
+    }
 
     def __call__(self, model: ModelSpec, workers: Sequence[WorkerView]) -> FilterOutcome:
         """Exact label matching."""
@@ -93,13 +85,16 @@ class LabelFilter:
         if len(kept) == len(workers):
             return FilterOutcome(kept)
         message = f"Matched {len(kept)}/{len(workers)} workers by label selector: {selector}."
-        return FilterOutcome(kept, (message,), "label_mismatch")
+        return FilterOutcome(kept, (message,), Reason.LABEL_MISMATCH)
 
 
 class StatusFilter:
     """Keep READY workers (``worker_filters/status_filter.py``); says so only when it removed one."""
 
     name = "status"
+    clears: ClassVar[Clears] = {
+        Reason.WORKER_NOT_READY: frozenset({ClusterChange.WORKER_ADDED, ClusterChange.WORKER_READY})
+    }
 
     def __call__(self, model: ModelSpec, workers: Sequence[WorkerView]) -> FilterOutcome:
         """Only ``state == ready`` is schedulable."""
@@ -107,39 +102,4 @@ class StatusFilter:
         if len(kept) == len(workers):
             return FilterOutcome(kept)
         message = f"Matched {len(kept)}/{len(workers)} workers by READY status."
-        return FilterOutcome(kept, (message,), "worker_not_ready")
-
-
-#: The default chain, in GPUStack's order.
-DEFAULT_FILTERS: tuple[WorkerFilter, ...] = (
-    ClusterFilter(),
-    GpuSelectorFilter(),
-    LabelFilter(),
-    StatusFilter(),
-)
-
-
-@dataclass(frozen=True, slots=True)
-class FilterChainOutcome:
-    """Surviving workers, all filter messages in order, and the blocking reason if any."""
-
-    workers: tuple[WorkerView, ...]
-    messages: tuple[str, ...]
-    blocked_by: str | None
-
-
-def run_filters(
-    model: ModelSpec,
-    workers: Sequence[WorkerView],
-    filters: Sequence[WorkerFilter] = DEFAULT_FILTERS,
-) -> FilterChainOutcome:
-    """Apply ``filters`` in order, stopping at the first that leaves no worker."""
-    current = tuple(workers)
-    messages: list[str] = []
-    for worker_filter in filters:
-        outcome = worker_filter(model, current)
-        messages.extend(outcome.messages)
-        current = outcome.workers
-        if not current:
-            return FilterChainOutcome(current, tuple(messages), outcome.reason)
-    return FilterChainOutcome(current, tuple(messages), None)
+        return FilterOutcome(kept, (message,), Reason.WORKER_NOT_READY)

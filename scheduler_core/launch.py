@@ -11,8 +11,8 @@ per-node ``--nnodes``/``--node-rank``/``--dist-init-addr``.
 from __future__ import annotations
 
 from scheduler_core._schemas import LaunchNodeOut, LaunchOut
+from scheduler_core.candidates import Candidate
 from scheduler_core.params import BackendParameters
-from scheduler_core.strategies._base import Candidate
 
 #: Port on the leader for torch.distributed rendezvous (PyTorch's conventional default);
 #: a user-supplied ``--dist-init-addr`` replaces it.

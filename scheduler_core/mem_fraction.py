@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler_core._units import byte_to_mib
-from scheduler_core.cluster import ClusterState, WorkerView, sort_gpu_indexes_by_allocatable_rate
+from scheduler_core.cluster import ClusterState, sort_gpu_indexes_by_allocatable_rate
 from scheduler_core.params import BackendParameters
+from scheduler_core.workers import WorkerView
 
 #: Fraction SGLang falls back to when the GPU memory is unknown (server_args).
 FALLBACK_FRACTION = 0.88
@@ -166,7 +167,7 @@ class ManualSelection:
 
 
 class MemFractionCalculator:
-    """GPUStack's ``MemFractionStaticCalculator`` for one GPU type."""
+    """GPUStack's ``MemFractionStaticCalculator`` for one GPU type (pure: no reuse inside)."""
 
     __slots__ = ("_cluster", "_flags", "_gpu_type", "_selection", "_vision_config")
 
@@ -188,7 +189,7 @@ class MemFractionCalculator:
         return self._selection.by_type.get(self._gpu_type or "", {})
 
     def max_tp(self) -> int:
-        """``max(tp, most GPUs selected on one worker, gpus_per_replica)``."""
+        """``_get_max_tp_size``: ``max(tp, most GPUs selected on one worker, gpus_per_replica)``."""
         selected = self._selected_of_type()
         candidates = [self._flags.tp_size, *(len(ix) for ix in selected.values())]
         if self._selection.gpus_per_replica:
@@ -199,19 +200,32 @@ class MemFractionCalculator:
         """``max(pp, number of manually selected workers of this type)``."""
         return max(self._flags.pp_size, len(self._selected_of_type()))
 
+    def inputs(self, workers: Sequence[WorkerView]) -> FractionInputs:
+        """What the fraction reads from the workers: the smallest GPU and the NPU verdict.
+
+        Without manual selection both depend on the worker list alone
+        (:attr:`FractionInputs.worker_only`), so a caller may reuse them.
+        """
+        return FractionInputs(self.min_gpu_total(workers), self.is_npu(workers))
+
+    @property
+    def inputs_depend_on_workers_only(self) -> bool:
+        """True when :meth:`inputs` reads nothing but the workers (no manual selection)."""
+        return not self._selection.active
+
     def is_npu(self, workers: Sequence[WorkerView]) -> bool:
-        """Ascend detection: type ``cann`` or any GPU with vendor ascend / type cann."""
+        """``_is_npu``: type ``cann``, or any GPU with vendor ascend / type cann."""
         if self._gpu_type == "cann":
             return True
-        vendors = {gpu.vendor for worker in workers for gpu in worker.gpus}
-        types = {gpu.type for worker in workers for gpu in worker.gpus}
-        return any((v or "").lower() == "ascend" for v in vendors) or any(
-            (t or "").lower() == "cann" for t in types
+        return any(
+            (gpu.vendor or "").lower() == "ascend" or (gpu.type or "").lower() == "cann"
+            for worker in workers
+            for gpu in worker.gpus
         )
 
     def min_gpu_total(self, workers: Sequence[WorkerView]) -> int:
-        """Smallest GPU total among the workers (selected GPUs only under manual selection)."""
-        if not self._selection.active:  # fast path: every GPU of every worker counts
+        """``_get_min_gpu_sum``: smallest GPU total (selected GPUs only under manual selection)."""
+        if not self._selection.active:  # every GPU of every worker counts
             return min((min(g.total for g in w.gpus) for w in workers if w.gpus), default=0)
         totals: list[int] = []
         for worker in workers:
@@ -221,24 +235,7 @@ class MemFractionCalculator:
             totals.extend(gpu.total for gpu in worker.gpus if selected is None or gpu.index in selected)
         return min(totals) if totals else 0
 
-    def _worker_inputs(self, workers: Sequence[WorkerView]) -> tuple[int, bool]:
-        """What the fraction reads from the workers: the smallest GPU and the NPU verdict.
-
-        Without manual selection both depend on the workers alone, so a
-        cross-decision memo reuses them while the same worker views are passed.
-        """
-        memo = self._cluster.memo
-        if memo is None or self._selection.active:
-            return self.min_gpu_total(workers), self.is_npu(workers)
-        return memo.derived(
-            ("fraction_inputs", self._gpu_type),
-            workers,
-            lambda: (self.min_gpu_total(workers), self.is_npu(workers)),
-        )
-
     def _selected_indexes(self, worker: WorkerView) -> Sequence[int] | None:
-        if not self._selection.active:
-            return None
         selected = self._selected_of_type().get(worker.name)
         per_replica = self._selection.gpus_per_replica
         if not per_replica or selected is None:
@@ -247,14 +244,21 @@ class MemFractionCalculator:
         ordered = sort_gpu_indexes_by_allocatable_rate(worker, allocatable.vram, self._gpu_type)
         return [index for index in ordered if index in selected][:per_replica]
 
-    def fraction(self, workers: Sequence[WorkerView]) -> float:
-        """The fraction for this type, from the workers of this type."""
-        min_total, npu = self._worker_inputs(workers)
+    def fraction(self, inputs: FractionInputs) -> float:
+        """The fraction for this type, from :meth:`inputs` of its workers."""
         return port_fraction(
             self._flags,
-            byte_to_mib(min_total),
-            is_npu=npu,
+            byte_to_mib(inputs.min_gpu_total),
+            is_npu=inputs.is_npu,
             max_tp=self.max_tp(),
             max_pp=self.max_pp(),
             vision_config=self._vision_config,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class FractionInputs:
+    """What the calculator reads from a GPU type's workers."""
+
+    min_gpu_total: int
+    is_npu: bool

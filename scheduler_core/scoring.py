@@ -11,10 +11,11 @@ request does not carry, so it contributes nothing here.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from scheduler_core.cluster import Allocatable, ClusterState
-from scheduler_core.strategies._base import Candidate, Claim
+from scheduler_core.accounting import Allocatable
+from scheduler_core.candidates import Candidate, Claim
+from scheduler_core.cluster import ClusterState
 
 #: GPUStack's scale-up placement max score.
 MAX_SCORE = 100.0
@@ -73,8 +74,6 @@ class _WorkerLoad:
     total: int
     gpus: Mapping[int, int]
     by_model: Mapping[int | None, tuple[int, Mapping[int, int]]]
-    #: GPU terms of index tuples for models with no instance on the worker (filled lazily).
-    other_terms: dict[tuple[int, ...], float] = field(default_factory=dict, compare=False)
 
     def counts(self, model_id: int | None) -> tuple[int, int]:
         """(placements of ``model_id``, placements of other models) on the worker."""
@@ -153,25 +152,12 @@ def _gpu_term(placed: int, others: int) -> float:
     return 1.0 / (1 + placed + 0.2 * others)
 
 
-def _gpu_score(indexes: tuple[int, ...], load: _WorkerLoad, model_id: int | None, remember: bool) -> float:
-    """The GPU term; with ``remember`` (a load kept across decisions) the term of a
-    model with no instance on the worker, the same for every such model, is kept."""
-    absent = remember and (model_id is None or model_id not in load.by_model)
-    if absent:
-        remembered = load.other_terms.get(indexes)
-        if remembered is not None:
-            return remembered
-    if len(indexes) == 1:  # the common single-GPU case, without the list (gpu_counts inlined)
-        index = indexes[0]
-        current = load.by_model.get(model_id) if model_id is not None else None
-        placed = current[1].get(index, 0) if current else 0
-        score = _gpu_term(placed, load.gpus.get(index, 0) - placed)
-    else:
-        terms = [_gpu_term(*load.gpu_counts(model_id, i)) for i in indexes]
-        score = sum(terms) / len(terms)
-    if absent:
-        load.other_terms[indexes] = score
-    return score
+def _gpu_score(indexes: tuple[int, ...], load: _WorkerLoad, model_id: int | None) -> float:
+    """The GPU term: the mean over the candidate's GPUs of 1 / (1 + placed + 0.2 × others)."""
+    if len(indexes) == 1:  # the common single-GPU case, without the list
+        return _gpu_term(*load.gpu_counts(model_id, indexes[0]))
+    terms = [_gpu_term(*load.gpu_counts(model_id, i)) for i in indexes]
+    return sum(terms) / len(terms)
 
 
 #: The GPU term of a candidate whose GPUs run no instance: 1 / (1 + 0 + 0.2 × 0) for
@@ -184,21 +170,19 @@ def spread_scores(
 ) -> list[float]:
     """Spread scores: fewer instances on the worker and on its GPUs score higher.
 
-    Counts are taken per candidate worker from the instances bound to it (and
-    reused across decisions while they are unchanged, see
-    :meth:`ClusterState.remembered_per_worker`). The worker term depends only on the
+    Counts are taken per candidate worker from the instances bound to it
+    (:meth:`ClusterState.per_worker`). The worker term depends only on the
     worker's two counts and the GPU term is exactly 1.0 on a worker whose GPUs
     run nothing, so both are computed once per distinct value (same floats).
     """
     if not candidates:
         return []
-    loads = cluster.remembered_per_worker(
+    loads = cluster.per_worker(
         dict.fromkeys(c.worker.id for c in candidates), ("spread_load",),
         lambda worker_id: _worker_load(cluster, worker_id),
     )
     counts = {worker_id: load.counts(model_id) for worker_id, load in loads.items()}
     ranges = _ranges(counts.values())
-    remember = cluster.memo is not None
     by_counts: dict[tuple[int, int], float] = {}
     scores: list[float] = []
     append = scores.append
@@ -219,7 +203,7 @@ def spread_scores(
         if not candidate.gpu_indexes:
             append(worker)
         elif busy:
-            gpu = _gpu_score(candidate.gpu_indexes, load, model_id, remember)
+            gpu = _gpu_score(candidate.gpu_indexes, load, model_id)
             append(0.85 * worker + 0.15 * gpu * MAX_SCORE)
         else:
             append(idle)

@@ -137,7 +137,7 @@ def view(
     """A core ``WorkerView`` (ready, nothing reserved) with one GPU per entry of ``totals``."""
     from types import MappingProxyType
 
-    from scheduler_core.cluster import Gpu, WorkerView
+    from scheduler_core.workers import Gpu, WorkerView
 
     return WorkerView(
         id=worker_id,

@@ -1,4 +1,4 @@
-"""Stage 1: manual GPU selection (GPUStack ``_find_manual_gpu_selection_candidates``).
+"""Stage 1: manual GPU selection (``base_candidate_selector.py: _find_manual_gpu_selection_candidates``).
 
 The user names GPUs as ``<worker>:<type>:<index>``. One GPU per replica makes
 every selected GPU a candidate; more makes one candidate per worker holding
@@ -12,11 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 from scheduler_core._units import byte_to_gib
-from scheduler_core.cluster import WorkerView, sort_gpu_indexes_by_allocatable_rate
+from scheduler_core.candidates import Candidate, Subordinate
+from scheduler_core.cluster import gpu_rate, sort_gpu_indexes_by_allocatable_rate
 from scheduler_core.events import Action, Level, list_message
-from scheduler_core.strategies._base import Candidate, Selection, Subordinate, gpu_rate
+from scheduler_core.framework import Clears
+from scheduler_core.reasons import MORE_CAPACITY, ClusterChange, Reason
+from scheduler_core.selection import Selection
+from scheduler_core.workers import WorkerView
 
 _HETEROGENEOUS = (
     "Deployment with heterogeneous GPU types is not supported, please select GPUs of the same "
@@ -35,21 +40,29 @@ class ManualGpuSelection:
     """Placement on the GPUs the user selected."""
 
     name = "manual_gpu_selection"
+    clears: ClassVar[Clears] = {
+        Reason.INSUFFICIENT_VRAM: MORE_CAPACITY,
+        Reason.OVERCOMMIT: MORE_CAPACITY,
+        Reason.OVERCOMMIT_NOT_ALLOWED: MORE_CAPACITY,
+        # the selection itself names GPUs of several types: only a new snapshot can change that
+        Reason.HETEROGENEOUS_GPUS: frozenset({ClusterChange.SNAPSHOT}),
+    }
 
     def skip(self, selection: Selection) -> bool:
         """Never skipped; returns nothing without a manual selection."""
         return False
 
-    def __call__(self, selection: Selection, workers: Sequence[WorkerView]) -> list[Candidate]:
+    def __call__(self, selection: Selection) -> list[Candidate]:
         """Manual candidates after GPUStack's overcommit triage."""
         if not selection.selected_workers:
             return []
+        workers = selection.ordered
         gpu_count = selection.gpu_count or 0
         types = list(selection.manual.by_type)
         total_selected = _selected_count(selection)
         if gpu_count == total_selected and len(types) > 1:
-            selection.events.add(
-                Level.ERROR, Action.MANUAL_MULTI, list_message(_HETEROGENEOUS), "heterogeneous_gpus"
+            selection.log.events.add(
+                Level.ERROR, Action.MANUAL_MULTI, list_message(_HETEROGENEOUS), Reason.HETEROGENEOUS_GPUS
             )
             return []
         request = _Request(
@@ -190,7 +203,7 @@ def _hosts_distributed_instance(selection: Selection, worker: WorkerView) -> boo
             continue
         if not _same_backend(instance.backend, selection.model.backend):
             continue
-        selection.messages[:] = [
+        selection.log.messages[:] = [
             f"- Each worker can run only one distributed vLLM instance. "
             f"Worker '{worker.name}' already has '{instance.name}'."
         ]
@@ -352,16 +365,16 @@ def _triage(
     if fitting:
         return fitting
     if selection.model.replicas > 1:
-        selection.events.add(
+        selection.log.events.add(
             Level.INFO,
             Action.MANUAL_MULTI,
             list_message(
                 f"Found {len(candidates)} candidate, manual scheduling for multi-replica model "
                 "instances does not allow overcommit or heterogeneous deployment topologies."
             ),
-            "overcommit_not_allowed",
+            Reason.OVERCOMMIT_NOT_ALLOWED,
         )
         return []
     assert best is not None  # every candidate is overcommitted here
-    selection.events.add(Level.INFO, Action.MANUAL_MULTI, best[1].message, "overcommit")
+    selection.log.events.add(Level.INFO, Action.MANUAL_MULTI, best[1].message, Reason.OVERCOMMIT)
     return [replace(best[0], overcommit=True)]

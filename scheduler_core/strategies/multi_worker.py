@@ -1,4 +1,4 @@
-"""Stage 4: several workers (GPUStack ``find_multi_worker_multi_gpu_candidates``).
+"""Stage 4: several workers (``sglang_resource_fit_selector.py: find_multi_worker_multi_gpu_candidates``).
 
 A cross-worker memory-balanced GPU group acts as a gate: when some group has
 every GPU above the fraction and the same GPU count on each of its workers
@@ -12,17 +12,22 @@ so it is computed once per GPU type here (same result, same events).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from scheduler_core._units import byte_to_gib
+from scheduler_core.candidates import Candidate, Claim, Subordinate
 from scheduler_core.cluster import (
     GpuSlot,
-    WorkerView,
+    gpu_rate,
     group_gpus_by_memory,
     ram_not_enough,
     sort_workers_by_gpu_count,
 )
 from scheduler_core.events import Action, Level, list_message
-from scheduler_core.strategies._base import Candidate, Claim, Selection, Subordinate, gpu_rate
+from scheduler_core.framework import Clears
+from scheduler_core.reasons import MORE_CAPACITY, Reason
+from scheduler_core.selection import Selection
+from scheduler_core.workers import WorkerView
 
 _NO_COMBINATION = (
     "Cannot find a suitable worker combination to run the model in distributed mode. "
@@ -35,15 +40,16 @@ class MultiWorkerMultiGpu:
     """Distributed placement over whole nodes with equal GPU counts."""
 
     name = "multi_worker_multi_gpu"
+    clears: ClassVar[Clears] = {Reason.NO_WORKER_COMBINATION: MORE_CAPACITY}
 
     def skip(self, selection: Selection) -> bool:
         """Skipped under manual selection, without distributed inference, for diffusion."""
         return bool(selection.selected_workers) or not selection.distributed or (selection.is_diffusion)
 
-    def __call__(self, selection: Selection, workers: Sequence[WorkerView]) -> list[Candidate]:
+    def __call__(self, selection: Selection) -> list[Candidate]:
         """At most one distributed candidate per GPU type."""
         candidates: list[Candidate] = []
-        for gpu_type, workers_of_type in selection.workers_by_type(workers).items():
+        for gpu_type, workers_of_type in selection.workers_by_type.items():
             groups = group_gpus_by_memory(workers_of_type, selection.cluster, selection.ram_claim, gpu_type)
             if any(_gate_passes(selection, group, gpu_type) for group in groups):
                 candidates.extend(_auto_select(selection, workers_of_type, gpu_type))
@@ -102,7 +108,7 @@ def _auto_select(
                 continue
             chosen.append(worker)
             vram_sum += _node_vram(selection, worker, gpu_type)
-            if selection.tp_divisible(gpu_count) and vram_sum >= selection.vram_claim:
+            if selection.tp_rule.divisible(gpu_count) and vram_sum >= selection.vram_claim:
                 return [_distributed_candidate(selection, chosen, selection.mfs(gpu_type))]
         if vram_sum > best[1]:
             best = (chosen, vram_sum, len(bucket), gpu_count)
@@ -129,8 +135,8 @@ def _record_failure(
             )
         lines.append(message)
     lines.append(_NO_COMBINATION)
-    selection.events.add(
-        Level.INFO, Action.AUTO_MULTI_WORKER_MULTI_GPU, list_message(lines), "no_worker_combination"
+    selection.log.events.add(
+        Level.INFO, Action.AUTO_MULTI_WORKER_MULTI_GPU, list_message(lines), Reason.NO_WORKER_COMBINATION
     )
 
 

@@ -1,4 +1,5 @@
-"""Stage 3: one worker, several GPUs (GPUStack ``find_single_worker_multi_gpu_full_offloading``).
+"""Stage 3: one worker, several GPUs
+(``sglang_resource_fit_selector.py: find_single_worker_multi_gpu_full_offloading_candidates``).
 
 Per worker, GPUs are partitioned into memory-balanced groups (0.9 rule); the
 first group (smallest free memory first) whose GPUs all meet the fraction and
@@ -8,73 +9,40 @@ candidate.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
+from typing import ClassVar
 
 from scheduler_core._units import byte_to_gib
-from scheduler_core.cluster import GpuSlot, WorkerView, group_gpus_by_memory
+from scheduler_core.accounting import Allocatable
+from scheduler_core.arguments import TpRule
+from scheduler_core.caching import Rule
+from scheduler_core.candidates import Candidate, Claim
+from scheduler_core.cluster import balanced_groups, ram_not_enough
+from scheduler_core.estimate import RamClaimRule
 from scheduler_core.events import Action, Level, list_message
-from scheduler_core.strategies._base import Candidate, Selection, worker_outcomes, worker_shape
+from scheduler_core.framework import Clears
+from scheduler_core.reasons import MORE_CAPACITY, Reason
+from scheduler_core.selection import Selection, effective_vram
+from scheduler_core.workers import Gpu, WorkerView
 
 
-class SingleWorkerMultiGpu:
-    """Auto placement on several GPUs of one worker; at most one candidate per worker."""
+@dataclass(frozen=True, slots=True)
+class _Inputs:
+    """Every decision input the per-worker rule reads (its signature)."""
 
-    name = "single_worker_multi_gpu"
+    gpu_type: str | None
+    vram_claim: int
+    ram_claim: int
+    fraction: float
+    utilization: float | None
+    diffusion: bool
+    gpu_count: int | None
+    tp_rule: TpRule
+    ram_rule: RamClaimRule
 
-    def skip(self, selection: Selection) -> bool:
-        """Manual selection runs only the manual stage."""
-        return bool(selection.selected_workers)
-
-    def __call__(self, selection: Selection, workers: Sequence[WorkerView]) -> list[Candidate]:
-        """One candidate per worker that can hold the model on a balanced GPU group."""
-        candidates: list[Candidate] = []
-        tracker = selection.multi_gpu
-        for gpu_type, workers_of_type in selection.workers_by_type(workers).items():
-            several = (worker for worker in workers_of_type if len(worker.gpus) >= 2)
-            outcomes = worker_outcomes(
-                selection, self.name, gpu_type, several, partial(_outcome, selection, gpu_type)
-            )
-            for worker, outcome in outcomes:
-                for total, satisfied in outcome.tracked:  # GPUStack's "largest group" bookkeeping
-                    if total > tracker.vram:
-                        tracker.vram, tracker.satisfied = total, satisfied
-                        tracker.total_gpus = len(worker.gpus)
-                if outcome.candidate is not None:
-                    candidates.append(outcome.candidate)
-                else:
-                    _record_failure(selection, gpu_type)
-        return candidates
-
-
-def _group_eligible(selection: Selection, group: list[GpuSlot], gpu_type: str | None) -> bool:
-    if selection.is_diffusion:
-        needed = selection.effective_vram(gpu_type)
-        return not any(slot.allocatable < needed for slot in group)
-    fraction = selection.fraction(gpu_type)
-    return not any(slot.allocatable / slot.gpu.total < fraction for slot in group)
-
-
-def _greedy_prefix(selection: Selection, group: list[GpuSlot], gpu_type: str | None) -> dict[int, int] | None:
-    """Walk the group by free VRAM (desc) until a TP-divisible prefix covers the claim."""
-    fraction = selection.fraction(gpu_type)
-    claims: dict[int, int] = {}
-    vram_sum = 0
-    gpu_count = selection.gpu_count
-    for slot in sorted(group, key=lambda s: s.allocatable, reverse=True):
-        index = slot.gpu.index
-        assert index is not None  # grouping keeps indexed GPUs only
-        claim = slot.allocatable if selection.is_diffusion else int(slot.gpu.total * fraction)
-        claims[index] = claim
-        vram_sum += claim
-        if not selection.tp_divisible(len(claims)):
-            continue
-        if gpu_count and len(claims) >= gpu_count:
-            return claims if vram_sum >= selection.vram_claim else None
-        if not gpu_count and vram_sum >= selection.vram_claim:
-            return claims
-    return None
+    @property
+    def effective_vram(self) -> float:
+        return effective_vram(self.vram_claim, self.fraction, self.diffusion)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,18 +54,49 @@ class _WorkerOutcome:
     claims: dict[int, int] | None
 
 
-def _evaluate(selection: Selection, worker: WorkerView, gpu_type: str | None) -> _WorkerOutcome:
-    """The stage's logic for one worker, without side effects."""
+def _group_eligible(inputs: _Inputs, group: list[tuple[Gpu, int]]) -> bool:
+    if inputs.diffusion:
+        return not any(free < inputs.effective_vram for _, free in group)
+    return not any(free / gpu.total < inputs.fraction for gpu, free in group)
+
+
+def _greedy_prefix(inputs: _Inputs, group: list[tuple[Gpu, int]]) -> dict[int, int] | None:
+    """Walk the group by free VRAM (desc) until a TP-divisible prefix covers the claim."""
+    claims: dict[int, int] = {}
+    vram_sum = 0
+    gpu_count = inputs.gpu_count
+    for gpu, free in sorted(group, key=lambda slot: slot[1], reverse=True):
+        assert gpu.index is not None  # grouping keeps indexed GPUs only
+        claim = free if inputs.diffusion else int(gpu.total * inputs.fraction)
+        claims[gpu.index] = claim
+        vram_sum += claim
+        if not inputs.tp_rule.divisible(len(claims)):
+            continue
+        if gpu_count and len(claims) >= gpu_count:
+            return claims if vram_sum >= inputs.vram_claim else None
+        if not gpu_count and vram_sum >= inputs.vram_claim:
+            return claims
+    return None
+
+
+def _best_group(inputs: _Inputs, gpus: tuple[Gpu, ...], allocatable: Allocatable) -> _WorkerOutcome:
+    """The stage's rule for one worker's GPUs."""
+    if ram_not_enough(inputs.ram_claim, allocatable):
+        return _WorkerOutcome((), None)
+    slots = [
+        (gpu, allocatable.vram.get(gpu.index, 0))
+        for gpu in gpus
+        if gpu.index is not None and gpu.total and allocatable.vram.get(gpu.index, 0) > 0
+    ]
     tracked: list[tuple[int, int]] = []
-    groups = group_gpus_by_memory([worker], selection.cluster, selection.ram_claim, gpu_type)
-    for group in groups:
-        if not _group_eligible(selection, group, gpu_type) or len(group) < 2:
+    for group in balanced_groups(slots, lambda slot: slot[1]):
+        if not _group_eligible(inputs, group) or len(group) < 2:
             continue
-        total = sum(slot.allocatable for slot in group)
+        total = sum(free for _, free in group)
         tracked.append((total, len(group)))
-        if total < selection.effective_vram(gpu_type):
+        if total < inputs.effective_vram:
             continue
-        claims = _greedy_prefix(selection, group, gpu_type)
+        claims = _greedy_prefix(inputs, group)
         if claims is not None:
             return _WorkerOutcome(tuple(tracked), claims)
     return _WorkerOutcome(tuple(tracked), None)
@@ -111,33 +110,73 @@ class _WorkerCandidate:
     candidate: Candidate | None
 
 
-def _outcome(selection: Selection, gpu_type: str | None, worker: WorkerView) -> _WorkerCandidate:
-    """The worker's outcome, shared within the decision by workers of equal shape."""
-    key = ("single_worker_multi_gpu", *worker_shape(selection, worker, gpu_type))
-    shaped = selection.memo.get(key)
-    if not isinstance(shaped, _WorkerOutcome):
-        shaped = selection.memo[key] = _evaluate(selection, worker, gpu_type)
-    candidate = None
-    if shaped.claims is not None:
-        claim = selection.claim(shaped.claims, selection.mfs(gpu_type))
-        candidate = Candidate(worker, gpu_type, tuple(shaped.claims), claim)
-    return _WorkerCandidate(shaped.tracked, candidate)
+def _candidate(inputs: _Inputs, worker: WorkerView, outcome: _WorkerOutcome) -> _WorkerCandidate:
+    if outcome.claims is None:
+        return _WorkerCandidate(outcome.tracked, None)
+    claims = outcome.claims
+    claim = Claim(claims, inputs.ram_rule.ram_for(claims), inputs.utilization, inputs.vram_claim)
+    return _WorkerCandidate(outcome.tracked, Candidate(worker, inputs.gpu_type, tuple(claims), claim))
+
+
+_RULE = Rule("single_worker_multi_gpu", _best_group, _candidate)
+
+
+class SingleWorkerMultiGpu:
+    """Auto placement on several GPUs of one worker; at most one candidate per worker."""
+
+    name = "single_worker_multi_gpu"
+    clears: ClassVar[Clears] = {
+        Reason.INSUFFICIENT_VRAM: MORE_CAPACITY,
+        Reason.TP_NOT_DIVISIBLE: MORE_CAPACITY,
+    }
+
+    def skip(self, selection: Selection) -> bool:
+        """Manual selection runs only the manual stage."""
+        return bool(selection.selected_workers)
+
+    def __call__(self, selection: Selection) -> list[Candidate]:
+        """One candidate per worker that can hold the model on a balanced GPU group."""
+        candidates: list[Candidate] = []
+        tracker = selection.log.multi_gpu
+        for gpu_type, workers in selection.workers_by_type.items():
+            inputs = _Inputs(
+                gpu_type,
+                selection.vram_claim,
+                selection.ram_claim,
+                selection.fraction(gpu_type),
+                selection.mfs(gpu_type),
+                selection.is_diffusion,
+                selection.gpu_count,
+                selection.tp_rule,
+                selection.ram_rule,
+            )
+            several = (worker for worker in workers if len(worker.gpus) >= 2)
+            for worker, outcome in selection.runner.run(_RULE, inputs, gpu_type, several):
+                for total, satisfied in outcome.tracked:  # GPUStack's "largest group" bookkeeping
+                    if total > tracker.vram:
+                        tracker.vram, tracker.satisfied = total, satisfied
+                        tracker.total_gpus = len(worker.gpus)
+                if outcome.candidate is None:
+                    _record_failure(selection, gpu_type)
+                    continue
+                candidates.append(outcome.candidate)
+        return candidates
 
 
 def _record_failure(selection: Selection, gpu_type: str | None) -> None:
-    tracker = selection.multi_gpu
-    tp_message = selection.tp_problem(tracker.satisfied)
+    tracker = selection.log.multi_gpu
+    tp_message = selection.tp_rule.problem(tracker.satisfied)
     if tp_message:
         lines = [tp_message]
-        reason = "tp_not_divisible"
+        reason = Reason.TP_NOT_DIVISIBLE
     else:
         lines = [_capacity_message(selection, gpu_type)]
-        reason = "insufficient_vram"
-    selection.events.add(Level.INFO, Action.AUTO_SINGLE_WORKER_MULTI_GPU, list_message(lines), reason)
+        reason = Reason.INSUFFICIENT_VRAM
+    selection.log.events.add(Level.INFO, Action.AUTO_SINGLE_WORKER_MULTI_GPU, list_message(lines), reason)
 
 
 def _capacity_message(selection: Selection, gpu_type: str | None) -> str:
-    tracker = selection.multi_gpu
+    tracker = selection.log.multi_gpu
     if selection.is_diffusion:
         needed = byte_to_gib(int(selection.effective_vram(gpu_type)))
         return (

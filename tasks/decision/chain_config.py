@@ -11,11 +11,11 @@ run, each with an ``enabled`` switch, and the scorer::
       "max_candidates": 16
     }
 
-Filter and strategy names are the ``name`` attributes of the plugins of the
-core's default chain (:data:`scheduler_core.DEFAULT_CHAIN`): filters
-``cluster``, ``gpu_selector``, ``labels``, ``status``; strategies
-``manual_gpu_selection``, ``single_worker_single_gpu``,
-``single_worker_multi_gpu``, ``multi_worker_multi_gpu``. ``scorer`` is ``model``
+Filter and strategy names are the keys of the core's
+:data:`scheduler_core.FILTERS_BY_NAME` (``cluster``, ``gpu_selector``,
+``labels``, ``status``) and :data:`scheduler_core.STRATEGIES_BY_NAME`
+(``manual_gpu_selection``, ``single_worker_single_gpu``,
+``single_worker_multi_gpu``, ``multi_worker_multi_gpu``). ``scorer`` is ``model``
 (the model's own ``placement_strategy``, GPUStack's behaviour), ``spread`` or
 ``binpack`` (forced for every request). ``max_candidates`` caps the candidates
 a result lists (the chosen one is always among them; ``candidates_total`` says
@@ -28,18 +28,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from scheduler_core import DEFAULT_CHAIN, Chain, canonical_json
-
-#: Filters by name, in GPUStack's default order.
-FILTERS_BY_NAME = {f.name: f for f in DEFAULT_CHAIN.filters}
-#: Strategies by name, in GPUStack's default order.
-STRATEGIES_BY_NAME = {s.name: s for s in DEFAULT_CHAIN.strategies}
+from scheduler_core import FILTERS_BY_NAME, STRATEGIES_BY_NAME, Chain, canonical_json
 
 
 class ChainConfigError(ValueError):
@@ -86,7 +82,7 @@ class ChainSpec(BaseModel):
         return hashlib.sha256(canonical_json(self.model_dump(mode="json")).encode()).hexdigest()
 
 
-def _check_names(section: str, switches: list[PluginSwitch], known: dict[str, Any]) -> None:
+def _check_names(section: str, switches: list[PluginSwitch], known: Mapping[str, Any]) -> None:
     seen: set[str] = set()
     for position, switch in enumerate(switches):
         if switch.name not in known:

@@ -84,11 +84,17 @@ def test_tuner_refusal_keeps_the_placement_and_reports_it():
     assert (result.events[-1].level, result.events[-1].message) == ("error", message)
 
 
-def test_malformed_diffusion_flag_is_rejected():
-    """Bad input: a flag value that does not parse is rejected before placement."""
+def test_malformed_diffusion_flag_keeps_the_placement_and_reports_it():
+    """Rule: GPUStack places an IMAGE model whatever its diffusion flags say (a non-integer
+    --num-gpus reads as unset); SGLang's argument parser would refuse it at start-up, so the
+    launch plan carries that error instead of a plan."""
     bad = z_image(backend_parameters=["--num-gpus", "two"])
     result = schedule(request(bad, [uniform_worker(1, "big", 1, H100)]))
-    assert (result.status, result.error.field) == ("rejected", "model.backend_parameters")
+    assert result.status == "scheduled"
+    error = result.launch.diffusion["error"]
+    assert (error["code"], error["field"]) == ("invalid_backend_parameters", "model.backend_parameters")
+    assert "two" in error["message"]
+    assert result.events[-1].level == "error"
 
 
 def test_unknown_pipeline_falls_back_to_diffusers_generic():

@@ -176,7 +176,7 @@ def test_calculator_manual_selection_sets_tp_and_pp_and_min_gpu():
     )
     calc = MemFractionCalculator(flags(), selection, "cuda", ClusterState(workers, []), None)
     assert (calc.max_tp(), calc.max_pp()) == (3, 2)
-    value = calc.fraction(workers)
+    value = calc.fraction(calc.inputs(workers))
     assert value == 0.733
     assert int(RTX_4080 * value) == 12_586_695_262
     assert int(RTX_4090 * value) == 19_069_120_020
@@ -188,7 +188,7 @@ def test_calculator_gpus_per_replica_raises_max_tp():
     selection = ManualSelection(by_type={"cuda": {"a": [0, 1, 2, 3]}}, gpus_per_replica=4, active=True)
     calc = MemFractionCalculator(flags(), selection, "cuda", ClusterState(workers, []), None)
     assert calc.max_tp() == 4
-    assert calc.fraction(workers) == 0.828  # as 4090 at tp 4: bs 80, tp·pp/8 GiB = 512 MiB
+    assert calc.fraction(calc.inputs(workers)) == 0.828  # as 4090 at tp 4: bs 80, tp·pp/8 GiB = 512 MiB
 
 
 def test_calculator_detects_npu_by_vendor_or_type():

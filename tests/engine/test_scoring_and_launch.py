@@ -6,10 +6,10 @@ import pytest
 from builders import GIB, H100, RTX_4090, instance, model, request, uniform_worker, view
 
 from scheduler_core import schedule
+from scheduler_core.candidates import Candidate, Claim, Subordinate
 from scheduler_core.cluster import ClusterState
 from scheduler_core.launch import launch_arguments, parallelism
 from scheduler_core.scoring import binpack_score, pick_highest
-from scheduler_core.strategies import Candidate, Claim, Subordinate
 
 CLAIM_4090 = 22_060_864_634  # int(4090 total × 0.848)
 
@@ -158,12 +158,14 @@ def test_launch_for_distributed_candidate_respects_user_dist_init_addr():
 
 def test_max_candidates_keeps_the_best_in_selector_order():
     """Option: a chain may cap reported candidates; the pick and selector order are kept."""
-    from scheduler_core import Chain
+    from dataclasses import replace
+
+    from scheduler_core import DEFAULT_CHAIN
 
     workers = [uniform_worker(i, f"w{i}", 1, RTX_4090) for i in range(1, 6)]
     busy = [instance(1, 3, {0: GIB}, model_id=42)]  # w3 is the only worse spread candidate
     full = schedule(request(model(), workers, busy))
-    capped = schedule(request(model(), workers, busy), chain=Chain(max_candidates=2))
+    capped = schedule(request(model(), workers, busy), chain=replace(DEFAULT_CHAIN, max_candidates=2))
     assert (full.candidates_total, capped.candidates_total) == (5, 5)
     assert [c.worker_name for c in capped.candidates] == ["w1", "w2"]
     assert capped.candidates[capped.selected] == full.candidates[full.selected]

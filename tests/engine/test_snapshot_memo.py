@@ -11,13 +11,13 @@ GPU types (CUDA and ROCm, mixed workers), states and the worker list itself.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler_core import ModelInstance, ScheduleRequest, SnapshotMemo, Worker, schedule
-from scheduler_core.decision import Chain
+from scheduler_core import DEFAULT_CHAIN, ModelInstance, ScheduleRequest, SnapshotMemo, Worker, schedule
 from tests.builders import GIB, H100, MI300X, RTX_4090, gpu, model, weight_for_estimate, worker
 
 TOTALS = {"cuda": (RTX_4090, H100, 48 * GIB), "rocm": (MI300X,)}
@@ -110,7 +110,7 @@ def test_memo_matches_fresh_decisions_on_a_moving_cluster(seed: int) -> None:
     workers = [Worker.model_validate(_worker_row(rng, i)) for i in range(1, rng.randint(3, 12))]
     placed: list[ModelInstance] = []
     memo = SnapshotMemo()
-    chain = Chain(max_candidates=rng.choice([None, 3]))
+    chain = replace(DEFAULT_CHAIN, max_candidates=rng.choice([None, 3]))
     for step in range(14):
         row = _model_row(rng, workers)
         request = ScheduleRequest.model_validate({"request_id": f"r{step}", "model": row}).model_copy(
@@ -162,7 +162,7 @@ def test_memo_reuses_outcomes_of_unchanged_workers() -> None:
 )
 def test_shown_candidates_are_the_best_scoring_earliest_first(scores: list[float], limit: int) -> None:
     """The capped list is the ``limit`` best by (score desc, index asc), in selector order."""
-    from scheduler_core.decision import _shown_candidates
+    from scheduler_core._render import shown_candidates as _shown_candidates
 
     expected = sorted(sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:limit])
     assert _shown_candidates(scores, limit) == expected
@@ -219,9 +219,10 @@ def _reference_spread(
 @given(seed=st.integers(min_value=0, max_value=2**32 - 1))
 def test_spread_scores_match_the_direct_formula(seed: int) -> None:
     """Per-worker counts (remembered across decisions) give GPUStack's spread scores exactly."""
-    from scheduler_core.cluster import ClusterState, worker_view
+    from scheduler_core.candidates import Candidate, Claim
+    from scheduler_core.cluster import ClusterState
     from scheduler_core.scoring import spread_scores
-    from scheduler_core.strategies._base import Candidate, Claim
+    from scheduler_core.workers import worker_view
 
     rng = random.Random(seed)
     rows = [Worker.model_validate(_worker_row(rng, i)) for i in range(1, 7)]

@@ -454,10 +454,13 @@ def test_manual_overcommit_using_part_of_the_selection():
 def _selection_without_fraction(workers, instances):
     """A decision state for a model without a fraction (GPUStack's non-LLM path, util 0)."""
     from scheduler_core._schemas import ModelInstance, ModelSpec, Worker
-    from scheduler_core.cluster import ClusterState, worker_view
+    from scheduler_core.arguments import TpRule
+    from scheduler_core.caching import StageRunner
+    from scheduler_core.cluster import ClusterState, group_workers_by_gpu_type
     from scheduler_core.mem_fraction import ManualSelection
-    from scheduler_core.model_facts import ModelParameters
-    from scheduler_core.strategies import Selection
+    from scheduler_core.model_config import ModelParameters
+    from scheduler_core.selection import Selection
+    from scheduler_core.workers import worker_view
 
     views = [worker_view(Worker.model_validate(w)) for w in workers]
     cluster = ClusterState(views, [ModelInstance.model_validate(i) for i in instances])
@@ -473,7 +476,10 @@ def _selection_without_fraction(workers, instances):
         gpu_count=2,
         manual=manual,
         selected_workers=("w",),
-        check_vision_tp=True,
+        tp_rule=TpRule.of(ModelParameters(), True),
+        ordered=views,
+        workers_by_type=group_workers_by_gpu_type(views),
+        runner=StageRunner(cluster),
     )
     return selection, views
 
@@ -482,18 +488,18 @@ def test_overcommit_text_without_a_fraction():
     """Rule: non-LLM overcommit text (util 0, GPUStack's base selector): whole selection used →
     'Selected GPUs have X GiB of VRAM.'; part of it → 'Using ... out of N selected devices.' and
     'Used GPUs provide X GiB allocatable VRAM.' (GiB as byte_to_gib prints them, not .2f)."""
-    from scheduler_core.strategies import Candidate, Claim
+    from scheduler_core.candidates import Candidate, Claim
     from scheduler_core.strategies.manual import _Request, _triage
 
     selection, views = _selection_without_fraction([uniform_worker(1, "w", 2, RTX_4090)], [])
     claim = Claim(vram={0: 1, 1: 1}, ram=None, vram_utilization=0.0, estimated_vram=None)
     need = _Request(vram=30 * GIB, ram=0)
     _triage(selection, views, [Candidate(views[0], "cuda", (0, 1), claim)], need, total_selected=2)
-    assert selection.events.events[-1].message == (
+    assert selection.log.events.events[-1].message == (
         "- Manual GPU selection resulted in resource overcommit.\n- Selected GPUs have 48.46 GiB of VRAM."
     )
     _triage(selection, views, [Candidate(views[0], "cuda", (1,), claim)], need, total_selected=2)
-    assert selection.events.events[-1].message == (
+    assert selection.log.events.events[-1].message == (
         "- Manual GPU selection resulted in resource overcommit.\n"
         "- Using worker w GPU indexes [1] out of 2 selected devices.\n"
         "- Used GPUs provide 24.23 GiB allocatable VRAM."
@@ -523,7 +529,7 @@ def test_overcommit_llm_text_has_two_decimals_and_untruncated_effective_vram():
 def test_used_devices_abbreviate_beyond_eight_indexes_and_name_other_workers():
     """Rule: abbreviate_worker_gpu_indexes with GPUStack's limit 8 here: '[0, 1]' as Python prints a
     short list, '[0,1,...,7...(more 2)]' beyond 8; the other workers' GPUs are counted."""
-    from scheduler_core.strategies import Candidate, Claim, Subordinate
+    from scheduler_core.candidates import Candidate, Claim, Subordinate
     from scheduler_core.strategies.manual import _usage, _used_devices
 
     selection, views = _selection_without_fraction([uniform_worker(1, "w", 2, RTX_4090)], [])

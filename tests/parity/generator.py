@@ -123,6 +123,7 @@ class _Builder:
         self.rng = rng
         self.tags: set[str] = set()
         self.cluster_id = 1
+        self.big = False
         self.next_instance_id = 100 + rng.randint(0, 50)
 
     def tag(self, *names: str) -> None:
@@ -133,9 +134,12 @@ class _Builder:
         rng = self.rng
         self.cluster_id = _weighted(rng, {1: 6, 2: 1, 7: 1})
         workload = _weighted(
-            rng, {"llm": 60, "vlm": 10, "embedding": 9, "diffusion": 11, "tts": 4, "no_worker": 0.5}
+            rng,
+            {"llm": 48, "big": 14, "vlm": 10, "embedding": 9, "diffusion": 11, "tts": 4, "no_worker": 0.5},
         )
         self.tag(f"workload:{workload}")
+        self.big = workload == "big"
+        workload = "llm" if self.big else workload
         workers = self.cluster()
         entry = self.entry(workload)
         model = self.model(entry, workload)
@@ -161,27 +165,37 @@ class _Builder:
         if "workload:no_worker" in self.tags:
             self.tag("no_workers")
             return []
-        count = self.worker_count()
-        layout = _weighted(rng, {"uniform": 55, "counts": 20, "kinds": 22, "odd_worker": 3})
+        if self.big:  # a model larger than one node, on a few multi-GPU nodes: the multi-worker strategy
+            count = rng.randint(2, 8) if rng.random() < 0.75 else rng.randint(9, 16)
+            layout = _weighted(rng, {"uniform": 70, "counts": 30})
+            kinds = [self.kind(big=True)]
+        else:
+            count = self.worker_count()
+            layout = _weighted(rng, {"uniform": 55, "counts": 20, "kinds": 22, "odd_worker": 3})
+            kinds = [self.kind() for _ in range(rng.randint(2, 3))] if layout == "kinds" else [self.kind()]
         self.tag(f"cluster:{layout}")
-        kinds = [self.kind() for _ in range(rng.randint(2, 3))] if layout == "kinds" else [self.kind()]
         fixed = rng.choice(kinds[0].per_host)
         workers = []
         for n in range(count):
             kind = rng.choice(kinds)
             per_host = fixed if layout == "uniform" else rng.choice((*kind.per_host, 1, 2, 4, 8))
             workers.append(self.worker(n, count, kind, per_host))
-        if layout == "odd_worker":
-            self.odd_worker(rng.choice(workers))
-        self.sprinkle_rare(workers)
+        with_gpus = [w for w in workers if w["status"]["gpu_devices"]]
+        if layout == "odd_worker" and with_gpus:
+            self.odd_worker(rng.choice(with_gpus))
+        self.sprinkle_rare(with_gpus)
         return workers
 
-    def kind(self) -> GpuKind:
-        return GPU_KINDS[_weighted(self.rng, dict(KIND_WEIGHTS.items()))]
+    def kind(self, big: bool = False) -> GpuKind:
+        weights = {k: w for k, w in KIND_WEIGHTS.items() if not big or max(GPU_KINDS[k].per_host) >= 4}
+        return GPU_KINDS[_weighted(self.rng, weights)]
 
     def worker(self, n: int, count: int, kind: GpuKind, per_host: int) -> Json:
         rng = self.rng
         per_host = 1 if kind.unified else per_host
+        if not self.big and rng.random() < 0.015:
+            per_host = 0  # a CPU-only worker
+            self.tag("cpu_worker")
         worker_id = n + 1
         name = f"{kind.slug.replace('.', '')}-{'node' if count < 10 else 'n'}{n + 1:02d}"
         state = "ready" if rng.random() < 0.93 else rng.choice(NOT_READY_STATES)
@@ -273,6 +287,8 @@ class _Builder:
     def sprinkle_rare(self, workers: list[Json]) -> None:
         """A zero-size GPU, or a worker whose ``system_reserved`` is null or absent (both rare)."""
         rng = self.rng
+        if not workers:
+            return
         if rng.random() < 0.004:
             gpu = rng.choice(rng.choice(workers)["status"]["gpu_devices"])
             gpu["memory"] = dict(gpu["memory"], total=0, used=0)
@@ -295,6 +311,8 @@ class _Builder:
             "tts": TTS,
             "no_worker": LLMS,
         }[workload]
+        if self.big:
+            table = tuple(e for e in LLMS + VLMS if e.weight_bytes > 60 * 10**9)
         entry: ModelEntry = self.rng.choice(table)
         self.tag(f"model:{entry.key}")
         return entry
@@ -485,7 +503,7 @@ class _Builder:
             name,
             backend="vLLM" if pick == "vllm" else "SGLang",
         )
-        if rng.random() < 0.02:
+        if rng.random() < 0.005:
             instance["gpu_type"] = None
             self.tag("instance_gpu_type_null")
         if model.get("extended_kv_cache") and rng.random() < 0.3:
@@ -567,7 +585,10 @@ class _Builder:
     def manual(self, model: Json, workers: list[Json]) -> None:
         rng = self.rng
         self.tag("manual")
-        chosen_workers = rng.sample(workers, min(len(workers), _weighted(rng, {1: 70, 2: 24, 3: 6})))
+        with_gpus = [w for w in workers if w["status"]["gpu_devices"]]
+        if not with_gpus:
+            return
+        chosen_workers = rng.sample(with_gpus, min(len(with_gpus), _weighted(rng, {1: 70, 2: 24, 3: 6})))
         gpu_ids: list[str] = []
         for worker in chosen_workers:
             devices = worker["status"]["gpu_devices"]
@@ -601,6 +622,9 @@ class _Builder:
         form = rng.choice(argforms.FORMS)
         self.tag(f"params:{form}")
         params = argforms.render(pairs, form, rng)
+        if rng.random() < 0.004:
+            params.append('--served-model-name "prod model')  # unbalanced quote: shell-splitting fails
+            self.tag("unbalanced_quote")
         if rng.random() < 0.03 and params:
             params = self.repeated_flag(params)
         return params
@@ -618,7 +642,7 @@ class _Builder:
                     self.tag("skip_gpu_count_check")
                 return count * 2 if count < 8 else count // 2
             return count
-        sizes = [len(w["status"]["gpu_devices"]) for w in workers] or [1]
+        sizes = [len(w["status"]["gpu_devices"]) for w in workers if w["status"]["gpu_devices"]]
         return rng.choice([*sizes, 1, 2, 4, 8])
 
     def llm_pairs(self, model: Json, workers: list[Json], entry: ModelEntry) -> list[argforms.Pair]:
@@ -635,16 +659,30 @@ class _Builder:
         size = self.world_size(model, workers)
         tp_flag = "--tp-size" if rng.random() < 0.85 else "--tensor-parallel-size"
         shape = _weighted(
-            rng, {"tp": 70, "tp_pp": 8, "tp_dp": 6, "nnodes": 6, "odd_tp": 6, "tp_zero": 0.6, "not_int": 3.4}
+            rng,
+            {
+                "tp": 68,
+                "tp_pp": 8,
+                "tp_dp": 6,
+                "nnodes": 6,
+                "dp_nnodes": 2,
+                "odd_tp": 6,
+                "tp_zero": 0.6,
+                "not_int": 3.4,
+            },
         )
         self.tag(f"parallel:{shape}")
+        if shape == "dp_nnodes":  # multi-node data parallelism needs dp attention
+            pairs = [(tp_flag, str(size)), ("--dp-size", "2"), ("--nnodes", "2")]
+            return pairs + ([("--enable-dp-attention", None)] if rng.random() < 0.5 else [])
         if shape == "tp_pp" and size >= 2:
             return [(tp_flag, str(size // 2)), ("--pp-size", "2")]
         if shape == "tp_dp" and size >= 2:
             pairs = [(tp_flag, str(size // 2)), ("--dp-size", "2")]
             return pairs + ([("--enable-dp-attention", None)] if rng.random() < 0.5 else [])
         if shape == "nnodes":
-            return [(tp_flag, str(size)), ("--nnodes", rng.choice(("2", "2", "3"))), ("--node-rank", "0")]
+            nnodes = rng.choice(("2", "2", "3", "two"))
+            return [(tp_flag, str(size)), ("--nnodes", nnodes), ("--node-rank", "0")]
         if shape == "odd_tp":
             return [(tp_flag, rng.choice(("3", "6", "12", "16")))]
         if shape == "tp_zero":
@@ -658,7 +696,7 @@ class _Builder:
         rng = self.rng
         pairs: list[argforms.Pair] = []
         if rng.random() < 0.15:
-            value = rng.choice(("0.7", "0.75", "0.8", "0.85", "0.88", "0.9", "0.92", ".85"))
+            value = rng.choice(("0.7", "0.75", "0.8", "0.85", "0.88", "0.9", "0.92", ".85", "auto"))
             if rng.random() < 0.04:
                 value = rng.choice(("0", "0.0"))
                 self.tag("mem_fraction_static_zero")

@@ -46,7 +46,8 @@ def _slug(group: str) -> str:
     return words[:60].rstrip("-")
 
 
-def _write(path: Path, case: Json) -> None:
+def write_case(path: Path, case: Json) -> None:
+    """Write a case file (one key per line, stable)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(case, indent=1, ensure_ascii=False) + "\n")
 
@@ -76,7 +77,7 @@ def record(decide: Callable[[Json], Json], groups: dict[str, list[Outcome]]) -> 
         first = outcomes[0]
         case = shrink_case(decide, first)
         path = PENDING / f"{_slug(group)}--{first.id.replace(':', '-')}.json"
-        _write(path, case)
+        write_case(path, case)
         written[group] = path
     return written
 
@@ -91,7 +92,7 @@ def promote() -> list[str]:
             lines.append(f"pending   {path.name}: still differs in {', '.join(paths)}")
             continue
         case.pop("gpusched_when_recorded", None)
-        _write(REGRESSIONS / path.name, case)
+        write_case(REGRESSIONS / path.name, case)
         path.unlink()
         lines.append(f"promoted  {path.name}")
     return lines

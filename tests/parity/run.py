@@ -4,6 +4,7 @@
     python -m tests.parity.run --record                      # + shrink each differing group into pending/
     python -m tests.parity.run --promote                     # pending/ cases we now match -> regressions/
     python -m tests.parity.run --show 1-17                   # one scenario: both comparable results
+    python -m tests.parity.run --pin                         # a shrunk regression case per issue-8 rule
 
 Prints: scenarios run, the status distribution, identical, excused (per
 deliberate difference), differing (grouped by which fields differ, with the
@@ -28,6 +29,7 @@ from tests.parity.check import Outcome, classify, ours
 from tests.parity.compare import comparable, differences
 from tests.parity.generator import Scenario, example_scenarios, generate, scenario_by_id
 from tests.parity.oracle_client import REPO, Oracle
+from tests.parity.pin import RULES, pin
 from tests.parity.regressions_io import PENDING, REGRESSIONS, promote, record
 
 Json = dict[str, Any]
@@ -172,15 +174,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--promote", action="store_true", help="move pending regressions we now match")
     parser.add_argument("--markdown", type=Path, help="also write the summary as Markdown to this file")
     parser.add_argument("--show", metavar="ID", help="print one scenario and both results")
+    parser.add_argument("--pin", action="store_true", help="write a shrunk regression case per issue-8 rule")
     args = parser.parse_args(argv)
     if args.promote:
         for line in promote():
             print(line)
         return 0
-    pool = OraclePool(1 if args.show else args.oracles)
+    pool = OraclePool(1 if args.show or args.pin else args.oracles)
     try:
         if args.show:
             show(pool, args.show)
+            return 0
+        if args.pin:
+            for rule in RULES:
+                path = pin(rule, pool.decide, tuple(args.seeds), args.count)
+                print(f"{rule.tag:24s} {path.relative_to(REPO) if path else 'no qualifying scenario'}")
             return 0
         scenarios: Iterable[Scenario] = (s for seed in args.seeds for s in generate(seed, args.count))
         if not args.no_examples:

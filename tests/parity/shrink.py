@@ -119,9 +119,9 @@ def _without(mapping: Json, key: str) -> Json:
     return {k: v for k, v in mapping.items() if k != key}
 
 
-def _model_fields(request: Json) -> Iterator[Json]:
+def _model_fields(request: Json, optional: tuple[str, ...] = OPTIONAL_MODEL_FIELDS) -> Iterator[Json]:
     model = request["model"]
-    for key in OPTIONAL_MODEL_FIELDS:
+    for key in optional:
         if key in model:
             yield dict(request, model=_without(model, key))
     for key in ("worker_selector", "env"):
@@ -156,17 +156,22 @@ def _strip_gpu_field(worker: Json, key: str) -> Json:
 STEPS: tuple[Step, ...] = (_workers, _instances, _gpus, _params, _model_fields, _worker_fields)
 
 
-def shrink(request: Json, keep: Callable[[Json], bool], budget: int = 600) -> Json:
+def shrink(
+    request: Json, keep: Callable[[Json], bool], budget: int = 600, keep_model_fields: tuple[str, ...] = ()
+) -> Json:
     """The smallest request found from ``request`` for which ``keep`` still holds.
 
     ``keep(request)`` must be true on entry; it is called at most ``budget`` times.
+    ``keep_model_fields`` are model fields never dropped (e.g. ``weight_bytes`` for realism).
     """
+    optional = tuple(f for f in OPTIONAL_MODEL_FIELDS if f not in keep_model_fields)
+    steps = [step if step is not _model_fields else (lambda r: _model_fields(r, optional)) for step in STEPS]
     current = copy.deepcopy(request)
     calls = 0
     progress = True
     while progress and calls < budget:
         progress = False
-        for step in STEPS:
+        for step in steps:
             for candidate in step(current):
                 if calls >= budget:
                     return current

@@ -7,7 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler_core import ModelInstance, Worker
-from scheduler_core.cluster import ClusterState, worker_view
+from scheduler_core.cluster import ClusterState
+from scheduler_core.workers import worker_view
 from tasks.intake.snapshots import parse_snapshot
 from tasks.state.ledger import (
     decode_amounts,

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler_core import _safetensors
-from scheduler_core.model_facts import ModelFolderError, SafetensorsHeader, read_safetensors_header
+from scheduler_core.model_folder import ModelFolderError, SafetensorsHeader, read_safetensors_header
 
 TIB = 1 << 40
 

@@ -1,36 +1,24 @@
-"""GPUStack's SGLang resource-fit selector, as one decision over a snapshot.
+"""GPUStack's SGLang selector constructor and argument checks, before any GPU is looked at.
 
-Order of work (``SGLangResourceFitSelector``): derive the GPU count from the
-backend parameters and the manual selection, validate the arguments against
-the model's hyperparameters, compute ``--mem-fraction-static`` per GPU type,
-estimate the claims, record the default message, then run the strategies in
-order; the first that yields candidates wins.
+``SGLangResourceFitSelector.__init__`` derives the GPU count from the backend
+parameters and the manual selection (``_set_gpu_count``);
+``_validate_and_set_arguments`` checks the flags against each other and the
+model's hyperparameters. Texts and order are upstream's. An error of the
+constructor and an error of the checks are stored differently by GPUStack
+(:data:`INIT_CONTEXT`, :data:`FIND_CONTEXT`), so each carries its context.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from scheduler_core._schemas import ModelSpec
-from scheduler_core._units import byte_to_gib
-from scheduler_core.cluster import WorkerView
 from scheduler_core.errors import RequestError
-from scheduler_core.events import Action, Event, Level, list_message
-from scheduler_core.mem_fraction import FractionFlags, ManualSelection, MemFractionCalculator
-from scheduler_core.model_facts import ModelParameters
+from scheduler_core.gpu_ids import parse_gpu_id, selected_worker_names
+from scheduler_core.mem_fraction import ManualSelection
+from scheduler_core.model_config import ModelParameters
 from scheduler_core.params import BackendParameters, ParameterError
-from scheduler_core.strategies import DEFAULT_STRATEGIES
-from scheduler_core.strategies._base import (
-    Candidate,
-    Selection,
-    Strategy,
-    tp_divisibility_problem,
-)
 
-#: GPUStack's gpu id format ``<worker_name>:<type>:<index>`` (``utils/gpu.py``).
-GPU_ID_PATTERN = re.compile(r"^(?P<worker_name>.+):(?P<device>[^:]+):(?P<gpu_index>\d+)$")
 #: Env switch that lets a manual selection differ from the world size.
 SKIP_GPU_COUNT_CHECK_ENV = "GPUSTACK_SKIP_GPU_COUNT_CHECK"
 _TRUTHY_ENV = frozenset({"1", "true", "yes", "on"})
@@ -47,7 +35,8 @@ _MISMATCH_ADVICE = (
     "If the mismatch is intentional, add GPUSTACK_SKIP_GPU_COUNT_CHECK=1 to the model's "
     "environment variables to bypass this check and keep the selected gpu count."
 )
-_FIND_CONTEXT = "Failed to find candidate"
+#: GPUStack's prefix for an error raised while selecting (``scheduler.py: _schedule_one``).
+FIND_CONTEXT = "Failed to find candidate"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,27 +74,27 @@ def world_size(params: BackendParameters) -> tuple[int | None, list[str]]:
 
 
 def _manual_selection(model: ModelSpec) -> tuple[ManualSelection, tuple[str, ...]]:
+    """``utils/gpu.py: group_gpu_indexes_by_gpu_type_and_worker`` plus the selected workers."""
     selector = model.gpu_selector
+    gpu_ids = (selector.gpu_ids if selector else None) or ()
     by_type: dict[str, dict[str, list[int]]] = {}
     seen: set[str] = set()
-    for position, gpu_id in enumerate((selector.gpu_ids if selector else None) or ()):
-        match = GPU_ID_PATTERN.match(gpu_id)
+    for position, gpu_id in enumerate(gpu_ids):
+        parsed = parse_gpu_id(gpu_id)
         field = f"model.gpu_selector.gpu_ids.{position}"
-        if match is None:
-            raise RequestError(field, f"Invalid GPU id {gpu_id!r}: expected <worker_name>:<type>:<index>.")
+        if parsed is None:
+            raise RequestError(field, f"Invalid GPU ID: {gpu_id}", "invalid_gpu_id", FIND_CONTEXT)
         if gpu_id in seen:
             raise RequestError(field, f"GPU id {gpu_id!r} is selected twice.")
         seen.add(gpu_id)
-        per_worker = by_type.setdefault(match["device"], {})
-        per_worker.setdefault(match["worker_name"], []).append(int(match["gpu_index"]))
+        by_type.setdefault(parsed.gpu_type, {}).setdefault(parsed.worker_name, []).append(parsed.index)
     frozen = {t: {w: sorted(ix) for w, ix in per.items()} for t, per in by_type.items()}
-    workers = tuple(dict.fromkeys(w for per in frozen.values() for w in per))
     manual = ManualSelection(
         by_type=frozen,
         gpus_per_replica=selector.gpus_per_replica if selector else None,
         active=selector is not None,
     )
-    return manual, workers
+    return manual, tuple(selected_worker_names(gpu_ids))
 
 
 def _skip_gpu_count_check(model: ModelSpec) -> bool:
@@ -163,7 +152,7 @@ def build_plan(model: ModelSpec, *, diffusion: bool = False) -> Plan:
 
 
 def _argument_error(message: str) -> RequestError:
-    return RequestError(_PARAMS_FIELD, message, "invalid_backend_parameters", _FIND_CONTEXT)
+    return RequestError(_PARAMS_FIELD, message, "invalid_backend_parameters", FIND_CONTEXT)
 
 
 def _nnodes(params: BackendParameters) -> int:
@@ -240,87 +229,49 @@ def validate_arguments(plan: Plan, model_params: ModelParameters) -> float:
     if (tp * pp) % nnodes != 0:
         raise _argument_error(f"tp-size {tp * pp} must be divisible by nnodes")
     _check_combinations(params, pp, dp, mixed_chunk)
-    tp_problem = tp_divisibility_problem(model_params, plan.check_vision_tp, tp)
+    tp_problem = TpRule.of(model_params, plan.check_vision_tp).problem(tp)
     if tp_problem:
         raise _argument_error(tp_problem + " Consider adjusting your tp-size value.")
     return _user_fraction(params)
 
 
-def fractions_by_type(
-    plan: Plan, selection: Selection, workers: Sequence[WorkerView], user_fraction: float
-) -> dict[str | None, float]:
-    """GPUStack's ``cal_mem_fraction_static``: one fraction per GPU type present.
-
-    Under manual selection only the selected types get one. The ``"*"`` entry
-    (0) is GPUStack's fallback key; GPU-less workers form type ``None``.
-    """
-    flags = FractionFlags.from_parameters(plan.params)
-    by_type = selection.workers_by_type(workers)
-    valid = set(plan.manual.by_type) if plan.manual.by_type else set(by_type)
-    fractions: dict[str | None, float] = {"*": 0.0}
-    for gpu_type, workers_of_type in by_type.items():
-        if gpu_type not in valid:
-            continue
-        if user_fraction > 0:
-            fractions[gpu_type] = user_fraction
-            continue
-        calculator = MemFractionCalculator(
-            flags, plan.manual, gpu_type, selection.cluster, selection.model_params.vision_config
-        )
-        fractions[gpu_type] = calculator.fraction(workers_of_type)
-    return fractions
-
-
-def default_message(selection: Selection) -> str:
-    """The estimate headline GPUStack shows first."""
-    head = f"The model requires approximately {byte_to_gib(selection.vram_claim)} GiB of VRAM"
-    if selection.ram_claim > 0:
-        head += f" and {byte_to_gib(selection.ram_claim)} GiB of RAM"
-    lines = [head + "."]
-    highest = max(selection.mfs_by_type.values()) if selection.mfs_by_type else 0
-    if highest != 0 and not selection.is_diffusion:
-        lines.append(
-            f"With --mem-fraction-static={highest}, all GPUs combined need to provide at least "
-            f"{byte_to_gib(int(selection.vram_claim / highest))} GiB of total VRAM and each GPU "
-            f"needs {int(highest * 100)}% of allocatable VRAM."
-        )
-    return list_message(lines)
-
-
 @dataclass(frozen=True, slots=True)
-class SelectorOutcome:
-    """Candidates in selector order, GPUStack's messages, the events, the deciding stage."""
+class TpRule:
+    """GPUStack's ``_check_tp_size_divisibility`` for one model (hashable: a rule input).
 
-    candidates: tuple[Candidate, ...]
-    messages: tuple[str, ...]
-    events: tuple[Event, ...]
-    stage: str | None
-
-
-def _set_messages(selection: Selection) -> None:
-    if not selection.messages:
-        selection.messages.append(selection.events.assemble_message())
-
-
-def run_strategies(
-    selection: Selection,
-    workers: Sequence[WorkerView],
-    strategies: Sequence[Strategy] = DEFAULT_STRATEGIES,
-) -> SelectorOutcome:
-    """Record the default message and run the strategies; first non-empty result wins.
-
-    ``workers`` must already be sorted by GPU count (:func:`sort_workers_by_gpu_count`).
+    KV heads are not checked (upstream does not).
     """
-    selection.events.add(Level.INFO, Action.DEFAULT, default_message(selection))
-    for strategy in strategies:
-        if strategy.skip(selection):
-            continue
-        candidates = strategy(selection, workers)
-        if len(candidates) == 1 and candidates[0].overcommit:
-            _set_messages(selection)
-        if candidates:
-            return SelectorOutcome(
-                tuple(candidates), tuple(selection.messages), selection.events.events, strategy.name
+
+    heads: int | None
+    vision_heads: int | None
+    check_vision: bool
+    vocab_size: int | None
+
+    @classmethod
+    def of(cls, params: ModelParameters, check_vision: bool) -> TpRule:
+        """The rule for a model's hyperparameters (``--language-only`` skips the vision check)."""
+        return cls(
+            params.num_attention_heads, params.vision_num_attention_heads, check_vision, params.vocab_size
+        )
+
+    def problem(self, tp: int | None) -> str | None:
+        """The first failing check's text; None when ``tp`` is 0/None or everything divides."""
+        if not tp:
+            return None
+        if self.heads and self.heads % tp != 0:
+            return (
+                f"Total number of attention heads ({self.heads}) must be divisible "
+                f"by tensor parallel size ({tp})."
             )
-    _set_messages(selection)
-    return SelectorOutcome((), tuple(selection.messages), selection.events.events, None)
+        if self.check_vision and self.vision_heads and self.vision_heads % tp != 0:
+            return (
+                f"Total number of vision attention heads ({self.vision_heads}) must be divisible "
+                f"by tensor parallel size ({tp})."
+            )
+        if self.vocab_size and self.vocab_size % tp != 0:
+            return f"Vocabulary size ({self.vocab_size}) must be divisible by tensor parallel size ({tp})."
+        return None
+
+    def divisible(self, tp: int | None) -> bool:
+        """GPUStack's ``_is_tp_size_divisible``: False for 0/None or any failing check."""
+        return bool(tp) and self.problem(tp) is None

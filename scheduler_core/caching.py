@@ -1,0 +1,283 @@
+"""Reuse of work within and across decisions: the only module that knows about it.
+
+The rules (filters, strategies, the fraction calculator, scoring) are pure and
+cache-free. Two things here make them cheap to run over large clusters, and
+neither changes a result (property tests compare decisions with and without):
+
+* :class:`StageRunner` maps a per-worker rule over workers. Workers whose GPUs
+  and allocatable memory are equal (a homogeneous fleet) get one evaluation
+  per decision; with a :class:`SnapshotMemo` an unchanged worker's outcome is
+  also reused from the previous decision with the same inputs.
+* :class:`SnapshotMemo` is what a long-lived decider (the service's worker
+  process) keeps across ``schedule()`` calls: validated worker views, orderings
+  and groupings derived from a worker list, per-worker values (allocatable
+  memory, spread counts) and per-worker stage outcomes, each valid only while
+  the objects it was computed from are the same objects.
+
+Nomad's ``FeasibilityWrapper`` is the model: the checker stays small, the
+wrapper alone decides when its answer can be reused.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Generic, Protocol, TypeVar
+
+from scheduler_core._schemas import ModelInstance
+from scheduler_core.accounting import Allocatable, occupied_workers
+from scheduler_core.cluster import ClusterState
+from scheduler_core.workers import Gpu, WorkerView
+
+_T = TypeVar("_T")
+_I = TypeVar("_I", bound=Hashable, contravariant=True)
+_O = TypeVar("_O")
+_P = TypeVar("_P")
+_P_co = TypeVar("_P_co", covariant=True)
+
+#: A worker's memo entry: the view and instance generation its values were computed
+#: for, and the values by key.
+_MemoEntry = tuple[WorkerView, int, dict[object, object]]
+#: A stage entry: the worker copy and instance generation an outcome was computed from.
+_StageEntry = tuple[WorkerView, int, object]
+
+
+class WorkerRule(Protocol[_I, _O, _P_co]):
+    """A per-worker rule of a strategy, in two pure steps.
+
+    ``evaluate`` must read nothing but its arguments: ``inputs`` (a hashable
+    value holding every decision input the rule uses: its signature), the
+    worker's GPUs of the stage's type and their allocatable memory; so one
+    outcome serves every worker of the same shape. ``attach`` turns that
+    outcome into the worker's own result (its candidates), reading only the
+    inputs, the worker and the outcome; so the result can be kept across
+    decisions while the worker is unchanged.
+    """
+
+    name: str
+
+    def evaluate(self, inputs: _I, gpus: tuple[Gpu, ...], allocatable: Allocatable) -> _O:
+        """The rule's outcome for one worker shape."""
+        ...
+
+    def attach(self, inputs: _I, worker: WorkerView, outcome: _O) -> _P_co:
+        """The worker's result from its shape's outcome."""
+        ...
+
+
+def same_objects(first: Sequence[object], second: Sequence[object]) -> bool:
+    """True when both sequences hold the very same objects in the same order."""
+    return len(first) == len(second) and all(map(operator.is_, first, second))
+
+
+class StageOutcomes:
+    """One rule's per-worker outcomes for one set of inputs and GPU type.
+
+    ``entries`` maps a worker id to ``(worker copy, generation, outcome)``; an
+    outcome is valid while the copy is the same object and the worker's
+    generation in :attr:`SnapshotMemo.generations` is unchanged.
+    """
+
+    __slots__ = ("entries",)
+
+    def __init__(self) -> None:
+        self.entries: dict[int, _StageEntry] = {}
+
+
+class SnapshotMemo:
+    """State remembered *across* decisions on a slowly changing cluster.
+
+    Holds three kinds of entries, each reused only while the objects it was
+    computed from are the very same objects (the memo keeps references, so
+    identities cannot be recycled):
+
+    * per-worker values (allocatable resources per GPU type, spread counts),
+      valid while the worker view is the same object and no instance bound to
+      the worker changed: each new instance list is compared with the previous
+      one, and every worker an added or removed instance occupies gets a new
+      *generation*;
+    * values derived from a whole worker list (validated views, GPU-type
+      grouping, fraction inputs), valid while the list holds the same objects
+      in the same order;
+    * per-worker rule outcomes, keyed by the rule, its inputs and the GPU type,
+      valid while the worker copy is the same object and the worker's
+      generation is unchanged.
+
+    Not thread-safe: one per thread.
+    """
+
+    __slots__ = ("_derived", "_entries", "_instances", "_stages", "generations")
+
+    #: Entries kept at most per kind; beyond it that kind starts over (workers come and go).
+    LIMIT = 200_000
+    #: Stage tables kept at most (one per rule, distinct inputs and GPU type).
+    STAGE_TABLES = 512
+
+    def __init__(self) -> None:
+        self._entries: dict[int, _MemoEntry] = {}
+        self._instances: tuple[ModelInstance, ...] = ()
+        self._derived: dict[object, tuple[tuple[object, ...], object]] = {}
+        self._stages: dict[tuple[object, ...], StageOutcomes] = {}
+        #: Per worker id, how many times its bound instances changed (absent: never).
+        self.generations: dict[int, int] = {}
+
+    def track_instances(self, instances: tuple[ModelInstance, ...]) -> None:
+        """Give every worker whose bound instances changed a new generation.
+
+        Compares ``instances`` with the list of the previous call by identity
+        (per-worker values do not depend on instance order).
+        """
+        previous, self._instances = self._instances, instances
+        if previous is instances:
+            return
+        before = {id(instance) for instance in previous}
+        after = {id(instance) for instance in instances}
+        if len(before) != len(previous) or len(after) != len(instances):
+            self._forget_workers()  # an instance object listed twice: no cheap diff
+            return
+        touched: set[int] = set()
+        for instance in previous:
+            if id(instance) not in after:
+                touched.update(occupied_workers(instance))
+        for instance in instances:
+            if id(instance) not in before:
+                touched.update(occupied_workers(instance))
+        generations = self.generations
+        for worker_id in touched:
+            generations[worker_id] = generations.get(worker_id, 0) + 1
+
+    def _forget_workers(self) -> None:
+        self._entries.clear()
+        self._stages.clear()
+        self.generations.clear()
+
+    def get(self, worker_id: int, key: object, view: WorkerView) -> object | None:
+        """A per-worker value while ``view`` and the worker's generation are unchanged, else None."""
+        entry = self._entries.get(worker_id)
+        if entry is None or entry[0] is not view or entry[1] != self.generations.get(worker_id, 0):
+            return None
+        return entry[2].get(key)
+
+    def put(self, worker_id: int, key: object, view: WorkerView, value: object) -> None:
+        """Remember a per-worker value for this exact view and the current generation."""
+        generation = self.generations.get(worker_id, 0)
+        entry = self._entries.get(worker_id)
+        if entry is None or entry[0] is not view or entry[1] != generation:
+            if len(self._entries) >= self.LIMIT:
+                self._entries.clear()
+            entry = self._entries[worker_id] = (view, generation, {})
+        entry[2][key] = value
+
+    def derived(self, slot: object, items: Sequence[object], compute: Callable[[], _T]) -> _T:
+        """``compute()``, reused while ``items`` holds the same objects as when it ran.
+
+        ``slot`` names what is derived; ``compute`` must be a pure function of
+        ``items`` and of constants the slot name captures. Exceptions propagate
+        and nothing is remembered.
+        """
+        entry = self._derived.get(slot)
+        if entry is not None and same_objects(entry[0], items):
+            return entry[1]  # type: ignore[return-value]
+        value = compute()
+        if len(self._derived) >= 64:  # a handful of slots in use; stale ones go
+            self._derived.clear()
+        self._derived[slot] = (tuple(items), value)
+        return value
+
+    def stage_outcomes(self, key: tuple[object, ...]) -> StageOutcomes:
+        """The per-worker outcome table of one rule (``key``: rule, inputs, GPU type)."""
+        table = self._stages.get(key)
+        if table is None:
+            if len(self._stages) >= self.STAGE_TABLES:
+                self._stages.clear()
+            table = self._stages[key] = StageOutcomes()
+        return table
+
+
+class StageRunner:
+    """Maps per-worker rules over workers for one decision, sharing equal evaluations.
+
+    Workers with equal GPUs (index, type, total) and equal allocatable memory
+    get one evaluation. With a memo, an unchanged worker's outcome is reused
+    from an earlier decision with the same rule inputs and GPU type.
+    """
+
+    __slots__ = ("_cluster", "_memo", "_shared")
+
+    def __init__(self, cluster: ClusterState, memo: SnapshotMemo | None = None) -> None:
+        self._cluster = cluster
+        self._memo = memo
+        self._shared: dict[tuple[str, str | None], tuple[object, dict[object, object]]] = {}
+
+    def run(
+        self,
+        rule: WorkerRule[_I, _O, _P],
+        inputs: _I,
+        gpu_type: str | None,
+        workers: Iterable[WorkerView],
+    ) -> list[tuple[WorkerView, _P]]:
+        """Each worker's result of ``rule`` (``evaluate`` on its shape, then ``attach``), in order."""
+        memo = self._memo
+        if memo is None:
+            return [(worker, self._result(rule, inputs, gpu_type, worker)) for worker in workers]
+        table = memo.stage_outcomes((rule.name, inputs, gpu_type))
+        entries, generations = table.entries, memo.generations
+        results: list[tuple[WorkerView, _P]] = []
+        for worker in workers:
+            generation = generations.get(worker.id, 0)
+            entry = entries.get(worker.id)
+            if entry is not None and entry[0] is worker and entry[1] == generation:
+                result: _P = entry[2]  # type: ignore[assignment]
+            else:
+                result = self._result(rule, inputs, gpu_type, worker)
+                entries[worker.id] = (worker, generation, result)
+            results.append((worker, result))
+        return results
+
+    def _result(
+        self, rule: WorkerRule[_I, _O, _P], inputs: _I, gpu_type: str | None, worker: WorkerView
+    ) -> _P:
+        free = self._cluster.allocatable(worker, gpu_type)
+        vram = free.vram
+        gpus = tuple(
+            (g.index, g.type, g.total, vram.get(g.index, 0) if g.index is not None else 0)
+            for g in worker.gpus
+        )
+        shape = (free.ram, gpus)
+        table = self._table(rule.name, inputs, gpu_type)
+        outcome = table.get(shape)
+        if outcome is None:
+            outcome = table[shape] = rule.evaluate(inputs, worker.gpus, free)
+        return rule.attach(inputs, worker, outcome)  # type: ignore[arg-type]
+
+    def _table(self, name: str, inputs: object, gpu_type: str | None) -> dict[object, object]:
+        """The decision's outcomes of one rule and GPU type by worker shape, for these inputs."""
+        key = (name, gpu_type)
+        known = self._shared.get(key)
+        if known is None or (known[0] is not inputs and known[0] != inputs):
+            known = self._shared[key] = (inputs, {})
+        return known[1]
+
+
+class Rule(Generic[_I, _O, _P]):
+    """Adapts two pure module-level functions to :class:`WorkerRule` (with a name for reuse tables)."""
+
+    __slots__ = ("_attach", "_evaluate", "name")
+
+    def __init__(
+        self,
+        name: str,
+        evaluate: Callable[[_I, tuple[Gpu, ...], Allocatable], _O],
+        attach: Callable[[_I, WorkerView, _O], _P],
+    ) -> None:
+        self.name = name
+        self._evaluate = evaluate
+        self._attach = attach
+
+    def evaluate(self, inputs: _I, gpus: tuple[Gpu, ...], allocatable: Allocatable) -> _O:
+        """Call the evaluating function."""
+        return self._evaluate(inputs, gpus, allocatable)
+
+    def attach(self, inputs: _I, worker: WorkerView, outcome: _O) -> _P:
+        """Call the attaching function."""
+        return self._attach(inputs, worker, outcome)

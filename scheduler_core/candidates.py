@@ -1,0 +1,52 @@
+"""Placement candidates and their resource claims: the types every layer shares.
+
+A bottom-layer module: strategies produce these, scoring, launch planning and
+rendering read them, and none of those needs to import the strategies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from scheduler_core.workers import WorkerView
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A computed resource claim (GPUStack ``ComputedResourceClaim``).
+
+    Attributes:
+        vram: bytes per GPU index.
+        ram: RAM bytes (extended KV cache), None when the model claims none.
+        vram_utilization: the ``--mem-fraction-static`` booked, None for a
+            distributed leader (GPUStack leaves it unset there).
+        estimated_vram: the model's whole VRAM estimate.
+    """
+
+    vram: Mapping[int, int]
+    ram: int | None
+    vram_utilization: float | None
+    estimated_vram: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Subordinate:
+    """A follower node of a distributed candidate."""
+
+    worker: WorkerView
+    gpu_type: str | None
+    gpu_indexes: tuple[int, ...]
+    claim: Claim
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A placement candidate (GPUStack ``ModelInstanceScheduleCandidate``)."""
+
+    worker: WorkerView
+    gpu_type: str | None
+    gpu_indexes: tuple[int, ...]
+    claim: Claim
+    overcommit: bool = False
+    subordinates: tuple[Subordinate, ...] = ()
