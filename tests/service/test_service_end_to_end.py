@@ -73,7 +73,7 @@ def test_requests_results_events_wakeups_and_replay(deployment: Callable[..., De
         + (d.logs / "worker-1.log").read_text().splitlines()
         if line.startswith("{")
     ]
-    steps = {"gpusched.decide", "gpusched.reserve", "gpusched.publish"}
+    steps = {"gpusched.decide", "gpusched.resume"}
     traced = [
         line for line in logged if line.get("logger") == "celery.app.trace" and line.get("task_name") in steps
     ]

@@ -56,7 +56,7 @@ def test_dead_lettering_a_booked_request_publishes_its_booking(h: Harness) -> No
     assert reserve_booking(h, booking("1:cuda:0=40")).status == "booked"
     _, result_id = h.rt.deliveries.dead_letter(
         request_id="r1",
-        task_name="gpusched.publish",
+        task_name="gpusched.resume",
         task_id="t",
         reason="worker_lost_repeatedly",
         detail="x",
@@ -78,7 +78,7 @@ def test_dead_lettering_a_message_that_no_longer_drives_its_request_changes_noth
     decided(h)
     base = dict(
         request_id="r1",
-        task_name="gpusched.reserve",
+        task_name="gpusched.resume",
         task_id="t",
         reason="task_error",
         detail="x",
