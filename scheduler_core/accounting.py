@@ -11,6 +11,8 @@ the core's cluster view and by the service's claims ledger:
   instance has no GPU type or the same one; a subordinate claim counts only
   under the instance's own type (an untyped instance's subordinates count only
   when no type is asked for);
+* each instance row is read once (:func:`holdings`), then summed per worker
+  and type (:func:`held`);
 * allocatable = total − claims − ``system_reserved`` (per GPU for VRAM),
   never below 0; on a unified-memory worker VRAM comes out of RAM, so RAM is
   reduced by reserved and claimed VRAM and GPU 0 is capped by what RAM is left.
@@ -21,13 +23,13 @@ Deliberate difference: every look-up is keyed by GPU type *and* index, so
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import NamedTuple
 
 from scheduler_core._schemas import ModelInstance, SubordinateWorker, Worker
-from scheduler_core.workers import WorkerView, worker_view
+from scheduler_core.workers import WorkerView, build_view
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,34 +57,51 @@ def occupied_workers(instance: ModelInstance) -> list[int]:
     return workers
 
 
-def counts_for_type(instance_type: str | None, gpu_type: str | None) -> bool:
-    """Whether a main-worker claim of an ``instance_type`` instance counts for ``gpu_type``."""
-    return gpu_type is None or instance_type is None or instance_type == gpu_type
+class Holding(NamedTuple):
+    """What one instance holds on one worker, read once from the row.
 
-
-def claimed_on(
-    worker_id: int, gpu_type: str | None, instances: Iterable[ModelInstance]
-) -> tuple[int, dict[int, int]]:
-    """RAM and VRAM per GPU index that ``instances`` hold on the worker, for ``gpu_type``.
-
-    ``instances`` should be those occupying the worker (others add nothing).
+    ``main`` tells a main-worker holding (its RAM counts, its VRAM counts for the
+    instance's type or for every type when untyped) from a subordinate one (VRAM
+    only, under the instance's own type).
     """
+
+    main: bool
+    instance_type: str | None
+    ram: int
+    vram: tuple[tuple[int, int], ...]
+
+
+def holdings(instance: ModelInstance) -> list[tuple[int, Holding]]:
+    """Per occupied worker id, what ``instance`` holds there (as :func:`held` counts it)."""
+    found: list[tuple[int, Holding]] = []
+    claim = instance.computed_resource_claim
+    if instance.worker_id is not None:
+        claimed = (claim.vram or {}) if claim else {}
+        vram = tuple((index, claimed.get(index, 0)) for index in instance.gpu_indexes or ())
+        ram = (claim.ram or 0) if claim else 0
+        found.append((instance.worker_id, Holding(True, instance.gpu_type, ram, vram)))
+    for sub in subordinates(instance):
+        sub_claim = sub.computed_resource_claim
+        if sub.worker_id is not None and sub_claim:
+            vram = tuple((sub_claim.vram or {}).items())
+            found.append((sub.worker_id, Holding(False, instance.gpu_type, 0, vram)))
+    return found
+
+
+def held(gpu_type: str | None, on_worker: Iterable[Holding]) -> tuple[int, dict[int, int]]:
+    """RAM and VRAM per GPU index that the holdings on one worker count for ``gpu_type``."""
     ram = 0
-    vram: dict[int, int] = defaultdict(int)
-    for instance in instances:
-        claim = instance.computed_resource_claim
-        if instance.worker_id == worker_id and counts_for_type(instance.gpu_type, gpu_type):
-            ram += (claim.ram or 0) if claim else 0
-            claimed = (claim.vram or {}) if claim else {}
-            for index in instance.gpu_indexes or ():
-                vram[index] += claimed.get(index, 0)
-        if gpu_type is not None and instance.gpu_type != gpu_type:
+    vram: dict[int, int] = {}
+    for holding in on_worker:
+        typed = holding.instance_type
+        if holding.main:
+            if gpu_type is not None and typed is not None and typed != gpu_type:
+                continue  # an untyped instance's main claims count for every type
+            ram += holding.ram
+        elif gpu_type is not None and typed != gpu_type:
             continue
-        for sub in subordinates(instance):
-            sub_claim = sub.computed_resource_claim
-            if sub.worker_id == worker_id and sub_claim:
-                for index, amount in (sub_claim.vram or {}).items():
-                    vram[index] += amount
+        for index, amount in holding.vram:
+            vram[index] = vram.get(index, 0) + amount
     return ram, vram
 
 
@@ -94,12 +113,12 @@ def allocatable(
     GPUs without an index or without memory are not allocatable (they are absent).
     """
     vram: dict[int, int] = {}
+    reserved = worker.reserved_vram
     for gpu in worker.gpus:
-        if gpu.index is None or not gpu.total:
+        if gpu.index is None or not gpu.total or (gpu_type is not None and gpu.type != gpu_type):
             continue
-        if gpu_type is not None and gpu.type != gpu_type:
-            continue
-        vram[gpu.index] = max(gpu.total - used_vram.get(gpu.index, 0) - worker.reserved_vram, 0)
+        free = gpu.total - used_vram.get(gpu.index, 0) - reserved
+        vram[gpu.index] = free if free > 0 else 0
     ram = max(worker.ram_total - used_ram - worker.reserved_ram, 0)
     if worker.is_unified_memory:
         ram = max(ram - worker.reserved_vram - sum(used_vram.values()), 0)
@@ -115,9 +134,10 @@ GpuKey = tuple[int, str | None, int]
 def gpu_capacity(worker: Worker) -> dict[GpuKey, int]:
     """Bytes bookable on each GPU of an empty ``worker``: its allocatable with no claims.
 
-    A later device with the same (type, index) replaces an earlier one.
+    A later device with the same (type, index) replaces an earlier one (the
+    core rejects such a worker in a request; the ledger must still account for it).
     """
-    view = worker_view(worker)
+    view = build_view(worker)
     capacity: dict[GpuKey, int] = {}
     for gpu_type in dict.fromkeys(g.type for g in view.gpus):
         for index, amount in allocatable(view, gpu_type, 0, {}).vram.items():
@@ -128,33 +148,25 @@ def gpu_capacity(worker: Worker) -> dict[GpuKey, int]:
 def instance_claims(
     instance: ModelInstance, gpu_types: Mapping[int, Iterable[str | None]]
 ) -> dict[GpuKey, int]:
-    """Bytes the instance holds per GPU, as :func:`claimed_on` counts them.
+    """Bytes the instance holds per GPU, as :func:`held` counts them.
 
     Zero claims are kept (the instance still occupies the GPU).
 
     Args:
         instance: the instance row.
         gpu_types: GPU types per worker id; an untyped instance's main claims count
-            against every type of its worker at that index.
+            against every type of its worker at that index (its subordinates count nowhere).
     """
-    claims: dict[GpuKey, int] = defaultdict(int)
-    claim = instance.computed_resource_claim
-    vram = (claim.vram or {}) if claim else {}
-    if instance.worker_id is not None:
-        types = (
-            (instance.gpu_type,)
-            if instance.gpu_type is not None
-            else tuple(gpu_types.get(instance.worker_id, ()))
-        )
-        for index in instance.gpu_indexes or ():
-            for gpu_type in types:
-                claims[(instance.worker_id, gpu_type, index)] += vram.get(index, 0)
-    if instance.gpu_type is None:
-        return dict(claims)
-    for sub in subordinates(instance):
-        sub_claim = sub.computed_resource_claim
-        if sub.worker_id is None or sub_claim is None:
+    claims: dict[GpuKey, int] = {}
+    for worker_id, holding in holdings(instance):
+        if holding.instance_type is not None:
+            types: Iterable[str | None] = (holding.instance_type,)
+        elif holding.main:
+            types = tuple(gpu_types.get(worker_id, ()))
+        else:
             continue
-        for index, amount in (sub_claim.vram or {}).items():
-            claims[(sub.worker_id, instance.gpu_type, index)] += amount
-    return dict(claims)
+        for index, amount in holding.vram:
+            for gpu_type in types:
+                key = (worker_id, gpu_type, index)
+                claims[key] = claims.get(key, 0) + amount
+    return claims

@@ -202,12 +202,13 @@ class StageRunner:
     from an earlier decision with the same rule inputs and GPU type.
     """
 
-    __slots__ = ("_cluster", "_memo", "_shared")
+    __slots__ = ("_cluster", "_memo", "_shapes", "_shared")
 
     def __init__(self, cluster: ClusterState, memo: SnapshotMemo | None = None) -> None:
         self._cluster = cluster
         self._memo = memo
         self._shared: dict[tuple[str, str | None], tuple[object, dict[object, object]]] = {}
+        self._shapes: dict[tuple[int, str | None], tuple[WorkerView, Hashable]] = {}
 
     def run(
         self,
@@ -238,17 +239,25 @@ class StageRunner:
         self, rule: WorkerRule[_I, _O, _P], inputs: _I, gpu_type: str | None, worker: WorkerView
     ) -> _P:
         free = self._cluster.allocatable(worker, gpu_type)
-        vram = free.vram
-        gpus = tuple(
-            (g.index, g.type, g.total, vram.get(g.index, 0) if g.index is not None else 0)
-            for g in worker.gpus
-        )
-        shape = (free.ram, gpus)
+        shape = self._shape(worker, gpu_type, free)
         table = self._table(rule.name, inputs, gpu_type)
         outcome = table.get(shape)
         if outcome is None:
             outcome = table[shape] = rule.evaluate(inputs, worker.gpus, free)
         return rule.attach(inputs, worker, outcome)  # type: ignore[arg-type]
+
+    def _shape(self, worker: WorkerView, gpu_type: str | None, free: Allocatable) -> Hashable:
+        """What a rule may read of the worker: its GPUs and their allocatable memory (once per decision)."""
+        key = (worker.id, gpu_type)
+        known = self._shapes.get(key)
+        if known is None or known[0] is not worker:
+            vram = free.vram
+            gpus = tuple(
+                (g.index, g.type, g.total, 0 if g.index is None else vram.get(g.index, 0))
+                for g in worker.gpus
+            )
+            known = self._shapes[key] = (worker, (free.ram, gpus))
+        return known[1]
 
     def _table(self, name: str, inputs: object, gpu_type: str | None) -> dict[object, object]:
         """The decision's outcomes of one rule and GPU type by worker shape, for these inputs."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from scheduler_core.workers import WorkerView
 
@@ -40,9 +41,12 @@ class Subordinate:
     claim: Claim
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """A placement candidate (GPUStack ``ModelInstanceScheduleCandidate``)."""
+class Candidate(NamedTuple):
+    """A placement candidate (GPUStack ``ModelInstanceScheduleCandidate``).
+
+    A named tuple: immutable and cheap to build (a large cluster yields
+    thousands of one-GPU candidates per decision).
+    """
 
     worker: WorkerView
     gpu_type: str | None

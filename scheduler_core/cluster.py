@@ -12,15 +12,19 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import NamedTuple, Protocol, TypeVar
 
 from scheduler_core._schemas import ModelInstance
-from scheduler_core.accounting import Allocatable, allocatable, claimed_on, occupied_workers
+from scheduler_core.accounting import Allocatable, Holding, allocatable, held, holdings
 from scheduler_core.workers import Gpu, WorkerView
 
 #: GPUStack's memory-balance rule: a GPU joins a group when the group's smallest
 #: allocatable is at least 0.9 × its own (``policies/utils.py: group_worker_gpu_by_memory``).
 MEMORY_BALANCE_RATIO = 0.9
+
+#: The claims of a worker without instances.
+_NOTHING: Mapping[int, int] = MappingProxyType({})
 
 _T = TypeVar("_T")
 _S = TypeVar("_S")
@@ -57,7 +61,7 @@ class GpuSlot(NamedTuple):
 class ClusterState:
     """Instances indexed by the workers they occupy, and each worker's allocatable resources."""
 
-    __slots__ = ("_bound", "_computed", "_remembered", "_workers", "instances")
+    __slots__ = ("_bound", "_computed", "_held", "_remembered", "_workers", "instances")
 
     def __init__(
         self,
@@ -68,9 +72,13 @@ class ClusterState:
         self._workers = {worker.id: worker for worker in workers}
         self.instances = tuple(instances)
         self._bound: dict[int, list[ModelInstance]] = defaultdict(list)
+        self._held: dict[int, list[Holding]] = defaultdict(list)
         for instance in self.instances:
-            for worker_id in occupied_workers(instance):
-                self._bound[worker_id].append(instance)
+            for worker_id, holding in holdings(instance):
+                held_here = self._held[worker_id]
+                if not held_here or self._bound[worker_id][-1] is not instance:
+                    self._bound[worker_id].append(instance)
+                held_here.append(holding)
         self._computed: dict[tuple[int, str | None], Allocatable] = {}
         self._remembered = remembered
         if remembered is not None:
@@ -125,7 +133,10 @@ class ClusterState:
         return value  # type: ignore[return-value]
 
     def _allocatable(self, worker: WorkerView, gpu_type: str | None) -> Allocatable:
-        used_ram, used_vram = claimed_on(worker.id, gpu_type, self.instances_on(worker.id))
+        on_worker = self._held.get(worker.id)
+        if not on_worker:
+            return allocatable(worker, gpu_type, 0, _NOTHING)
+        used_ram, used_vram = held(gpu_type, on_worker)
         return allocatable(worker, gpu_type, used_ram, used_vram)
 
 

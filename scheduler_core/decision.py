@@ -45,7 +45,7 @@ from scheduler_core.model_folder import ModelFolderError
 from scheduler_core.plugins import DEFAULT_CHAIN
 from scheduler_core.scoring import pick_highest, score_candidates
 from scheduler_core.selection import Selection
-from scheduler_core.workers import WorkerView, worker_view
+from scheduler_core.workers import DuplicateGpu, WorkerView, worker_view
 
 _T = TypeVar("_T")
 
@@ -161,28 +161,17 @@ def _views(request: ScheduleRequest, memo: SnapshotMemo | None) -> list[WorkerVi
 def _validated_views(workers: Sequence[Worker]) -> list[WorkerView]:
     seen_ids: set[int] = set()
     seen_names: set[str] = set()
+    views: list[WorkerView] = []
     for position, worker in enumerate(workers):
         if worker.id in seen_ids or worker.name in seen_names:
             raise RequestError(f"workers.{position}", f"duplicate worker {worker.name!r} (id {worker.id})")
         seen_ids.add(worker.id)
         seen_names.add(worker.name)
-        _check_gpu_identity(worker, position)
-    return [worker_view(worker) for worker in workers]
-
-
-def _check_gpu_identity(worker: Worker, position: int) -> None:
-    """A GPU is identified by (type, index) on its worker; two GPUs may not share one."""
-    seen: set[tuple[str | None, int]] = set()
-    devices = (worker.status.gpu_devices if worker.status else None) or ()
-    for number, gpu in enumerate(devices):
-        if gpu.index is None:
-            continue
-        if (gpu.type, gpu.index) in seen:
-            raise RequestError(
-                f"workers.{position}.status.gpu_devices.{number}",
-                f"worker {worker.name!r} reports two {gpu.type} GPUs with index {gpu.index}",
-            )
-        seen.add((gpu.type, gpu.index))
+        try:
+            views.append(worker_view(worker))
+        except DuplicateGpu as error:
+            raise RequestError(f"workers.{position}.status.gpu_devices.{error.number}", str(error)) from None
+    return views
 
 
 def _model_facts(request: ScheduleRequest) -> tuple[ModelFacts, list[str], ModelParameters]:

@@ -12,16 +12,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
+from typing import NamedTuple
 
-from scheduler_core._schemas import Worker
+from scheduler_core._schemas import GPUDevice, Worker
 
 
-@dataclass(frozen=True, slots=True)
-class Gpu:
-    """One GPU. ``total`` is 0 when the device reports no memory."""
+class Gpu(NamedTuple):
+    """One GPU. ``total`` is 0 when the device reports no memory.
+
+    A named tuple: immutable, and built twice as fast as a frozen dataclass
+    (2,000 workers report 16,000 GPUs). Its ``index`` field shadows
+    ``tuple.index``, which nothing here uses.
+    """
 
     type: str | None
-    index: int | None
+    index: int | None  # type: ignore[assignment]
     total: int
     vendor: str | None = None
     name: str | None = None
@@ -54,41 +59,63 @@ class WorkerView:
         return replace(self, gpus=tuple(gpus))
 
 
+class DuplicateGpu(ValueError):
+    """A worker reports two GPUs with the same (type, index): ``number`` is the second's position."""
+
+    def __init__(self, worker: str, number: int, gpu_type: str | None, index: int) -> None:
+        super().__init__(f"worker {worker!r} reports two {gpu_type} GPUs with index {index}")
+        self.number = number
+
+
 def worker_view(worker: Worker) -> WorkerView:
-    """The :class:`WorkerView` of a validated worker row, memoised on the (frozen) row."""
+    """The :class:`WorkerView` of a validated worker row, memoised on the (frozen) row.
+
+    Raises:
+        DuplicateGpu: two GPUs share a (type, index), which identifies a GPU on its worker.
+    """
     cached = worker.view_cache()
     if isinstance(cached, WorkerView):
         return cached
-    view = _build_view(worker)
+    view = build_view(worker)
+    _check_gpu_identity(view)
     worker.remember_view(view)
     return view
 
 
-def _build_view(worker: Worker) -> WorkerView:
-    status = worker.status
+def _check_gpu_identity(view: WorkerView) -> None:
+    if len(view.gpus) < 2:
+        return
+    seen: set[tuple[str | None, int]] = set()
+    for number, gpu in enumerate(view.gpus):
+        if gpu.index is None:
+            continue
+        if (gpu.type, gpu.index) in seen:
+            raise DuplicateGpu(view.name, number, gpu.type, gpu.index)
+        seen.add((gpu.type, gpu.index))
+
+
+def _gpu(device: GPUDevice) -> Gpu:
+    memory = device.get("memory")
+    total = (memory.get("total") or 0) if memory else 0
+    return Gpu(device.get("type"), device.get("index"), total, device.get("vendor"), device.get("name"))
+
+
+def build_view(worker: Worker) -> WorkerView:
+    """A new :class:`WorkerView` of the row, unchecked and not memoised."""
+    status = worker.status or {}
     reserved = worker.system_reserved
-    memory = status.memory if status else None
-    gpus = tuple(
-        Gpu(
-            type=device.type,
-            index=device.index,
-            total=device.memory.total if device.memory else 0,
-            vendor=device.vendor,
-            name=device.name,
-        )
-        for device in ((status.gpu_devices if status else None) or ())
-    )
+    memory = status.get("memory") or {}
     return WorkerView(
-        id=worker.id,
-        name=worker.name,
-        ip=worker.ip,
-        ifname=worker.ifname,
-        cluster_id=worker.cluster_id,
-        labels=MappingProxyType(dict(worker.labels)),
-        state=worker.state,
-        reserved_ram=reserved.ram if reserved else 0,
-        reserved_vram=reserved.vram if reserved else 0,
-        ram_total=memory.total if memory else 0,
-        is_unified_memory=bool(memory and memory.is_unified_memory),
-        gpus=gpus,
+        worker.id,
+        worker.name,
+        worker.ip,
+        worker.ifname,
+        worker.cluster_id,
+        MappingProxyType(worker.labels),  # the row is frozen and never handed out to change
+        worker.state,
+        reserved.ram if reserved else 0,
+        reserved.vram if reserved else 0,
+        memory.get("total") or 0,
+        bool(memory.get("is_unified_memory")),
+        tuple(map(_gpu, status.get("gpu_devices") or ())),
     )

@@ -377,4 +377,4 @@ def _triage(
         return []
     assert best is not None  # every candidate is overcommitted here
     selection.log.events.add(Level.INFO, Action.MANUAL_MULTI, best[1].message, Reason.OVERCOMMIT)
-    return [replace(best[0], overcommit=True)]
+    return [best[0]._replace(overcommit=True)]

@@ -151,15 +151,18 @@ class SingleWorkerMultiGpu:
                 selection.ram_rule,
             )
             several = (worker for worker in workers if len(worker.gpus) >= 2)
+            recorded: tuple[int, int, int] | None = None
             for worker, outcome in selection.runner.run(_RULE, inputs, gpu_type, several):
                 for total, satisfied in outcome.tracked:  # GPUStack's "largest group" bookkeeping
                     if total > tracker.vram:
                         tracker.vram, tracker.satisfied = total, satisfied
                         tracker.total_gpus = len(worker.gpus)
-                if outcome.candidate is None:
+                if outcome.candidate is not None:
+                    candidates.append(outcome.candidate)
+                elif (tracker.vram, tracker.satisfied, tracker.total_gpus) != recorded:
+                    # the failure text depends on the tracker only: record it once per state
+                    recorded = (tracker.vram, tracker.satisfied, tracker.total_gpus)
                     _record_failure(selection, gpu_type)
-                    continue
-                candidates.append(outcome.candidate)
         return candidates
 
 

@@ -1,27 +1,32 @@
 """The claims ledger's arithmetic: capacities and claims per GPU, as the core counts them.
 
-A GPU is keyed ``<worker_id>:<gpu_type>:<index>``. Its *capacity* is what the
-core treats as allocatable on an empty GPU (``total − system_reserved.vram``);
-an instance's *claims* are the bytes the core subtracts for it when it
-computes a GPU's allocatable memory: the main worker's
-``computed_resource_claim.vram`` for each of its ``gpu_indexes``, and every
-subordinate's whole ``vram`` map under the instance's GPU type. An instance
-without a GPU type counts, like in the core, against every GPU type of its
-worker at that index (its subordinates then count nowhere). The reservation
-script books an instance only if ``booked + claim ≤ capacity`` for every GPU
-it touches, so the ledger never books past what the core calls allocatable.
-
-This module is the service's one copy of the core's per-GPU claims
-accounting (capacity, claims, occupied workers): every other module of the
-service asks it.
+A GPU is keyed ``<worker_id>:<gpu_type>:<index>``. Capacities and claims are
+the core's own arithmetic (:mod:`scheduler_core.accounting`, through its public
+``gpu_capacity`` and ``instance_claims``): a GPU's *capacity* is what the core
+treats as allocatable on the empty worker (``total − system_reserved.vram``,
+capped by RAM on a unified-memory worker); an instance's *claims* are the
+bytes the core subtracts for it. The reservation script books an instance only
+if ``booked + claim ≤ capacity`` for every GPU it touches, so the ledger never
+books past what the core calls allocatable.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
-from scheduler_core import ModelInstance, Worker
+from scheduler_core import ModelInstance, Worker, gpu_capacity, occupied_workers
+from scheduler_core import instance_claims as core_instance_claims
+
+__all__ = [
+    "decode_amounts",
+    "encode_amounts",
+    "gpu_key",
+    "instance_claims",
+    "occupied_workers",
+    "overbooked",
+    "worker_capacity",
+    "worker_gpu_types",
+]
 
 
 def gpu_key(worker_id: int, gpu_type: str | None, index: int) -> str:
@@ -30,68 +35,21 @@ def gpu_key(worker_id: int, gpu_type: str | None, index: int) -> str:
 
 
 def worker_capacity(worker: Worker) -> dict[str, int]:
-    """Bookable bytes per GPU of ``worker`` (GPUs without index or memory are not bookable).
-
-    A later device with the same (type, index) replaces an earlier one, as in the core.
-    """
-    reserved = worker.system_reserved.vram if worker.system_reserved else 0
-    devices = (worker.status.gpu_devices if worker.status else None) or ()
-    capacity: dict[str, int] = {}
-    for device in devices:
-        total = device.memory.total if device.memory else 0
-        if device.index is None or not total:
-            continue
-        capacity[gpu_key(worker.id, device.type, device.index)] = max(total - reserved, 0)
-    return capacity
+    """Bookable bytes per GPU of ``worker``: the core's allocatable on the empty worker
+    (:func:`scheduler_core.gpu_capacity`; GPUs without index or memory are not bookable)."""
+    return {gpu_key(*key): amount for key, amount in gpu_capacity(worker).items()}
 
 
 def worker_gpu_types(worker: Worker) -> tuple[str | None, ...]:
     """The worker's GPU types in first-seen order."""
-    devices = (worker.status.gpu_devices if worker.status else None) or ()
-    return tuple(dict.fromkeys(device.type for device in devices))
+    devices = (worker.status or {}).get("gpu_devices") or ()
+    return tuple(dict.fromkeys(device.get("type") for device in devices))
 
 
 def instance_claims(instance: ModelInstance, gpu_types: Mapping[int, Iterable[str | None]]) -> dict[str, int]:
-    """Bytes the instance holds per GPU key (zero claims are kept: they still occupy the GPU).
-
-    Args:
-        instance: the instance row.
-        gpu_types: GPU types per worker id, used only for instances without a GPU type.
-    """
-    claims: dict[str, int] = defaultdict(int)
-    claim = instance.computed_resource_claim
-    vram = (claim.vram or {}) if claim else {}
-    if instance.worker_id is not None:
-        types = (
-            (instance.gpu_type,)
-            if instance.gpu_type is not None
-            else tuple(gpu_types.get(instance.worker_id, ()))
-        )
-        for index in instance.gpu_indexes or ():
-            for gpu_type in types:
-                claims[gpu_key(instance.worker_id, gpu_type, index)] += vram.get(index, 0)
-    if instance.gpu_type is None:
-        return dict(claims)
-    servers = instance.distributed_servers
-    for sub in (servers.subordinate_workers or ()) if servers else ():
-        sub_claim = sub.computed_resource_claim
-        if sub.worker_id is None or sub_claim is None:
-            continue
-        for index, amount in (sub_claim.vram or {}).items():
-            claims[gpu_key(sub.worker_id, instance.gpu_type, index)] += amount
-    return dict(claims)
-
-
-def occupied_workers(instance: ModelInstance) -> list[int]:
-    """Worker ids the instance runs on: the main worker first, then its subordinates."""
-    workers: list[int] = []
-    if instance.worker_id is not None:
-        workers.append(instance.worker_id)
-    servers = instance.distributed_servers
-    for sub in (servers.subordinate_workers or ()) if servers else ():
-        if sub.worker_id is not None and sub.worker_id not in workers:
-            workers.append(sub.worker_id)
-    return workers
+    """Bytes the instance holds per GPU key, as the core counts them
+    (:func:`scheduler_core.instance_claims`)."""
+    return {gpu_key(*key): amount for key, amount in core_instance_claims(instance, gpu_types).items()}
 
 
 def encode_amounts(amounts: Mapping[str, int]) -> str:

@@ -28,13 +28,16 @@ class Outcome:
     excuse: str | None
     ours_status: str
     theirs_status: str
+    #: our error code when we rejected (it names the cause better than the differing fields do)
+    ours_error: str | None = None
 
     @property
     def group(self) -> str:
         """What differs, as a grouping key (``status`` first when the statuses differ)."""
+        cause = f"[{self.ours_error}] " if self.ours_error else ""
         if self.ours_status != self.theirs_status:
-            return f"status {self.ours_status}≠{self.theirs_status}: " + ", ".join(self.paths)
-        return ", ".join(self.paths)
+            return f"{cause}status {self.ours_status}≠{self.theirs_status}: " + ", ".join(self.paths)
+        return cause + ", ".join(self.paths)
 
 
 def ours(request: Json) -> Json:
@@ -46,15 +49,13 @@ def ours(request: Json) -> Json:
 def classify(scenario_id: str, tags: tuple[str, ...], request: Json, mine: Json, theirs: Json) -> Outcome:
     """Compare two raw results of ``request``."""
     paths = tuple(differences(comparable(mine), comparable(theirs)))
+    statuses = (str(mine.get("status")), str(theirs.get("status")))
+    code = (mine.get("error") or {}).get("code") if mine.get("status") == "rejected" else None
     if not paths:
-        return Outcome(
-            scenario_id, tags, "identical", paths, None, str(mine.get("status")), str(theirs.get("status"))
-        )
+        return Outcome(scenario_id, tags, "identical", paths, None, *statuses)
     verdict, reason = "differ", None
     if (deliberate := excuse(request, mine, theirs)) is not None:
         verdict, reason = "excused", deliberate
-    elif (gap := oracle_gap(mine, theirs)) is not None:
+    elif (gap := oracle_gap(request, mine, theirs)) is not None:
         verdict, reason = "oracle_gap", gap
-    return Outcome(
-        scenario_id, tags, verdict, paths, reason, str(mine.get("status")), str(theirs.get("status"))
-    )
+    return Outcome(scenario_id, tags, verdict, paths, reason, *statuses, ours_error=code)

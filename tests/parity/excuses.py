@@ -233,17 +233,35 @@ ORACLE_GAPS: dict[str, str] = {
         "relation (selectinload); the oracle's ModelInstance rows never have it, so it never fires there"
     ),
 }
-_DISTRIBUTED_LIMIT = "Each worker can run only one distributed vLLM instance."
 
 
-def _mentions(result: Json, text: str) -> bool:
-    return any(text in m for m in result.get("messages") or []) or text in str(
-        result.get("state_message") or ""
+def _hosts_distributed(request: Json, worker_name: str) -> bool:
+    """A worker named ``worker_name`` leads or follows a distributed SGLang instance."""
+    ids = {
+        w.get("id")
+        for w in request.get("workers") or []
+        if isinstance(w, dict) and w.get("name") == worker_name
+    }
+    for instance in request.get("model_instances") or []:
+        subs = ((instance or {}).get("distributed_servers") or {}).get("subordinate_workers") or []
+        if not subs or str(instance.get("backend") or "sglang").lower() != "sglang":
+            continue
+        if instance.get("worker_id") in ids or any(s.get("worker_id") in ids for s in subs):
+            return True
+    return False
+
+
+def _distributed_limit_applies(request: Json) -> bool:
+    """Manual selection over several workers, one of them already in a distributed SGLang instance."""
+    model = _model(request)
+    names = {str(i).split(":")[0] for i in (model.get("gpu_selector") or {}).get("gpu_ids") or []}
+    return (
+        model.get("backend", "SGLang") is not None
+        and len(names) > 1
+        and any(_hosts_distributed(request, name) for name in names)
     )
 
 
-def oracle_gap(ours: Json, theirs: Json) -> str | None:
+def oracle_gap(request: Json, ours: Json, theirs: Json) -> str | None:
     """The known oracle limitation behind a difference, if any (reported apart, never as parity)."""
-    if _mentions(ours, _DISTRIBUTED_LIMIT) and not _mentions(theirs, _DISTRIBUTED_LIMIT):
-        return "distributed_limit"
-    return None
+    return "distributed_limit" if _distributed_limit_applies(request) else None

@@ -339,11 +339,14 @@ class _Builder:
 
     def source(self, model: Json, entry: ModelEntry) -> None:
         rng = self.rng
-        if rng.random() < 0.85:
+        source = _weighted(rng, {"huggingface": 82, "model_scope": 14, "local_path": 4})
+        if source == "huggingface":
             model.update(source="huggingface", huggingface_repo_id=entry.repo)
-        else:
+        elif source == "model_scope":
             model.update(source="model_scope", model_scope_model_id=entry.repo)
-            self.tag("model_scope")
+        else:  # a folder on the workers (not on this machine): config and size come from the request
+            model.update(source="local_path", local_path=f"/data/models/{entry.repo.split('/')[1]}")
+        self.tag(f"source:{source}")
         if entry.config is not None:
             model["hf_config"] = entry.config
         if rng.random() < 0.97:
@@ -415,7 +418,33 @@ class _Builder:
         for worker in workers:
             if rng.random() < busy:
                 out += self.worker_instances(worker, free, model)
+        if rng.random() < 0.05:
+            out.append(self.pending_instance(model))
+        if out and rng.random() < 0.03:  # an instance left on a worker that was since removed
+            stale = dict(
+                rng.choice(out), id=self.next_instance_id + 1, worker_id=999, worker_name="decommissioned"
+            )
+            stale.pop("distributed_servers", None)
+            out.append(stale)
+            self.tag("stale_instance")
         return out
+
+    def pending_instance(self, model: Json) -> Json:
+        """A replica not placed yet: no worker, no GPUs, no claim."""
+        self.tag("pending_instance")
+        self.next_instance_id += 1
+        return {
+            "id": self.next_instance_id,
+            "name": f"{model['name']}-{self.rng.getrandbits(24):06x}",
+            "model_id": model["id"],
+            "model_name": model["name"],
+            "backend": "SGLang",
+            "state": "pending",
+            "worker_id": None,
+            "gpu_type": None,
+            "gpu_indexes": [],
+            "computed_resource_claim": None,
+        }
 
     def new_instance(
         self,

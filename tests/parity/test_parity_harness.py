@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from tests.parity import argforms
+from tests.parity.check import classify
 from tests.parity.compare import comparable, differences
-from tests.parity.excuses import argv, excuse, exhibited, parameter
+from tests.parity.excuses import argv, excuse, exhibited, oracle_gap, parameter
 from tests.parity.generator import generate, scenario
 from tests.parity.shrink import shrink
 
@@ -30,7 +31,7 @@ def test_a_scenario_is_a_pure_function_of_seed_and_index() -> None:
 def _claims_per_gpu(request: dict[str, Any]) -> Counter[tuple[int, str]]:
     used: Counter[tuple[int, str]] = Counter()
     for instance in request["model_instances"]:
-        claim = instance["computed_resource_claim"]
+        claim = instance["computed_resource_claim"] or {"vram": {}}  # a pending replica holds nothing
         for index, vram in claim["vram"].items():
             used[(instance["worker_id"], index)] += vram
         for sub in (instance.get("distributed_servers") or {}).get("subordinate_workers") or []:
@@ -48,7 +49,8 @@ def test_generated_clusters_are_physically_possible(index: int) -> None:
         for g in w["status"]["gpu_devices"]
     }
     for key, used in _claims_per_gpu(request).items():
-        assert used <= totals[key], f"GPU {key} booked beyond its memory"
+        if key[0] != 999:  # 999: a stale instance of a removed worker
+            assert used <= totals[key], f"GPU {key} booked beyond its memory"
     names = {w["name"]: w for w in request["workers"]}
     for gpu_id in (request["model"].get("gpu_selector") or {}).get("gpu_ids") or []:
         worker, gpu_type, gpu_index = gpu_id.split(":")
@@ -236,3 +238,30 @@ def test_the_shrinker_keeps_only_what_the_difference_needs() -> None:
     assert small["model_instances"] == []
     assert small["model"]["backend_parameters"] == []
     assert len(small["workers"][0]["status"]["gpu_devices"]) == 1
+
+
+def test_the_distributed_limit_gap_needs_a_selected_worker_in_a_distributed_instance() -> None:
+    """The oracle never loads instance.model: GPUStack's one-distributed-instance rule cannot fire there."""
+    request = _request(gpu_selector={"gpu_ids": ["w1:cuda:0", "w2:cuda:0"]})
+    request["workers"].append(dict(request["workers"][0], id=2, name="w2"))
+    assert oracle_gap(request, _result(), _result(selected=1)) is None
+    request["model_instances"] = [
+        {
+            "worker_id": 3,
+            "backend": "SGLang",
+            "distributed_servers": {"subordinate_workers": [{"worker_id": 2}]},
+        }
+    ]
+    assert oracle_gap(request, _result(), _result(selected=1)) == "distributed_limit"
+    request["model"]["backend"] = None  # a null backend never matches an instance's (rule 2)
+    assert oracle_gap(request, _result(), _result(selected=1)) is None
+
+
+def test_a_difference_is_grouped_by_our_rejection_code_and_the_fields() -> None:
+    request = _request()
+    rejected = _result(
+        status="rejected", candidates=[], selected=None, error={"code": "invalid_x", "message": "m"}
+    )
+    outcome = classify("1-1", (), request, rejected, _result())
+    assert outcome.verdict == "differ"
+    assert outcome.group == "[invalid_x] status rejected≠scheduled: candidates.count, selected, status"

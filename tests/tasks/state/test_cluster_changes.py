@@ -81,7 +81,8 @@ def test_worker_upserts_record_full_rows(kind: str) -> None:
     summary = h.event({"kind": kind, "worker": worker_row(2, "b", count=2)})
     assert summary["status"] == "applied"
     fold = h.rt.mirror.sync()
-    assert sorted(fold.workers) == [1, 2] and len(fold.workers[2].status.gpu_devices) == 2  # type: ignore[union-attr, arg-type]
+    assert sorted(fold.workers) == [1, 2]
+    assert len((fold.workers[2].status or {}).get("gpu_devices") or []) == 2
 
 
 def test_a_snapshot_reports_gpus_booked_past_their_capacity() -> None:
