@@ -27,11 +27,16 @@ from scheduler_core.arguments import INIT_CONTEXT
 from scheduler_core.candidates import Candidate, Claim, Subordinate
 from scheduler_core.diffusion_launch import ExplicitArgs, plan_diffusion_launch
 from scheduler_core.errors import RequestError
-from scheduler_core.estimate import ModelFacts
+from scheduler_core.estimate import ModelFacts, vram_claim_override
 from scheduler_core.events import Event, list_message
 from scheduler_core.framework import SelectorOutcome
 from scheduler_core.launch import launch_arguments
-from scheduler_core.messages import NO_RESOURCE_FIT, NO_SUITABLE_WORKERS
+from scheduler_core.messages import (
+    NO_AVAILABLE_WORKERS,
+    NO_RESOURCE_FIT,
+    NO_SUITABLE_WORKERS,
+    UNKNOWN_WEIGHT_SIZE,
+)
 from scheduler_core.params import flatten_to_argv
 from scheduler_core.reasons import Reason
 from scheduler_core.selection import Selection
@@ -112,6 +117,7 @@ def candidate_out(candidate: Candidate, score: float, memo: ClaimMemo | None = N
         overcommit=candidate.overcommit,
         score=score,
         subordinate_workers=subordinates or None,
+        kv_tokens=candidate.kv_tokens,
     )
 
 
@@ -181,6 +187,12 @@ def argument_rejection(
     )
 
 
+def no_workers(request_id: str) -> ScheduleResult:
+    """An empty cluster: GPUStack does not even look for a candidate
+    (``scheduler/scheduler.py: _schedule_one``)."""
+    return ScheduleResult(request_id=request_id, status="unschedulable", state_message=NO_AVAILABLE_WORKERS)
+
+
 def blocked(request_id: str, filter_messages: Sequence[str], reason: Reason | None) -> ScheduleResult:
     """No worker passed the filters: GPUStack's filter block is the whole message."""
     block = list_message(filter_messages) + "\n" if filter_messages else ""
@@ -194,12 +206,13 @@ def blocked(request_id: str, filter_messages: Sequence[str], reason: Reason | No
     )
 
 
-def shown_candidates(scores: Sequence[float], limit: int | None) -> list[int]:
+def shown_candidates(scores: Sequence[float], limit: int | None, chosen: int | None = None) -> list[int]:
     """Indexes of the candidates to report, in selector order.
 
     All of them without a ``limit``; otherwise the ``limit`` best-scoring
-    (ties: earlier first), which always includes the chosen one (the first
-    highest score ranks first).
+    (ties: earlier first), which always includes ``chosen`` (GPUStack's pick,
+    the first highest score, ranks first anyway; a scorer with other tie-breaks
+    may pick a later tie, which then takes the last tie's place).
     """
     if limit is None or len(scores) <= limit:
         return list(range(len(scores)))
@@ -208,7 +221,10 @@ def shown_candidates(scores: Sequence[float], limit: int | None) -> list[int]:
     cutoff = heapq.nlargest(limit, scores)[-1]
     above = [i for i, score in enumerate(scores) if score > cutoff]
     ties = [i for i, score in enumerate(scores) if score == cutoff][: limit - len(above)]
-    return sorted(above + ties)
+    shown = above + ties
+    if chosen is not None and chosen not in shown:
+        shown[-1] = chosen
+    return sorted(shown)
 
 
 def decision(
@@ -223,7 +239,7 @@ def decision(
 ) -> ScheduleResult:
     """A scheduled or unschedulable result with GPUStack's messages."""
     candidates = outcome.candidates
-    shown = shown_candidates(scores, max_candidates)
+    shown = shown_candidates(scores, max_candidates, chosen)
     claims: ClaimMemo = {}
     block = list_message(filter_messages) + "\n" if filter_messages else ""
     messages = list(outcome.messages)
@@ -236,6 +252,7 @@ def decision(
         launch = launch_arguments(selection.model.backend_parameters, candidates[chosen])
         if not candidates[chosen].overcommit:
             messages = []  # GPUStack assembles messages only on failure or overcommit
+    warnings = estimate_warnings(selection, facts)
     return ScheduleResult(
         request_id=request_id,
         status="scheduled" if chosen is not None else "unschedulable",
@@ -245,9 +262,27 @@ def decision(
         messages=messages,
         filter_messages=list(filter_messages),
         state_message=state_message,
-        events=[event_out(e) for e in outcome.events],
+        events=[*(_warning_event(text) for text in warnings), *(event_out(e) for e in outcome.events)],
+        warnings=warnings,
         estimate=estimate_out(selection, facts),
         launch=launch,
+    )
+
+
+#: Event action of gpusched's warnings about the estimate (not a GPUStack action).
+ESTIMATE_WARNING_ACTION = "estimate_warning"
+
+
+def estimate_warnings(selection: Selection, facts: ModelFacts) -> list[str]:
+    """Warnings about the estimate: a weight size that had to be guessed (no VRAM override)."""
+    if facts.weight_source != "unknown" or vram_claim_override(selection.model) is not None:
+        return []
+    return [UNKNOWN_WEIGHT_SIZE]
+
+
+def _warning_event(text: str) -> EventOut:
+    return EventOut.model_construct(
+        level="warning", action=ESTIMATE_WARNING_ACTION, message=text, reason="weight_size_unknown"
     )
 
 
@@ -271,3 +306,18 @@ def with_diffusion_plan(
     )
     events = [*result.events, *(event_out(e) for e in plan.events)]
     return result.model_copy(update={"launch": launch, "events": events})
+
+
+def with_policy(result: ScheduleResult, policy: str) -> ScheduleResult:
+    """The result as decided under ``policy``; for a scheduled one, the estimate's fraction
+    is the chosen candidate's own (``policy: precise`` has no fraction per GPU type)."""
+    update: dict[str, Any] = {"policy": policy}
+    if result.estimate is not None:
+        fractions: dict[str, float] = {}
+        if result.selected is not None:
+            chosen = result.candidates[result.selected]
+            fraction = chosen.computed_resource_claim.vram_utilization
+            if chosen.gpu_type is not None and fraction is not None:
+                fractions[chosen.gpu_type] = fraction
+        update["estimate"] = result.estimate.model_copy(update={"mem_fraction_static": fractions})
+    return result.model_copy(update=update)

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-#: Largest header we accept. The brief fixes 100 MiB; the upstream ``safetensors``
-#: loader rejects headers above 100,000,000 bytes, so nothing valid is lost.
+#: Largest header we accept: 100 MiB. The upstream ``safetensors`` loader
+#: rejects headers above 100,000,000 bytes, so nothing valid is lost.
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 
 #: Length prefix of a safetensors file (safetensors format spec: u64, little endian).

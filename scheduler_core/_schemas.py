@@ -7,9 +7,9 @@ honoured. They are never mutated by the core.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 from typing_extensions import TypedDict
 
 #: Worker states GPUStack knows (``WorkerStateEnum``); only ``ready`` is schedulable.
@@ -32,8 +32,19 @@ MODEL_CATEGORIES = frozenset(
     {"llm", "embedding", "image", "reranker", "speech_to_text", "text_to_speech", "unknown"}
 )
 
-#: Scheduling policies this build implements.
-POLICIES = ("gpustack",)
+#: Scheduling policies this build implements (``gpustack`` is the default).
+POLICIES = ("gpustack", "precise")
+
+
+#: Largest byte count or id accepted (a signed 64-bit integer): GPUStack stores them in
+#: BIGINT columns, and anything larger is not a real size (it would also overflow floats).
+MAX_INT = 2**63 - 1
+#: Bytes, never negative.
+Bytes = Annotated[int, Field(ge=0, le=MAX_INT)]
+#: Row ids and GPU indexes.
+Id = Annotated[int, Field(ge=0, le=MAX_INT)]
+#: Counts a deployment asks for (replicas, GPUs per replica).
+Count = Annotated[int, Field(ge=0, le=1_000_000)]
 
 
 class _Row(BaseModel):
@@ -53,8 +64,8 @@ class _Row(BaseModel):
 class MemoryInfo(TypedDict, total=False):
     """``MemoryInfo``: bytes. Read with ``.get``: a missing ``total`` is 0."""
 
-    total: int
-    used: int | None
+    total: Bytes
+    used: Bytes | None
     is_unified_memory: bool
 
 
@@ -64,7 +75,7 @@ class GPUDevice(TypedDict, total=False):
     name: str | None
     vendor: str | None
     type: str | None
-    index: int | None
+    index: Id | None
     memory: MemoryInfo | None
 
 
@@ -78,18 +89,18 @@ class WorkerStatus(TypedDict, total=False):
 class SystemReserved(_Row):
     """Reserved bytes; ``memory``/``gpu_memory`` are GPUStack's legacy key names."""
 
-    ram: int = Field(default=0, validation_alias=AliasChoices("ram", "memory"))
-    vram: int = Field(default=0, validation_alias=AliasChoices("vram", "gpu_memory"))
+    ram: Bytes = Field(default=0, validation_alias=AliasChoices("ram", "memory"))
+    vram: Bytes = Field(default=0, validation_alias=AliasChoices("vram", "gpu_memory"))
 
 
 class Worker(_Row):
     """A GPUStack ``Worker`` row."""
 
-    id: int
+    id: Id
     name: str
     ip: str | None = None
     ifname: str | None = None
-    cluster_id: int | None = None
+    cluster_id: Id | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     state: str = "not_ready"
     system_reserved: SystemReserved | None = None
@@ -130,7 +141,7 @@ class GPUSelector(_Row):
 
     gpu_ids: list[str] | None = None
     #: 0 means unset, as in GPUStack (``_set_gpu_count``: ``gpus_per_replica or len(gpu_ids)``).
-    gpus_per_replica: int | None = Field(default=None, ge=0)
+    gpus_per_replica: Count | None = None
 
 
 class ExtendedKVCache(_Row):
@@ -139,14 +150,14 @@ class ExtendedKVCache(_Row):
     enabled: bool = False
     ram_ratio: float | None = 1.2
     ram_size: float | None = None
-    chunk_size: int | None = None
+    chunk_size: Count | None = None
 
 
 class LoraEntry(_Row):
     """A LoRA adapter; its size comes from ``weight_bytes`` or a ``local_path`` folder."""
 
     name: str | None = None
-    weight_bytes: int | None = Field(default=None, ge=0)
+    weight_bytes: Bytes | None = None
     local_path: str | None = None
     huggingface_repo_id: str | None = None
 
@@ -154,15 +165,15 @@ class LoraEntry(_Row):
 class ModelSpec(_Row):
     """A GPUStack ``Model`` row plus gpusched's hub-free model facts."""
 
-    id: int | None = None
+    id: Id | None = None
     name: str = ""
-    cluster_id: int | None = None
+    cluster_id: Id | None = None
     #: None is accepted (GPUStack's schema allows it) and placed as SGLang.
     backend: str | None = "SGLang"
     backend_version: str | None = None
     backend_parameters: list[str] = Field(default_factory=list)
     categories: list[str] = Field(default_factory=list)
-    replicas: int = Field(default=1, ge=0)
+    replicas: Count = 1
     placement_strategy: Literal["spread", "binpack"] = "spread"
     distributed_inference_across_workers: bool | None = None
     worker_selector: dict[str, str] | None = None
@@ -175,7 +186,7 @@ class ModelSpec(_Row):
     model_scope_model_id: str | None = None
     local_path: str | None = None
     hf_config: dict[str, Any] | None = None
-    weight_bytes: int | None = Field(default=None, ge=0)
+    weight_bytes: Bytes | None = None
 
     @field_validator("backend_parameters", "categories", mode="before")
     @classmethod
@@ -216,23 +227,23 @@ class ModelSpec(_Row):
 class ComputedResourceClaim(_Row):
     """A resource claim: ``vram`` maps GPU index to bytes."""
 
-    vram: dict[int, int] | None = None
-    ram: int | None = None
+    vram: dict[Id, Bytes] | None = None
+    ram: Bytes | None = None
     vram_utilization: float | None = None
-    estimated_vram: int | None = None
+    estimated_vram: Bytes | None = None
     is_unified_memory: bool | None = None
 
 
 class SubordinateWorker(_Row):
     """``ModelInstanceSubordinateWorker``: a follower node of a distributed instance."""
 
-    worker_id: int | None = None
+    worker_id: Id | None = None
     worker_name: str | None = None
     worker_ip: str | None = None
     worker_ifname: str | None = None
-    total_gpus: int | None = None
+    total_gpus: Count | None = None
     gpu_type: str | None = None
-    gpu_indexes: list[int] | None = None
+    gpu_indexes: list[Id] | None = None
     computed_resource_claim: ComputedResourceClaim | None = None
 
 
@@ -246,18 +257,37 @@ class DistributedServers(_Row):
 class ModelInstance(_Row):
     """A GPUStack ``ModelInstance`` row that holds resources."""
 
-    id: int | None = None
+    id: Id | None = None
     name: str | None = None
-    model_id: int | None = None
+    model_id: Id | None = None
     model_name: str | None = None
     backend: str | None = None
     state: str | None = None
-    worker_id: int | None = None
+    worker_id: Id | None = None
     worker_name: str | None = None
     gpu_type: str | None = None
-    gpu_indexes: list[int] | None = None
+    gpu_indexes: list[Id] | None = None
     computed_resource_claim: ComputedResourceClaim | None = None
     distributed_servers: DistributedServers | None = None
+
+
+class InstanceRef(_Row):
+    """Which instance row a request replaces: its ``id``, its ``name``, or both (both must match)."""
+
+    id: int | None = None
+    name: str | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _names_one(self) -> InstanceRef:
+        if self.id is None and self.name is None:
+            raise ValueError("give the replaced instance's id or name")
+        return self
+
+    def matches(self, instance: ModelInstance) -> bool:
+        """True for the row this reference names."""
+        if self.id is not None and instance.id != self.id:
+            return False
+        return self.name is None or instance.name == self.name
 
 
 class ScheduleRequest(_Row):
@@ -265,6 +295,16 @@ class ScheduleRequest(_Row):
 
     ``workers``/``model_instances`` may be omitted only when a service supplies
     the cluster state; the pure core rejects a request without ``workers``.
+
+    ``min_context_tokens``, ``min_kv_tokens``, ``gpu_sharing`` and ``replaces``
+    are read by ``policy: precise`` only (``gpustack`` ignores them):
+
+    * ``min_context_tokens``: the KV-cache floor every candidate must hold (default:
+      the model's maximum context, capped at 8,192 tokens);
+    * ``min_kv_tokens``: the least predicted KV-cache capacity a candidate may have;
+    * ``gpu_sharing``: size ``--mem-fraction-static`` to what the instance needs so
+      several instances share a GPU (None: the chain's setting);
+    * ``replaces``: the instance row this request re-places; its claim is not counted.
     """
 
     request_id: str | None = Field(default=None, min_length=1, max_length=200)
@@ -272,6 +312,10 @@ class ScheduleRequest(_Row):
     model: ModelSpec
     workers: list[Worker] | None = None
     model_instances: list[ModelInstance] | None = None
+    min_context_tokens: int | None = Field(default=None, ge=1, le=1 << 24)
+    min_kv_tokens: int | None = Field(default=None, ge=1, le=1 << 34)
+    gpu_sharing: bool | None = None
+    replaces: InstanceRef | None = None
 
     @field_validator("policy")
     @classmethod
@@ -282,6 +326,10 @@ class ScheduleRequest(_Row):
 
 
 # --------------------------------------------------------------------------- result
+
+
+def _is_none(value: object) -> bool:
+    return value is None
 
 
 class _Out(BaseModel):
@@ -322,6 +370,8 @@ class CandidateOut(_Out):
     overcommit: bool = False
     score: float | None = None
     subordinate_workers: list[SubordinateOut] | None = None
+    #: KV-cache tokens ``policy: precise`` predicts; left out of the JSON when None (``gpustack``).
+    kv_tokens: int | None = Field(default=None, exclude_if=_is_none)
 
 
 class EventOut(_Out):
@@ -384,6 +434,8 @@ class ScheduleResult(_Out):
     blocked_by: str | None = None
     state_message: str | None = None
     events: list[EventOut] = Field(default_factory=list)
+    #: gpusched's own warnings about the decision (GPUStack's ``messages`` stay GPUStack's).
+    warnings: list[str] = Field(default_factory=list)
     estimate: EstimateOut | None = None
     launch: LaunchOut | None = None
     error: ErrorOut | None = None

@@ -10,6 +10,7 @@ constructor and an error of the checks are stored differently by GPUStack
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from scheduler_core._schemas import ModelSpec
@@ -56,6 +57,35 @@ def _positive(value: int | None, flag: str) -> int | None:
             _PARAMS_FIELD, f"--{flag} must be a positive integer.", "invalid_backend_parameters"
         )
     return value
+
+
+#: Largest value of a size flag the placement arithmetic accepts. Larger values describe no
+#: real deployment (the biggest clusters have tens of thousands of GPUs) and would overflow
+#: the float arithmetic of the fraction calculator, which GPUStack then crashes on.
+MAX_FLAG_VALUE = 1 << 20
+#: The integer flags placement reads.
+_SIZE_FLAGS = (
+    *_TP,
+    *_PP,
+    *_DP,
+    "nnodes",
+    "num-gpus",
+    "chunked-prefill-size",
+    "cuda-graph-max-bs",
+    "piecewise-cuda-graph-max-tokens",
+)
+
+
+def _check_sizes(params: BackendParameters) -> None:
+    """Reject a size flag beyond :data:`MAX_FLAG_VALUE` (either sign), naming it."""
+    for flag in _SIZE_FLAGS:
+        value = params.find_int([flag])
+        if value is not None and abs(value) > MAX_FLAG_VALUE:
+            raise RequestError(
+                _PARAMS_FIELD,
+                f"--{flag} is out of range (at most {MAX_FLAG_VALUE}).",
+                "invalid_backend_parameters",
+            )
 
 
 def world_size(params: BackendParameters) -> tuple[int | None, list[str]]:
@@ -144,6 +174,7 @@ def build_plan(model: ModelSpec, *, diffusion: bool = False) -> Plan:
         params = BackendParameters(model.backend_parameters)
     except ParameterError as error:  # GPUStack's constructor reads the flags first
         raise RequestError(error.field, str(error), "invalid_backend_parameters", INIT_CONTEXT) from None
+    _check_sizes(params)
     manual, workers = _manual_selection(model)
     selected = sum(len(ix) for per in manual.by_type.values() for ix in per.values())
     count = _gpu_count(model, params, selected, diffusion)
@@ -207,6 +238,8 @@ def _user_fraction(params: BackendParameters) -> float:
         raise _argument_error(str(error)) from None
     if value is not None and value <= 0:
         raise _argument_error("--mem-fraction-static must be greater than 0.")
+    if value is not None and not math.isfinite(value):
+        raise _argument_error("--mem-fraction-static must be a finite number.")
     return value or 0.0
 
 

@@ -247,13 +247,14 @@ class StageRunner:
         return rule.attach(inputs, worker, outcome)  # type: ignore[arg-type]
 
     def _shape(self, worker: WorkerView, gpu_type: str | None, free: Allocatable) -> Hashable:
-        """What a rule may read of the worker: its GPUs and their allocatable memory (once per decision)."""
+        """What a rule may read of the worker: its GPUs (reported usage included) and their
+        allocatable memory (once per decision)."""
         key = (worker.id, gpu_type)
         known = self._shapes.get(key)
         if known is None or known[0] is not worker:
             vram = free.vram
             gpus = tuple(
-                (g.index, g.type, g.total, 0 if g.index is None else vram.get(g.index, 0))
+                (g.index, g.type, g.total, 0 if g.index is None else vram.get(g.index, 0), g.used)
                 for g in worker.gpus
             )
             known = self._shapes[key] = (worker, (free.ram, gpus))

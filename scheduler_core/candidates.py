@@ -45,7 +45,8 @@ class Candidate(NamedTuple):
     """A placement candidate (GPUStack ``ModelInstanceScheduleCandidate``).
 
     A named tuple: immutable and cheap to build (a large cluster yields
-    thousands of one-GPU candidates per decision).
+    thousands of one-GPU candidates per decision). ``kv_tokens`` is the
+    KV-cache capacity ``policy: precise`` predicts (None under ``gpustack``).
     """
 
     worker: WorkerView
@@ -54,3 +55,4 @@ class Candidate(NamedTuple):
     claim: Claim
     overcommit: bool = False
     subordinates: tuple[Subordinate, ...] = ()
+    kv_tokens: int | None = None

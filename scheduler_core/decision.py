@@ -31,26 +31,29 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from scheduler_core import _render
-from scheduler_core._schemas import ModelSpec, ScheduleRequest, ScheduleResult, Worker
+from scheduler_core._schemas import ModelInstance, ModelSpec, ScheduleRequest, ScheduleResult, Worker
 from scheduler_core.arguments import FIND_CONTEXT, Plan, TpRule, build_plan, validate_arguments
 from scheduler_core.caching import SnapshotMemo, StageRunner
 from scheduler_core.cluster import ClusterState, group_workers_by_gpu_type, sort_workers_by_gpu_count
 from scheduler_core.diffusion_launch import ExplicitArgs, explicit_diffusion_args
 from scheduler_core.errors import RequestError
 from scheduler_core.estimate import ModelFacts, estimate_vram, is_llm, model_ram_claim, resolve_model_facts
-from scheduler_core.framework import Chain, run_filters, run_strategies
+from scheduler_core.framework import GPUSTACK, PRECISE, Chain, run_filters, run_strategies
+from scheduler_core.limits import MAX_DEPTH, encodable, too_deep
 from scheduler_core.mem_fraction import FractionFlags, FractionInputs, MemFractionCalculator
 from scheduler_core.model_config import ModelConfigError, ModelParameters, model_parameters_from_config
 from scheduler_core.model_folder import ModelFolderError
-from scheduler_core.plugins import DEFAULT_CHAIN
-from scheduler_core.scoring import pick_highest, score_candidates
+from scheduler_core.plugins import chain_for, scorer_of
+from scheduler_core.precise.facts import PreciseFacts, precise_facts
 from scheduler_core.selection import Selection
-from scheduler_core.workers import DuplicateGpu, WorkerView, worker_view
+from scheduler_core.workers import DuplicateGpu, InvalidText, WorkerView, worker_view
 
 _T = TypeVar("_T")
 
 #: Longest client-given request id used as is; longer or missing ids are derived.
 MAX_REQUEST_ID = 200
+#: The id of a rejection for a request that has no id and cannot be hashed into one.
+UNHASHABLE_REQUEST_ID = "req-unhashable"
 
 
 def canonical_json(value: Any) -> str:
@@ -59,16 +62,23 @@ def canonical_json(value: Any) -> str:
 
 
 def request_id_for(raw: Any) -> str:
-    """The request's id: its own ``request_id`` (1–200 characters), else ``req-`` and
-    24 hex digits of the sha256 of its canonical JSON (the same request, the same id)."""
+    """The request's id: its own ``request_id`` (1–200 characters of valid Unicode), else
+    ``req-`` and 24 hex digits of the sha256 of its canonical JSON (the same request, the
+    same id).
+
+    Raises:
+        RequestError: the request has no usable id and nests too deeply to be hashed.
+    """
     if isinstance(raw, ScheduleRequest):
         if raw.request_id:
             return raw.request_id
         raw = raw.model_dump(mode="json")
     if isinstance(raw, Mapping):
         given = raw.get("request_id")
-        if isinstance(given, str) and 0 < len(given) <= MAX_REQUEST_ID:
+        if isinstance(given, str) and 0 < len(given) <= MAX_REQUEST_ID and encodable(given):
             return given
+    if too_deep(raw):
+        raise RequestError("request", f"nested more than {MAX_DEPTH} levels deep")
     digest = hashlib.sha256(canonical_json(raw).encode()).hexdigest()[:24]
     return f"req-{digest}"
 
@@ -76,14 +86,16 @@ def request_id_for(raw: Any) -> str:
 def schedule(
     request: ScheduleRequest | Mapping[str, Any] | Any,
     *,
-    chain: Chain = DEFAULT_CHAIN,
+    chain: Chain | None = None,
     memo: SnapshotMemo | None = None,
 ) -> ScheduleResult:
     """Decide where the request's model runs (Contract 1).
 
     Args:
         request: a :class:`ScheduleRequest` or its JSON-shaped dict.
-        chain: the filters and strategies to run (GPUStack's by default).
+        chain: the filters, strategies and scorer to run; None runs the chain of the
+            request's ``policy``, and a chain of another policy lends only its filters,
+            candidate cap and settings (:func:`scheduler_core.plugins.chain_for`).
         memo: state reused across calls by a long-lived decider (see
             :class:`~scheduler_core.caching.SnapshotMemo`); it never changes a result.
 
@@ -92,7 +104,10 @@ def schedule(
         ``unschedulable`` with GPUStack's messages when nothing fits now;
         ``rejected`` with an error naming the field for invalid input. Never raises.
     """
-    request_id = request_id_for(request)
+    try:
+        request_id = request_id_for(request)
+    except RequestError as error:
+        return _render.rejected(UNHASHABLE_REQUEST_ID, error.code, error.message, error.field)
     collecting = gc.isenabled()
     gc.disable()  # a decision allocates many short-lived objects; cyclic GC only slows it
     try:
@@ -102,11 +117,22 @@ def schedule(
             gc.enable()
 
 
-def _schedule(request: Any, request_id: str, chain: Chain, memo: SnapshotMemo | None) -> ScheduleResult:
+def _schedule(
+    request: Any, request_id: str, configured: Chain | None, memo: SnapshotMemo | None
+) -> ScheduleResult:
     try:
         parsed = request if isinstance(request, ScheduleRequest) else ScheduleRequest.model_validate(request)
     except ValidationError as error:
         return _render.validation_rejection(request_id, error)
+    chain = chain_for(parsed.policy, configured)
+    if chain.policy == GPUSTACK:
+        return _decided(parsed, request_id, chain, memo)
+    return _render.with_policy(_decided(parsed, request_id, chain, memo), chain.policy)
+
+
+def _decided(
+    parsed: ScheduleRequest, request_id: str, chain: Chain, memo: SnapshotMemo | None
+) -> ScheduleResult:
     try:
         return _decide(parsed, request_id, chain, memo)
     except RequestError as error:
@@ -135,6 +161,7 @@ class Prepared:
 
 def _prepare(request: ScheduleRequest, memo: SnapshotMemo | None) -> Prepared:
     """Phase 2. Raises RequestError for anything that makes the request invalid."""
+    _check_text(request)
     views = _views(request, memo)
     model = request.model
     facts, categories, model_params = _model_facts(request)
@@ -171,7 +198,26 @@ def _validated_views(workers: Sequence[Worker]) -> list[WorkerView]:
             views.append(worker_view(worker))
         except DuplicateGpu as error:
             raise RequestError(f"workers.{position}.status.gpu_devices.{error.number}", str(error)) from None
+        except InvalidText as error:
+            raise RequestError(f"workers.{position}.{error.where}", str(error)) from None
     return views
+
+
+def _check_text(request: ScheduleRequest) -> None:
+    """The model's and instances' strings a result can carry must be valid Unicode."""
+    model = request.model
+    named: list[tuple[str, str | None]] = [
+        ("request_id", request.request_id),
+        ("model.name", model.name),
+        ("model.local_path", model.local_path),
+    ]
+    named += [(f"model.backend_parameters.{i}", p) for i, p in enumerate(model.backend_parameters)]
+    gpu_ids = model.gpu_selector.gpu_ids if model.gpu_selector else None
+    named += [(f"model.gpu_selector.gpu_ids.{i}", g) for i, g in enumerate(gpu_ids or ())]
+    named += [(f"model_instances.{i}.name", m.name) for i, m in enumerate(request.model_instances or ())]
+    for field, text in named:
+        if text is not None and not encodable(text):
+            raise RequestError(field, "is not valid Unicode (it holds a lone surrogate)")
 
 
 def _model_facts(request: ScheduleRequest) -> tuple[ModelFacts, list[str], ModelParameters]:
@@ -186,7 +232,9 @@ def _model_facts(request: ScheduleRequest) -> tuple[ModelFacts, list[str], Model
         params = (
             ModelParameters()
             if omni
-            else model_parameters_from_config(facts.hf_config, is_llm=is_llm(categories))
+            else model_parameters_from_config(
+                facts.hf_config, is_llm=is_llm(categories), typed=facts.typed_config
+            )
         )
     except ModelConfigError as error:
         raise RequestError(
@@ -214,14 +262,17 @@ def _decide(
     request: ScheduleRequest, request_id: str, chain: Chain, memo: SnapshotMemo | None
 ) -> ScheduleResult:
     prepared = _prepare(request, memo)
+    if not prepared.views:
+        return _render.no_workers(request_id)
     model = request.model
     filtered = run_filters(model, prepared.views, chain.filters)
     if not filtered.workers:
         return _render.blocked(request_id, filtered.messages, filtered.blocked_by)
-    selection = _selection(request, prepared, filtered.workers, memo)
+    selection = _selection(request, prepared, filtered.workers, memo, chain)
     outcome = run_strategies(selection, chain.strategies)
-    scores = score_candidates(outcome.candidates, model.placement_strategy, selection.cluster, model.id)
-    chosen = pick_highest(scores)
+    scorer = scorer_of(chain)
+    scores = scorer.score(outcome.candidates, selection)
+    chosen = scorer.pick(outcome.candidates, scores)
     result = _render.decision(
         request_id,
         selection,
@@ -243,10 +294,14 @@ def _selection(
     prepared: Prepared,
     workers: Sequence[WorkerView],
     memo: SnapshotMemo | None,
+    chain: Chain,
 ) -> Selection:
-    """Phase 4's inputs, complete: cluster view, ordering, grouping and the fractions."""
+    """Phase 4's inputs, complete: cluster view, ordering, grouping and the fractions
+    (and, for ``policy: precise``, its facts, without the claim of the instance replaced)."""
     model = request.model
-    cluster = ClusterState(prepared.views, request.model_instances or (), memo)
+    precise = _precise(request, prepared, chain)
+    instances = _counted_instances(request, precise is not None)
+    cluster = ClusterState(prepared.views, instances, memo)
     # A memo keeps the ordering and the per-type copies while the filter passes the same
     # views, so the copies keep their identity across decisions (the runner's reuse needs it).
     ordered, grouped = _reused(memo, "ordered", workers, lambda: _grouped(workers))
@@ -271,7 +326,30 @@ def _selection(
         ordered=ordered,
         workers_by_type=grouped,
         runner=StageRunner(cluster, memo),
+        precise=precise,
     )
+
+
+def _precise(request: ScheduleRequest, prepared: Prepared, chain: Chain) -> PreciseFacts | None:
+    if chain.policy != PRECISE:
+        return None
+    return precise_facts(
+        request,
+        prepared.facts,
+        prepared.model_params,
+        prepared.plan.params,
+        prepared.categories,
+        chain.settings,
+    )
+
+
+def _counted_instances(request: ScheduleRequest, precise: bool) -> Sequence[ModelInstance]:
+    """The instances whose claims count: all of them, except (precise) the one the request replaces."""
+    instances = request.model_instances or ()
+    replaced = request.replaces
+    if not precise or replaced is None:
+        return instances
+    return [instance for instance in instances if not replaced.matches(instance)]
 
 
 def _grouped(

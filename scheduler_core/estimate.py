@@ -39,6 +39,7 @@ class ModelFacts:
         weight_source: where ``weight_bytes`` came from (``request``, ``safetensors_index``,
             ``safetensors_headers``, ``diffusers_components``, ``file_sizes``, ``unknown``).
         lora_bytes: summed LoRA weights (unknown adapters count 0, as upstream).
+        typed_config: see the attribute.
         model_index: a diffusers ``model_index.json`` when the folder has one.
         is_diffusers: the folder is a diffusers pipeline.
     """
@@ -49,6 +50,9 @@ class ModelFacts:
     lora_bytes: int = 0
     model_index: Mapping[str, Any] | None = None
     is_diffusers: bool = False
+    #: The config is parsed by its model's class (GPUStack's ``AutoConfig``), not as a
+    #: plain dict (a local-path model whose folder only the workers hold).
+    typed_config: bool = True
 
 
 def vram_claim_override(model: ModelSpec) -> int | None:
@@ -75,17 +79,49 @@ def _lora_bytes(model: ModelSpec) -> int:
     return total
 
 
+def _request_has_config(model: ModelSpec) -> bool:
+    """The request carries the config placement reads (IMAGE and text-to-speech models need none)."""
+    omni = "image" in model.categories or "text_to_speech" in model.categories
+    return model.hf_config is not None or omni
+
+
+def _source(model: ModelSpec) -> str | None:
+    """GPUStack's model source, inferred as its API does when the row carries none."""
+    if model.source:
+        return model.source
+    if model.huggingface_repo_id:
+        return "huggingface"
+    if model.model_scope_model_id:
+        return "model_scope"
+    return "local_path" if model.local_path else None
+
+
 def resolve_model_facts(model: ModelSpec) -> ModelFacts:
     """Gather the model's config and weight size from the request and ``local_path``.
 
+    The request's own ``hf_config`` and ``weight_bytes`` win. The folder is read
+    for what they leave out. GPUStack reads a local path on the workers, not
+    where it decides, so a folder that cannot be read here is not an error when
+    the request carries the config: the weight size is then what the request
+    says, or unknown (``weight_source: unknown``; GPUStack counts such a
+    model's weights as 0 when it cannot size them).
+
     Raises:
-        ModelFolderError: ``local_path`` is missing or holds unreadable metadata.
+        ModelFolderError: the folder is needed for the config but cannot be read.
     """
     lora = _lora_bytes(model)
     if not model.local_path:
         source = "request" if model.weight_bytes is not None else "unknown"
         return ModelFacts(model.hf_config, model.weight_bytes, source, lora)
-    folder = read_local_model(model.local_path)
+    try:
+        folder = read_local_model(model.local_path)
+    except ModelFolderError:
+        if not _request_has_config(model):
+            raise
+        # GPUStack reads such a model's config.json from the workers, as a plain dict.
+        typed = _source(model) != "local_path"
+        source = "request" if model.weight_bytes is not None else "unknown"
+        return ModelFacts(model.hf_config, model.weight_bytes, source, lora, typed_config=typed)
     config = model.hf_config if model.hf_config is not None else folder.config
     weight: int | None = folder.weight_bytes
     source = folder.weight_source

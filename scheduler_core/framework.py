@@ -18,6 +18,7 @@ from scheduler_core._schemas import ModelSpec
 from scheduler_core.candidates import Candidate
 from scheduler_core.events import Action, Event, Level
 from scheduler_core.messages import default_message
+from scheduler_core.precise.settings import PreciseSettings
 from scheduler_core.reasons import ClusterChange, Reason
 from scheduler_core.selection import Selection
 from scheduler_core.workers import WorkerView
@@ -69,19 +70,51 @@ class Strategy(Protocol):
         ...
 
 
+class Scorer(Protocol):
+    """Scores the candidates and picks one (GPUStack ``policies/scorers`` and the pick)."""
+
+    name: str
+
+    def score(self, candidates: Sequence[Candidate], selection: Selection) -> list[float]:
+        """One score per candidate, in candidate order."""
+        ...
+
+    def pick(self, candidates: Sequence[Candidate], scores: Sequence[float]) -> int | None:
+        """Index of the chosen candidate (None when there is none)."""
+        ...
+
+
+#: The precise knobs of a chain that sets none.
+_DEFAULT_SETTINGS = PreciseSettings()
+
+#: The policies a chain can implement.
+GPUSTACK, PRECISE = "gpustack", "precise"
+
+
 @dataclass(frozen=True, slots=True)
 class Chain:
-    """The plugin chain a decision runs: worker filters, then strategies in order.
+    """The plugin chain a decision runs: worker filters, then strategies in order, then the scorer.
 
     ``max_candidates`` reports at most this many candidates (None: all,
     GPUStack's behaviour); the selected one is always kept, the rest are the
-    best-scoring, in selector order. ``policy: gpustack`` parity holds for
-    :data:`scheduler_core.plugins.DEFAULT_CHAIN` only.
+    best-scoring, in selector order. ``scorer`` None means the policy's own
+    (:data:`scheduler_core.plugins.SCORERS_BY_POLICY`). ``settings`` are the
+    precise rules' knobs (GPU sharing, margins). ``policy: gpustack`` parity
+    holds for :data:`scheduler_core.plugins.DEFAULT_CHAIN` only.
     """
 
     filters: tuple[WorkerFilter, ...]
     strategies: tuple[Strategy, ...]
     max_candidates: int | None = None
+    scorer: Scorer | None = None
+    settings: PreciseSettings = _DEFAULT_SETTINGS
+
+    @property
+    def policy(self) -> str:
+        """``precise`` when any strategy belongs to that policy, else ``gpustack``."""
+        if any(getattr(strategy, "policy", GPUSTACK) == PRECISE for strategy in self.strategies):
+            return PRECISE
+        return GPUSTACK
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from scheduler_core.limits import MAX_DEPTH, too_deep
+
 __all__ = ["ModelConfigError", "ModelParameters", "model_parameters_from_config"]
 
 #: Error-field prefix for config.json keys (the model's HF config).
@@ -31,7 +33,7 @@ _TEXT_CONFIG_PATHS: tuple[tuple[str, ...], ...] = (
 )
 
 #: Where a positive ``num_attention_heads`` is looked up when the text config lacks
-#: one (GPUStack's fallback order, memo §2.1 step 5); ``()`` is the root.
+#: one (GPUStack ``policies/utils.py: get_model_num_attention_heads``); ``()`` is the root.
 _HEAD_FALLBACK_PATHS: tuple[tuple[str, ...], ...] = (
     ("llm_config",),
     ("text_config",),
@@ -59,8 +61,9 @@ _DEFAULT_MAX_MODEL_LEN = 2048
 #: (``get_max_model_len``: no factor applied).
 _UNSCALED_ROPE_TYPES = frozenset({"su", "longrope", "llama3"})
 
-#: MoE expert-count aliases, first present wins (memo §2.1 step 5); the field's own
-#: name comes first because step 4 copies it verbatim.
+#: MoE expert-count aliases, first present wins (GPUStack
+#: ``ModelParameters.from_model_pretrained_config``); the field's own name comes first
+#: because that method copies every ``ModelParameters`` field before trying the aliases.
 _MOE_EXPERT_KEYS = ("moe_num_experts", "n_routed_experts", "num_local_experts", "num_experts")
 _MOE_SHARED_EXPERT_KEYS = ("moe_num_shared_experts", "n_shared_experts", "num_shared_experts")
 
@@ -177,8 +180,15 @@ class _Section:
 
 
 def _excerpt(value: object) -> str:
+    if isinstance(value, int) and abs(value) > _MAX_CONFIG_INT:
+        return "an integer out of range"
     text = repr(value)
     return text if len(text) <= _EXCERPT_CHARS else text[: _EXCERPT_CHARS - 3] + "..."
+
+
+#: Largest magnitude of a config number (a signed 64-bit integer): no real hyperparameter
+#: comes near, and larger values overflow the float arithmetic that reads them.
+_MAX_CONFIG_INT = 2**63 - 1
 
 
 def _as_int(value: object, field_name: str) -> int | None:
@@ -186,8 +196,10 @@ def _as_int(value: object, field_name: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) > _MAX_CONFIG_INT:
+            raise ModelConfigError(field_name, "expected an integer, got one out of range")
         return value
-    if isinstance(value, float) and value.is_integer():
+    if isinstance(value, float) and value.is_integer() and abs(value) <= _MAX_CONFIG_INT:
         return int(value)
     raise ModelConfigError(field_name, f"expected an integer, got {_excerpt(value)}")
 
@@ -197,13 +209,15 @@ def _as_positive_number(value: object, field_name: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, int | float) and not isinstance(value, bool):
-        if math.isfinite(value) and value > 0:
+        if 0 < value <= _MAX_CONFIG_INT and math.isfinite(value):
             return value
     raise ModelConfigError(field_name, f"expected a positive number, got {_excerpt(value)}")
 
 
-def model_parameters_from_config(config: Mapping[str, Any] | None, *, is_llm: bool) -> ModelParameters:
-    """Derive GPUStack's ``ModelParameters`` from a config.json dict (memo §2.1).
+def model_parameters_from_config(
+    config: Mapping[str, Any] | None, *, is_llm: bool, typed: bool = True
+) -> ModelParameters:
+    """Derive GPUStack's ``ModelParameters`` from a config.json dict (``from_model_pretrained_config``).
 
     The text (decoder) sub-config is the first of ``text_config``,
     ``llm_config``, ``language_config`` and ``thinker_config.text_config`` that
@@ -252,6 +266,8 @@ def model_parameters_from_config(config: Mapping[str, Any] | None, *, is_llm: bo
         return ModelParameters()
     if not isinstance(config, Mapping):
         raise ModelConfigError(_CONFIG_FIELD, f"expected an object, got {_excerpt(config)}")
+    if too_deep(config):
+        raise ModelConfigError(_CONFIG_FIELD, f"nested more than {MAX_DEPTH} levels deep")
     root = _Section(config, _CONFIG_FIELD)
     text = _text_section(root)
     heads = _num_attention_heads(root, text)
@@ -279,26 +295,32 @@ def model_parameters_from_config(config: Mapping[str, Any] | None, *, is_llm: bo
         moe_num_shared_experts=_first_moe_int(text, _MOE_SHARED_EXPERT_KEYS),
         moe_intermediate_size=_first_moe_int(text, ("moe_intermediate_size",)),
         is_multimodel=vision is not None,
-        vision_config=_vision_sizes(root, vision),
+        vision_config=_vision_sizes(root, vision, typed),
         vision_num_attention_heads=None if vision is None else _vision_heads(vision),
     )
 
 
-def _vision_sizes(root: _Section, vision: _Section | None) -> Mapping[str, Any] | None:
+def _vision_sizes(root: _Section, vision: _Section | None, typed: bool) -> Mapping[str, Any] | None:
     """The vision sub-config as the fraction calculator reads it.
 
-    GPUStack reads the ViT size with ``getattr`` on the parsed config. A config
-    without ``model_type`` is not one transformers' ``AutoConfig`` accepts;
-    GPUStack then falls back to ``PretrainedConfig.from_dict``, where
-    ``vision_config`` stays a plain dict and ``getattr`` finds none of its keys,
-    so the ViT counts as ViT-L/14 (``gpustack/utils/hub.py`` fallback read,
-    ``sglang_resource_fit_selector.py: _cal_mem_fraction_static`` step 3). The
-    same empty view reproduces that here; the vision heads are still read from
-    the dict, as upstream's ``get_model_vision_num_attention_heads`` does.
+    GPUStack reads the ViT size with ``getattr`` on the parsed config. Only a
+    config parsed by its model's own class (transformers' ``AutoConfig``, which
+    needs ``model_type``) has ``vision_config`` as an object with attributes.
+    GPUStack parses a plain ``PretrainedConfig.from_dict`` instead when
+    ``AutoConfig`` refuses the config (no ``model_type``) and when a local-path
+    model's config.json is read from the workers
+    (``scheduler/calculator.py: get_pretrained_config_with_workers``); there
+    ``vision_config`` stays a dict, ``getattr`` finds none of its keys, and the
+    ViT counts as ViT-L/14 (``sglang_resource_fit_selector.py:
+    _cal_mem_fraction_static`` step 3). The empty view returned then
+    reproduces that; the vision heads are still read from the dict, as
+    upstream's ``get_model_vision_num_attention_heads`` does.
     """
     if vision is None:
         return None
-    if not root.has("model_type"):
+    for key in ("num_hidden_layers", "depth", "hidden_size"):  # what the calculator reads
+        vision.integer(key)
+    if not typed or not root.has("model_type"):
         return MappingProxyType({})
     return vision.frozen_copy()
 

@@ -258,7 +258,10 @@ def _file_size(file: Path) -> int:
 
 
 def _diffusers_weights(folder: Path, model_index: Mapping[str, Any]) -> _Weights:
-    """Sum of the component folders' weights (memo §3.3 component rule)."""
+    """Sum of the component folders' weights.
+
+    The component rule of GPUStack ``scheduler/calculator.py: calculate_diffusion_model_weight_size``.
+    """
     sizes: list[int] = []
     for key in sorted(model_index):
         component = folder / key

@@ -6,8 +6,22 @@ from collections.abc import Mapping, Sequence
 
 from scheduler_core._schemas import ModelSpec, Worker
 from scheduler_core.filters import ClusterFilter, GpuSelectorFilter, LabelFilter, StatusFilter
-from scheduler_core.framework import Chain, Strategy, WorkerFilter, passes_filters, wake_table
+from scheduler_core.framework import (
+    GPUSTACK,
+    PRECISE,
+    Chain,
+    Scorer,
+    Strategy,
+    WorkerFilter,
+    passes_filters,
+    wake_table,
+)
+from scheduler_core.precise.multi_worker import PreciseMultiWorker
+from scheduler_core.precise.scoring import PreciseScorer
+from scheduler_core.precise.settings import PreciseSettings
+from scheduler_core.precise.single_worker import PreciseSingleWorker
 from scheduler_core.reasons import ClusterChange, Reason
+from scheduler_core.scoring import GpustackScorer
 from scheduler_core.strategies import (
     ManualGpuSelection,
     MultiWorkerMultiGpu,
@@ -32,18 +46,62 @@ DEFAULT_STRATEGIES: tuple[Strategy, ...] = (
     MultiWorkerMultiGpu(),
 )
 
+#: ``policy: precise``: GPUStack's manual stage (the user chose the GPUs), then one worker
+#: with sliding-window GPU sets, then several partly used workers.
+PRECISE_STRATEGIES: tuple[Strategy, ...] = (
+    DEFAULT_STRATEGIES[0],
+    PreciseSingleWorker(),
+    PreciseMultiWorker(),
+)
+
+GPUSTACK_SCORER: Scorer = GpustackScorer()
+PRECISE_SCORER: Scorer = PreciseScorer()
+
 #: Plugins by name, for deployments that compose their own chain.
 FILTERS_BY_NAME: Mapping[str, WorkerFilter] = {f.name: f for f in DEFAULT_FILTERS}
-STRATEGIES_BY_NAME: Mapping[str, Strategy] = {s.name: s for s in DEFAULT_STRATEGIES}
+STRATEGIES_BY_NAME: Mapping[str, Strategy] = {s.name: s for s in DEFAULT_STRATEGIES + PRECISE_STRATEGIES}
+SCORERS_BY_NAME: Mapping[str, Scorer] = {s.name: s for s in (GPUSTACK_SCORER, PRECISE_SCORER)}
+#: The scorer a chain without one uses, by its policy.
+SCORERS_BY_POLICY: Mapping[str, Scorer] = {GPUSTACK: GPUSTACK_SCORER, PRECISE: PRECISE_SCORER}
 
 #: GPUStack's chain.
 DEFAULT_CHAIN = Chain(filters=DEFAULT_FILTERS, strategies=DEFAULT_STRATEGIES)
+#: The precise chain (without GPU sharing unless a request asks for it).
+PRECISE_CHAIN = Chain(filters=DEFAULT_FILTERS, strategies=PRECISE_STRATEGIES, scorer=PRECISE_SCORER)
+#: Each policy's own chain.
+CHAINS_BY_POLICY: Mapping[str, Chain] = {GPUSTACK: DEFAULT_CHAIN, PRECISE: PRECISE_CHAIN}
+
+
+def chain_for(policy: str, configured: Chain | None = None) -> Chain:
+    """The chain a request of ``policy`` runs.
+
+    The configured chain when it implements that policy; otherwise the policy's own
+    strategies and scorer with the configured filters, candidate cap and settings
+    (a service configured for one policy still decides requests of the other).
+    """
+    if configured is None:
+        return CHAINS_BY_POLICY[policy]
+    if configured.policy == policy:
+        return configured
+    own = CHAINS_BY_POLICY[policy]
+    return Chain(
+        configured.filters, own.strategies, configured.max_candidates, own.scorer, configured.settings
+    )
+
+
+def scorer_of(chain: Chain) -> Scorer:
+    """The chain's scorer, or its policy's."""
+    return chain.scorer or SCORERS_BY_POLICY[chain.policy]
 
 
 def chain_of(
-    filters: Sequence[str], strategies: Sequence[str], max_candidates: int | None = None
+    filters: Sequence[str],
+    strategies: Sequence[str],
+    max_candidates: int | None = None,
+    scorer: str | None = None,
+    settings: PreciseSettings | None = None,
 ) -> Chain:
-    """A chain of the named plugins, in the given order.
+    """A chain of the named plugins, in the given order (scorer None: the policy's).
 
     Raises:
         KeyError: a name is not a known plugin.
@@ -52,6 +110,8 @@ def chain_of(
         filters=tuple(FILTERS_BY_NAME[name] for name in filters),
         strategies=tuple(STRATEGIES_BY_NAME[name] for name in strategies),
         max_candidates=max_candidates,
+        scorer=None if scorer is None else SCORERS_BY_NAME[scorer],
+        settings=settings or PreciseSettings(),
     )
 
 

@@ -27,6 +27,12 @@ class Reason(StrEnum):
     HETEROGENEOUS_GPUS = "heterogeneous_gpus"
     OVERCOMMIT = "overcommit"
     OVERCOMMIT_NOT_ALLOWED = "overcommit_not_allowed"
+    #: ``policy: precise`` strategies.
+    WEIGHTS_DO_NOT_FIT = "weights_do_not_fit"
+    KV_FLOOR_NOT_MET = "kv_floor_not_met"
+    KV_TOKENS_BELOW_MINIMUM = "kv_tokens_below_minimum"
+    NO_BALANCED_GPU_SET = "no_balanced_gpu_set"
+    NO_NODE_SHAPE = "no_node_shape"
     #: No strategy said why (nothing fitted and no event carried a reason).
     NO_CANDIDATE = "no_candidate"
     #: The service's own: a placement kept losing the race for its GPUs.

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from scheduler_core.accounting import Allocatable
 from scheduler_core.candidates import Candidate, Claim
 from scheduler_core.cluster import ClusterState
+from scheduler_core.selection import Selection
 
 #: GPUStack's scale-up placement max score.
 MAX_SCORE = 100.0
@@ -225,3 +226,18 @@ def pick_highest(scores: Sequence[float]) -> int | None:
         return None
     # max() keeps the first of equal maxima, which is GPUStack's strict ">" walk.
     return max(range(len(scores)), key=scores.__getitem__)
+
+
+class GpustackScorer:
+    """GPUStack's placement scorer (the model's spread/binpack) and its first-highest pick."""
+
+    name = "gpustack"
+
+    def score(self, candidates: Sequence[Candidate], selection: Selection) -> list[float]:
+        """The placement score of each candidate, in candidate order."""
+        model = selection.model
+        return score_candidates(candidates, model.placement_strategy, selection.cluster, model.id)
+
+    def pick(self, candidates: Sequence[Candidate], scores: Sequence[float]) -> int | None:
+        """The first highest score."""
+        return pick_highest(scores)

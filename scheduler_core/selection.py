@@ -22,6 +22,7 @@ from scheduler_core.estimate import RamClaimRule
 from scheduler_core.events import EventCollector
 from scheduler_core.mem_fraction import ManualSelection
 from scheduler_core.model_config import ModelParameters
+from scheduler_core.precise.facts import PreciseFacts
 from scheduler_core.workers import WorkerView
 
 
@@ -61,6 +62,7 @@ class Selection:
         ordered: the filtered workers, sorted by GPU count (most first, stable).
         workers_by_type: ``ordered`` grouped by GPU type (copies holding that type's GPUs).
         runner: maps per-worker rules over workers.
+        precise: the precise rules' inputs (None under ``policy: gpustack``).
         log: what the strategies record.
     """
 
@@ -78,6 +80,7 @@ class Selection:
     ordered: Sequence[WorkerView]
     workers_by_type: Mapping[str | None, Sequence[WorkerView]]
     runner: StageRunner
+    precise: PreciseFacts | None = None
     log: DecisionLog = field(default_factory=DecisionLog)
 
     @property

@@ -15,10 +15,15 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from scheduler_core._schemas import GPUDevice, Worker
+from scheduler_core.limits import encodable
 
 
 class Gpu(NamedTuple):
     """One GPU. ``total`` is 0 when the device reports no memory.
+
+    ``used`` is the device's reported ``memory.used`` (None when not reported):
+    memory held by any process, the ledger's instances and others alike. Only
+    ``policy: precise`` reads it (GPUStack ignores it).
 
     A named tuple: immutable, and built twice as fast as a frozen dataclass
     (2,000 workers report 16,000 GPUs). Its ``index`` field shadows
@@ -30,6 +35,7 @@ class Gpu(NamedTuple):
     total: int
     vendor: str | None = None
     name: str | None = None
+    used: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,19 +73,40 @@ class DuplicateGpu(ValueError):
         self.number = number
 
 
+class InvalidText(ValueError):
+    """A string of the row is not valid Unicode (a lone surrogate); ``where`` is its path in the row."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__("is not valid Unicode (it holds a lone surrogate)")
+        self.where = where
+
+
 def worker_view(worker: Worker) -> WorkerView:
     """The :class:`WorkerView` of a validated worker row, memoised on the (frozen) row.
 
     Raises:
         DuplicateGpu: two GPUs share a (type, index), which identifies a GPU on its worker.
+        InvalidText: a string placement writes out is not valid Unicode.
     """
     cached = worker.view_cache()
     if isinstance(cached, WorkerView):
         return cached
     view = build_view(worker)
     _check_gpu_identity(view)
+    _check_text(view)
     worker.remember_view(view)
     return view
+
+
+def _check_text(view: WorkerView) -> None:
+    """The strings a result can carry (name, addresses, GPU types and names) must be valid Unicode."""
+    for where, text in (("name", view.name), ("ip", view.ip), ("ifname", view.ifname)):
+        if text is not None and not encodable(text):
+            raise InvalidText(where)
+    for number, gpu in enumerate(view.gpus):
+        for key, text in (("type", gpu.type), ("name", gpu.name)):
+            if text is not None and not encodable(text):
+                raise InvalidText(f"status.gpu_devices.{number}.{key}")
 
 
 def _check_gpu_identity(view: WorkerView) -> None:
@@ -96,8 +123,8 @@ def _check_gpu_identity(view: WorkerView) -> None:
 
 def _gpu(device: GPUDevice) -> Gpu:
     memory = device.get("memory")
-    total = (memory.get("total") or 0) if memory else 0
-    return Gpu(device.get("type"), device.get("index"), total, device.get("vendor"), device.get("name"))
+    total, used = ((memory.get("total") or 0), memory.get("used")) if memory else (0, None)
+    return Gpu(device.get("type"), device.get("index"), total, device.get("vendor"), device.get("name"), used)
 
 
 def build_view(worker: Worker) -> WorkerView:

@@ -1,7 +1,6 @@
 """Small builders for GPUStack-shaped rows used across the engine tests.
 
-GPU totals are the exact byte counts GPUStack's worker fixtures report (upstream
-``tests/fixtures/workers/*.json``).
+GPU totals are the exact byte counts GPUStack's fixtures report (``tests/fixtures/workers/*.json``).
 """
 
 from __future__ import annotations

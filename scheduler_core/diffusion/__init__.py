@@ -5,6 +5,12 @@ offload pre-defaults, the ``ServerArgsAutoTuner`` steps in upstream order,
 the parallelism defaults, layerwise normalisation and validation. The
 per-pipeline deployment configs and the diffusers -> SGLang pipeline map are
 data in ``configs/``.
+
+Upstream names in this package refer to SGLang at commit bd3f6a79, files under
+``python/sglang/multimodal_gen/``: ``runtime/server_args/server_args.py``
+(``ServerArgs``), ``runtime/server_args/auto_tune.py`` (``ServerArgsAutoTuner``),
+``configs/pipeline_configs/model_deployment_config.py`` (``ModelDeploymentConfig``)
+and ``runtime/managers/memory_managers/layerwise_offload_components.py``.
 """
 
 from __future__ import annotations

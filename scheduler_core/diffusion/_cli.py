@@ -16,7 +16,8 @@ from ._models import TuneResult
 
 ValueKind = Literal["bool", "int", "float", "str", "list"]
 
-#: Flag (without ``--``) -> (ServerArgs field, value kind); aliases as upstream's argparse (§3.2).
+#: Flag (without ``--``) -> (ServerArgs field, value kind); aliases as upstream's
+#: ``ServerArgs.add_cli_args``.
 CLI_FLAGS: Mapping[str, tuple[str, ValueKind]] = MappingProxyType(
     {
         "performance-mode": ("performance_mode", "str"),
@@ -62,7 +63,7 @@ TUNED_FLAGS: tuple[tuple[str, str], ...] = (
     ("image_encoder_cpu_offload", "--image-encoder-cpu-offload"),
     ("vae_cpu_offload", "--vae-cpu-offload"),
     ("enable_cfg_parallel", "--enable-cfg-parallel"),
-    ("cfg_parallel_degree", "--cfg-parallel-degree"),
+    ("cfg_parallel_degree", "--cfg-parallel-size"),  # ServerArgs.add_cli_args: --cfg-parallel-size
     ("tp_size", "--tp-size"),
     ("sp_degree", "--sp-degree"),
     ("ulysses_degree", "--ulysses-degree"),

@@ -4,7 +4,7 @@ The values are data: ``configs/diffusion_deployments.json`` holds, for every
 upstream ``pipeline_config_class``, the fields that differ from the defaults
 below plus the family facts the tuner needs (Wan family, Wan2.2 A14B, DMD,
 default CFG use, task type). The file is read and validated once per
-directory and cached.
+directory and cached. Upstream: ``configs/pipeline_configs/model_deployment_config.py``.
 """
 
 from __future__ import annotations
@@ -20,13 +20,14 @@ from ._task_types import TaskType, upper_task_type
 #: File name of the per-pipeline deployment data inside the configs directory.
 DEPLOYMENTS_FILE_NAME = "diffusion_deployments.json"
 
-#: ``keep_resident_components`` may only name these groups (research/sglang.md §3.7).
+#: ``keep_resident_components`` may only name these groups (upstream ``ModelDeploymentConfig``).
 KeepResidentGroup = Literal["dit", "text_encoder", "image_encoder", "vae"]
 
-#: Upstream fallback degree of ``get_auto_cfg_parallel_degree`` when no row matches (§3.7).
+#: Fallback degree of upstream ``ModelDeploymentConfig.get_auto_cfg_parallel_degree`` when no row matches.
 DEFAULT_AUTO_CFG_PARALLEL_DEGREE = 2
 
-#: Wan2.2 A14B configs are recognised by name: prefix ``Wan2_2_`` and ``A14B`` inside (§3.5).
+#: Wan2.2 A14B configs are recognised by name: prefix ``Wan2_2_`` and ``A14B`` inside
+#: (``ServerArgsAutoTuner._is_wan2_2_a14b_pipeline_config``).
 WAN2_2_A14B_PREFIX = "Wan2_2_"
 WAN2_2_A14B_MARKER = "A14B"
 
@@ -44,7 +45,7 @@ def is_wan2_2_a14b_name(pipeline_config_class: str) -> bool:
 
 
 class DeploymentConfig(BaseModel):
-    """Deployment knobs of one pipeline (``ModelDeploymentConfig`` at bd3f6a793, §3.7).
+    """Deployment knobs of one pipeline (upstream ``ModelDeploymentConfig`` at bd3f6a793).
 
     Frozen; unknown keys are rejected (``ValueError``). Defaults are upstream's.
     """
@@ -85,7 +86,7 @@ class DeploymentConfig(BaseModel):
 class PipelineFamily(BaseModel):
     """Facts about one pipeline config class that upstream derives from code or registry.
 
-    ``uses_cfg``/``task_type`` are None where the research notes do not state them.
+    ``uses_cfg``/``task_type`` are None where the upstream value is not known.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -1,34 +1,35 @@
 """Layerwise-offload group names, list normalisation and the group -> CPU-offload-flag map.
 
-Source: research/sglang.md §3.6 (``_adjust_layerwise_offload_components``) and
-§3.9 (group names).
+Upstream: ``server_args.py: ServerArgs._adjust_layerwise_offload_components`` and
+``layerwise_offload_components.py`` (group names, ``normalize_layerwise_offload_components``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-#: Group names the tuner selects (upstream ``LAYERWISE_OFFLOAD_*_GROUP``, §3.9).
+#: Group names the tuner selects (upstream ``LAYERWISE_OFFLOAD_*_GROUP``).
 DIT_GROUP = "dit"
 TEXT_ENCODER_GROUP = "text_encoder"
 IMAGE_ENCODER_GROUP = "image_encoder"
 VAE_GROUP = "vae"
 
-#: ``default`` expands to the three auxiliary groups, in this order (§3.6).
+#: ``default`` expands to the three auxiliary groups, in this order (``LAYERWISE_OFFLOAD_DEFAULT_GROUP``).
 DEFAULT_SELECTOR = "default"
 DEFAULT_SELECTOR_GROUPS = (TEXT_ENCODER_GROUP, IMAGE_ENCODER_GROUP, VAE_GROUP)
 
-#: ``all`` selects every offloadable component and short-circuits the list (§3.6).
+#: ``all`` selects every offloadable component and short-circuits the list
+#: (``LAYERWISE_OFFLOAD_ALL_COMPONENTS``).
 ALL_SELECTOR = "all"
 
-#: The CPU-offload flags, one per group (ServerArgs field names, §3.2).
+#: The CPU-offload flags, one per group (ServerArgs field names).
 DIT_FLAG = "dit_cpu_offload"
 TEXT_ENCODER_FLAG = "text_encoder_cpu_offload"
 IMAGE_ENCODER_FLAG = "image_encoder_cpu_offload"
 VAE_FLAG = "vae_cpu_offload"
 ALL_FLAGS = (DIT_FLAG, TEXT_ENCODER_FLAG, IMAGE_ENCODER_FLAG, VAE_FLAG)
 
-#: Component names that map to ``dit_cpu_offload`` (§3.6 flag mapping).
+#: Component names that map to ``dit_cpu_offload`` (upstream ``DIT_COMPONENT_NAMES`` plus the group).
 DIT_COMPONENTS = frozenset(
     {
         DIT_GROUP,
@@ -41,7 +42,7 @@ DIT_COMPONENTS = frozenset(
     }
 )
 
-#: Component names that map to ``vae_cpu_offload`` (§3.6 flag mapping).
+#: Component names that map to ``vae_cpu_offload`` (upstream ``VAE_COMPONENT_NAMES``).
 VAE_COMPONENTS = frozenset(
     {
         VAE_GROUP,
@@ -53,7 +54,8 @@ VAE_COMPONENTS = frozenset(
     }
 )
 
-#: The auxiliary (group, flag) pairs, in upstream's default-selection order (§3.5).
+#: The auxiliary (group, flag) pairs, in upstream's default-selection order
+#: (``auto_tune.py: DEFAULT_LAYERWISE_COMPONENT_ARG_NAMES``).
 AUX_GROUP_FLAGS = (
     (TEXT_ENCODER_GROUP, TEXT_ENCODER_FLAG),
     (IMAGE_ENCODER_GROUP, IMAGE_ENCODER_FLAG),

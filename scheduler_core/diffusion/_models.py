@@ -1,4 +1,4 @@
-"""Request and result models of the diffusion auto-tuner (DESIGN.md Contract 2).
+"""Request and result models of the diffusion auto-tuner (Contract 2).
 
 Unknown top-level (and nested platform/env/pipeline) fields are ignored;
 wrong types raise ``pydantic.ValidationError`` (a ``ValueError``) whose
@@ -27,7 +27,7 @@ def _lower_str(value: object) -> object:
 
 
 def _check_ltx2_mode(value: str | None) -> str | None:
-    # text not given upstream in our notes (upstream's argparse choices reject other values)
+    # our wording, not upstream's (upstream's argparse choices reject other values)
     if value is not None and value not in LTX2_DEVICE_MODES:
         raise ValueError(f"must be one of {LTX2_DEVICE_MODES}, got {value!r}")
     return value
@@ -36,8 +36,13 @@ def _check_ltx2_mode(value: str | None) -> str | None:
 Ltx2DeviceMode = Annotated[str | None, BeforeValidator(_lower_str), AfterValidator(_check_ltx2_mode)]
 
 
+#: Most GPUs one diffusion deployment may name. The tuner's work grows with the GPU count,
+#: and no SGLang diffusion deployment spans more than a few nodes of eight.
+MAX_GPUS = 1024
+
+
 class ServerArgsInput(BaseModel):
-    """The user's explicit SGLang diffusion ServerArgs, with upstream defaults (§3.2).
+    """The user's explicit SGLang diffusion ServerArgs, with upstream ``ServerArgs`` defaults.
 
     ``explicit_names()`` is the set of keys given, even when equal to the
     default. Types are strict (no ``"2"`` for an int, no ``1`` for a bool).
@@ -46,20 +51,22 @@ class ServerArgsInput(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True, frozen=True)
 
     performance_mode: str | None = "auto"
-    num_gpus: int = Field(default=1, ge=1)
-    base_gpu_id: int = Field(default=0, ge=0)
-    tp_size: int | None = Field(default=None, ge=1)
-    sp_degree: int | None = Field(default=None, ge=1)
-    ulysses_degree: int | None = Field(default=None, ge=1)
-    ring_degree: int | None = Field(default=None, ge=1)
+    num_gpus: int = Field(default=1, ge=1, le=MAX_GPUS)
+    base_gpu_id: int = Field(default=0, ge=0, le=MAX_GPUS)
+    tp_size: int | None = Field(default=None, ge=1, le=MAX_GPUS)
+    sp_degree: int | None = Field(default=None, ge=1, le=MAX_GPUS)
+    ulysses_degree: int | None = Field(default=None, ge=1, le=MAX_GPUS)
+    ring_degree: int | None = Field(default=None, ge=1, le=MAX_GPUS)
     enable_cfg_parallel: bool | None = None
-    cfg_parallel_degree: int | None = Field(default=None, ge=1)
-    dp_size: int = Field(default=1, ge=1)
+    cfg_parallel_degree: int | None = Field(default=None, ge=1, le=MAX_GPUS)
+    dp_size: int = Field(default=1, ge=1, le=MAX_GPUS)
     use_fsdp_inference: bool | None = None
     dit_cpu_offload: bool | None = None
     dit_layerwise_offload: bool | None = None
     layerwise_offload_components: list[str] | str | None = None
-    dit_offload_prefetch_size: float = Field(default=0.0, ge=0)
+    # No lower bound here: upstream refuses a negative size only when a layerwise list is set
+    # (server_args.py: ServerArgs._validate_offload), with its own text (see _validation).
+    dit_offload_prefetch_size: float = Field(default=0.0, allow_inf_nan=False)
     text_encoder_cpu_offload: bool | None = None
     image_encoder_cpu_offload: bool | None = None
     vae_cpu_offload: bool = False
@@ -78,8 +85,10 @@ class PlatformInfo(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     kind: Annotated[PlatformKind, BeforeValidator(_lower_str)]
-    device_total_memory_gib: float | None = Field(default=None, ge=0)
-    available_memory_gib_by_device: dict[int, Annotated[float, Field(ge=0)]] = Field(default_factory=dict)
+    device_total_memory_gib: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    available_memory_gib_by_device: dict[
+        Annotated[int, Field(ge=0, le=MAX_GPUS)], Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    ] = Field(default_factory=dict, max_length=MAX_GPUS)
     device_name: str | None = None
 
 

@@ -1,4 +1,4 @@
-"""Parallelism defaults (``_adjust_parallelism``, research/sglang.md §3.6; step 7).
+"""Parallelism defaults, step 7 (upstream ``server_args.py: ServerArgs._adjust_parallelism``).
 
 Order: tp, explicit CFG degree, auto CFG parallel, CFG degree default, sp,
 then the ulysses/ring split. Validation is in ``_validation``.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ._state import ServerArgsState, TuneContext
 
-#: CFG-parallel degree when CFG parallel is on and no degree was chosen (§3.6).
+#: CFG-parallel degree when CFG parallel is on and no degree was chosen (``_adjust_parallelism``).
 DEFAULT_ENABLED_CFG_PARALLEL_DEGREE = 2
 
 

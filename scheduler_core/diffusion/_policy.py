@@ -1,4 +1,4 @@
-"""The tuner's shared predicates and default setters (research/sglang.md §3.5 helpers).
+"""The tuner's shared predicates and default setters (``auto_tune.py: ServerArgsAutoTuner`` helpers).
 
 Every function reads ``ServerArgsState`` values and the ``TuneContext``;
 setters only touch flags that are still None, except where a docstring says

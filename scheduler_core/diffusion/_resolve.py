@@ -17,7 +17,8 @@ from ._deployments import (
 from ._models import PipelineInfo, TuneRequest
 from ._state import ResolvedPipeline
 
-#: Assumed when neither request nor data says: diffusers-generic sampling uses CFG (§3.8).
+#: Assumed when neither request nor data says: diffusers-generic sampling uses CFG
+#: (upstream ``configs/sample/diffusers_generic.py: DiffusersGenericSamplingParams``).
 FALLBACK_USES_CFG = True
 
 

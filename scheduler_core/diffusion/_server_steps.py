@@ -1,4 +1,4 @@
-"""ServerArgs defaulting steps around the tuner (research/sglang.md §3.3, §3.4, §3.6).
+"""ServerArgs defaulting steps around the tuner (upstream ``server_args.py: ServerArgs``).
 
 ``_adjust_offload`` (offload pre-defaults), ``_adjust_ltx2_two_stage_device_mode``,
 ``_adjust_platform_specific`` (MPS) and ``_adjust_layerwise_offload_components``
@@ -19,13 +19,14 @@ from ._layerwise import (
 from ._policy import LTX2_RESIDENT_AUTO_ENABLE_MEM_GB
 from ._state import ServerArgsState, TuneContext
 
-#: ``_adjust_offload``: below this total device memory every component offloads (§3.4).
+#: ``ServerArgs._adjust_offload``: below this total device memory every component offloads.
 LOW_DEVICE_MEMORY_TOTAL_GIB = 30.0
 
-#: Device-name marker that selects the LTX-2.3 resident two-stage mode on CUDA (§3.6).
+#: Device-name marker that selects the LTX-2.3 resident two-stage mode on CUDA
+#: (``ServerArgs._adjust_ltx2_two_stage_device_mode``).
 LTX2_RESIDENT_DEVICE_NAME_MARKER = "H200"
 
-#: ``snapshot`` is a deprecated alias of ``original`` (§3.2).
+#: ``snapshot`` is a deprecated alias of ``original`` (upstream ``ServerArgs.ltx2_two_stage_device_mode``).
 LTX2_MODE_ALIASES = {"snapshot": "original"}
 
 

@@ -29,7 +29,7 @@ LAYERWISE_REPLACEMENT_POLICY_ARGS = ("dit_layerwise_offload", "layerwise_offload
 
 @dataclass
 class ServerArgsState:
-    """Mutable working copy of the ServerArgs fields the flow reads or writes (§3.2)."""
+    """Mutable working copy of the upstream ``ServerArgs`` fields the flow reads or writes."""
 
     performance_mode: str
     num_gpus: int
@@ -160,7 +160,7 @@ class TuneContext:
 
     @property
     def enables_wan_dit_layerwise_by_default(self) -> bool:
-        """``enable_dit_layerwise_offload_for_wan_by_default()``: CUDA only (§3.5)."""
+        """``current_platform.enable_dit_layerwise_offload_for_wan_by_default()``: CUDA only."""
         return self.is_cuda
 
     def min_available_gib(self, args: ServerArgsState) -> float | None:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-#: Upstream ``ModelTaskType`` members the tuner distinguishes (research/sglang.md §3.4, §3.5).
+#: Upstream ``ModelTaskType`` members the flow distinguishes (``ServerArgs._adjust_offload``, the tuner).
 TaskType = Literal["T2I", "I2I", "TI2I", "T2V", "I2V", "TI2V", "I2M", "VLA_ACTION"]
 
-#: ``ModelTaskType.is_image_gen()``: text/image-to-image tasks (research/sglang.md §3.4).
+#: ``ModelTaskType.is_image_gen()``: text/image-to-image tasks.
 IMAGE_GEN_TASKS: frozenset[str] = frozenset({"T2I", "I2I", "TI2I"})
 
-#: ``ModelTaskType.is_action_gen()``: the Pi0.5 vision-language-action task (§3.4).
+#: ``ModelTaskType.is_action_gen()``: the Pi0.5 vision-language-action task.
 ACTION_GEN_TASK = "VLA_ACTION"
 
 

@@ -1,7 +1,10 @@
-"""``tune()``: the whole diffusion ServerArgs defaulting flow in upstream order (§3.3).
+"""``tune()``: the whole diffusion ServerArgs defaulting flow in upstream order.
 
-Steps (numbers as in research/sglang.md §3.3; step 2, 6 and the rest of 8/10
-touch nothing the result exposes and are not ported):
+Steps are numbered in the call order of upstream ``server_args.py:
+ServerArgs._adjust_parameters``. Step 2 (disaggregation aliases), step 6 (path,
+quantization, CUDA-graph, warmup and port adjustments), the attention backend
+of step 8 and the autocast / pipeline-config parts of step 10 touch nothing the
+result exposes and are not ported:
 
 1. the performance-mode step;
 3. (not manual) ``_adjust_offload``, then the auto default layerwise step;
@@ -113,7 +116,7 @@ def _result(args: ServerArgsState, ctx: TuneContext) -> TuneResult:
 
 
 def tune(request: TuneRequest | Mapping[str, Any], *, config_dir: Path | None = None) -> TuneResult:
-    """Tune one diffusion deployment's ServerArgs (DESIGN.md Contract 2).
+    """Tune one diffusion deployment's ServerArgs (Contract 2).
 
     Args:
         request: a ``TuneRequest`` or its dict form.

@@ -1,4 +1,4 @@
-"""The ``ServerArgsAutoTuner`` steps (research/sglang.md §3.5), one function each.
+"""The ``ServerArgsAutoTuner`` steps (upstream ``auto_tune.py``), one function each.
 
 ``tune()`` calls them in upstream order, interleaved with the ServerArgs
 defaulting steps of ``_server_steps``; the order is not commutative.

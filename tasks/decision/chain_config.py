@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from scheduler_core import FILTERS_BY_NAME, STRATEGIES_BY_NAME, Chain, canonical_json
+from scheduler_core import DEFAULT_CHAIN, FILTERS_BY_NAME, STRATEGIES_BY_NAME, Chain, canonical_json
 
 
 class ChainConfigError(ValueError):
@@ -61,7 +61,7 @@ class ChainSpec(BaseModel):
         default_factory=lambda: [PluginSwitch(name=name) for name in FILTERS_BY_NAME]
     )
     strategies: list[PluginSwitch] = Field(
-        default_factory=lambda: [PluginSwitch(name=name) for name in STRATEGIES_BY_NAME]
+        default_factory=lambda: [PluginSwitch(name=s.name) for s in DEFAULT_CHAIN.strategies]
     )
     scorer: Literal["model", "spread", "binpack"] = "model"
     #: Candidates reported per result (the chosen one plus the best-scoring, in selector

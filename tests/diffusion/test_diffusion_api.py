@@ -1,4 +1,4 @@
-"""Public API, request validation, result shape and determinism (DESIGN.md Contract 2)."""
+"""Public API, request validation, result shape and determinism (Contract 2)."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def test_result_exposes_every_contract_field():
 
 
 def test_contract_example_request():
-    """Rule: DESIGN.md's example: explicit FSDP=False keeps DiT offload, CFG parallel on 2 GPUs."""
+    """Rule: the contract's example: explicit FSDP=False keeps DiT offload, CFG parallel on 2 GPUs."""
     result = tune(CONTRACT_EXAMPLE)
     assert result.use_fsdp_inference is False
     assert result.dit_cpu_offload is True

@@ -72,7 +72,7 @@ def test_layerwise_components_take_commas_or_several_tokens(tokens):
 
 
 def test_every_listed_flag_is_recognised():
-    """Rule: each flag of the brief maps to its ServerArgs field."""
+    """Rule: each flag the tuner reads maps to its ServerArgs field."""
     parsed = diffusion_args_from_cli(
         [
             "--performance-mode=auto",
@@ -178,7 +178,7 @@ def test_tuned_flags_for_auto_z_image_two_gpus(run):
         "--image-encoder-cpu-offload", "false",
         "--vae-cpu-offload", "false",
         "--enable-cfg-parallel", "true",
-        "--cfg-parallel-degree", "2",
+        "--cfg-parallel-size", "2",  # SGLang's CLI name for cfg_parallel_degree
         "--tp-size", "1",
         "--sp-degree", "1",
         "--ulysses-degree", "1",

@@ -1,9 +1,7 @@
 """The deployment-config and pipeline-rule data files and their loaders.
 
-Upstream (SGLang ``python/sglang/multimodal_gen/`` at bd3f6a793): the fields and
-defaults of ``configs/pipeline_configs/model_deployment_config.py:
-ModelDeploymentConfig``, the per-pipeline values of ``configs/pipeline_configs/*.py``
-(inheritance resolved) and the default CFG use of ``registry.py``.
+Upstream: ``ModelDeploymentConfig`` (defaults) and the per-pipeline values set in
+SGLang multimodal-gen's ``configs/pipeline_configs/*.py`` at bd3f6a79.
 """
 
 from __future__ import annotations
@@ -23,8 +21,9 @@ from scheduler_core.diffusion._deployments import default_configs_dir, is_wan2_2
 
 REPO_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
-#: Every per-pipeline config class upstream gives non-default deployment values (or inherits them).
-UPSTREAM_DEPLOYMENT_CLASSES = (
+#: Pipeline config classes whose deployment values upstream sets (directly or by inheritance),
+#: plus FastHunyuan, HunyuanVideo, Pi0.5 and Qwen-Image, which keep the defaults.
+PINNED_PIPELINE_CLASSES = (
     "WanT2V480PConfig",
     "WanT2V720PConfig",
     "TurboWanT2V480PConfig",
@@ -74,9 +73,9 @@ MOVA = {
     "auto_dit_layerwise_offload_high_memory_disable_gb": 130,
 }
 
-#: (class, non-default fields) straight from the upstream per-pipeline configs.
+#: (class, non-default fields) as upstream's pipeline configs set them, inheritance resolved.
 EXPECTED_NON_DEFAULTS = [
-    *[(name, WAN_LAYERWISE) for name in UPSTREAM_DEPLOYMENT_CLASSES[:15]],
+    *[(name, WAN_LAYERWISE) for name in PINNED_PIPELINE_CLASSES[:15]],
     ("TurboWanT2V1_3B480PConfig", DMD_RESIDENT),
     ("FastWan2_1_T2V_480P_Config", DMD_RESIDENT),
     ("MOVAPipelineConfig", MOVA),
@@ -115,7 +114,7 @@ def test_default_configs_dir_is_repo_configs():
 def test_every_deployment_entry_loads_and_validates():
     """Rule: the whole file validates (pydantic); every entry is usable."""
     catalog = load_deployment_configs()
-    assert set(UPSTREAM_DEPLOYMENT_CLASSES) <= set(catalog.pipelines)
+    assert set(PINNED_PIPELINE_CLASSES) <= set(catalog.pipelines)
     for entry in catalog.pipelines.values():
         assert isinstance(entry.deployment, DeploymentConfig)
 
@@ -128,7 +127,7 @@ def test_per_pipeline_values_match_upstream(name, non_defaults):
     assert entry.deployment.model_dump(exclude_defaults=True) == non_defaults
 
 
-def test_deployment_defaults_match_section_3_7():
+def test_deployment_defaults_match_upstream():
     """Rule: ModelDeploymentConfig defaults at bd3f6a793."""
     base = DeploymentConfig()
     assert base.auto_dit_layerwise_offload is False
@@ -151,12 +150,12 @@ def test_auto_cfg_parallel_degree_lookup(num_gpus, degree):
 
 
 def test_family_facts_follow_upstream():
-    """Rule: Wan family, A14B name rule, DMD models and default CFG use, as upstream defines them."""
+    """Rule: Wan family, A14B name rule, DMD models and default CFG use as upstream."""
     catalog = load_deployment_configs()
     for name, entry in catalog.pipelines.items():
         assert entry.family.is_wan2_2_a14b == is_wan2_2_a14b_name(name)
     wan = {name for name, entry in catalog.pipelines.items() if entry.family.is_wan_family}
-    assert wan == set(UPSTREAM_DEPLOYMENT_CLASSES[:17])
+    assert wan == set(PINNED_PIPELINE_CLASSES[:17])
     dmd = {name for name, entry in catalog.pipelines.items() if entry.family.dmd_distilled}
     assert dmd == {
         "TurboWanT2V480PConfig",

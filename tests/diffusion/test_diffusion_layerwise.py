@@ -1,8 +1,6 @@
 """Layerwise list normalisation and the group -> flag mapping.
 
-Upstream (SGLang ``python/sglang/multimodal_gen/``): ``runtime/server_args/server_args.py:
-ServerArgs._adjust_layerwise_offload_components`` and the group names of
-``runtime/managers/memory_managers/layerwise_offload_components.py``.
+Upstream: ``ServerArgs._adjust_layerwise_offload_components`` and ``layerwise_offload_components.py``.
 """
 
 from __future__ import annotations

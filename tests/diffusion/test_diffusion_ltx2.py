@@ -1,8 +1,7 @@
 """LTX-2.3 two-stage device mode and its resident pass.
 
-Upstream (SGLang ``python/sglang/multimodal_gen/runtime/server_args/``):
-``server_args.py: ServerArgs._adjust_ltx2_two_stage_device_mode`` and ``auto_tune.py:
-ServerArgsAutoTuner.maybe_adjust_auto_component_residency_after_offload``.
+Upstream: ``ServerArgs._adjust_ltx2_two_stage_device_mode`` and the LTX-2.3 part of
+``ServerArgsAutoTuner.maybe_adjust_auto_component_residency_after_offload``.
 """
 
 from __future__ import annotations

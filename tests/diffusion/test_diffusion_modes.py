@@ -1,9 +1,7 @@
-"""Performance modes and platforms.
+"""Performance modes and platforms (flow steps 1 and 8).
 
-Upstream (SGLang ``python/sglang/multimodal_gen/runtime/server_args/``):
-``auto_tune.py: ServerArgsAutoTuner.adjust_based_on_performance_mode`` (the first
-step of ``ServerArgs._adjust_parameters``) and ``server_args.py:
-ServerArgs._adjust_platform_specific``.
+Upstream: ``ServerArgsAutoTuner.adjust_based_on_performance_mode`` and
+``ServerArgs._adjust_platform_specific``.
 """
 
 from __future__ import annotations

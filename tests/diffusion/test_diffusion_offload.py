@@ -1,8 +1,7 @@
 """Offload pre-defaults, auto layerwise, residency, replacement.
 
-Upstream (SGLang ``python/sglang/multimodal_gen/runtime/server_args/``):
-``server_args.py: ServerArgs._adjust_offload``, and in ``auto_tune.py``
-``ServerArgsAutoTuner.maybe_adjust_auto_default_layerwise_offload``,
+Upstream: ``ServerArgs._adjust_offload`` and ``ServerArgsAutoTuner``'s
+``maybe_adjust_auto_default_layerwise_offload``,
 ``maybe_adjust_auto_component_residency_after_offload`` and
 ``maybe_replace_cpu_offloaded_components_with_layerwise``.
 """

@@ -1,9 +1,8 @@
 """Auto-FSDP, cache-dit, parallelism defaults and validation.
 
-Upstream (SGLang ``python/sglang/multimodal_gen/runtime/server_args/``):
-``auto_tune.py: ServerArgsAutoTuner.maybe_adjust_auto_fsdp_with_offload_enabled``, and in
-``server_args.py`` ``ServerArgs._adjust_parallelism``, ``_validate_offload``,
-``_validate_parallelism`` and ``_validate_cfg_parallel``.
+Upstream: ``ServerArgsAutoTuner.maybe_adjust_auto_fsdp_with_offload_enabled``,
+``ServerArgs._adjust_parallelism``, ``_validate_offload``, ``_validate_parallelism`` and
+``_validate_cfg_parallel``.
 """
 
 from __future__ import annotations
@@ -14,7 +13,34 @@ from scheduler_core.diffusion import tune
 from scheduler_core.diffusion._deployments import DeploymentConfig
 from scheduler_core.diffusion._models import PlatformInfo
 from scheduler_core.diffusion._state import ResolvedPipeline, ServerArgsState, TuneContext
-from scheduler_core.diffusion._validation import validate_offload
+from scheduler_core.diffusion._validation import validate_offload, validate_parallelism
+
+# SGLang's own texts (server_args.py: ServerArgs._validate_offload), typed out here
+# independently of the module so a drift in either copy fails.
+CACHE_DIT_FSDP_LOG = "cache-dit is enabled, automatically disabling use_fsdp_inference."
+DIT_LAYERWISE_FSDP_LOG = (
+    "layerwise offload is selected for DiT components, automatically disabling use_fsdp_inference."
+)
+NEGATIVE_PREFETCH_ERROR = "dit_offload_prefetch_size must be non-negative"
+CACHE_DIT_FSDP_ERROR = (
+    "FSDP inference cannot be enabled together with cache-dit. cache-dit wraps known DiT "
+    "block structures, while FSDP wraps and shards modules before cache-dit can inspect "
+    "them. Please disable --use-fsdp-inference or disable SGLANG_CACHE_DIT_ENABLED."
+)
+CACHE_DIT_DIT_LAYERWISE_ERROR = (
+    "DiT layerwise offload cannot be enabled together with cache-dit. cache-dit may reuse "
+    "skipped blocks whose weights have been released by layerwise offload, causing shape "
+    "mismatch errors. Please disable --dit-layerwise-offload, remove DiT from "
+    "--layerwise-offload-components, or disable SGLANG_CACHE_DIT_ENABLED."
+)
+
+
+def _tune_error(request: dict[str, object]) -> str:
+    """tune() the request, expecting a ValueError; its text."""
+    with pytest.raises(ValueError) as excinfo:
+        tune(request)
+    return str(excinfo.value)
+
 
 # --- auto FSDP ------------------------------------------------------------------------------
 
@@ -127,10 +153,7 @@ def test_fsdp_dropped_when_layerwise_selects_dit(run):
         }
     )
     assert result.use_fsdp_inference is False
-    assert (
-        "layerwise_offload_components=['transformer'] offloads the DiT layerwise: "
-        "use_fsdp_inference=False" in result.logs
-    )
+    assert DIT_LAYERWISE_FSDP_LOG in result.logs
 
 
 def test_deployment_config_from_request_enables_fsdp(run):
@@ -165,21 +188,6 @@ def test_cache_dit_blocks_speed_mode_fsdp(run):
         cache_dit=True,
     )
     assert result.use_fsdp_inference is False
-
-
-# SGLang's own texts (server_args.py: ServerArgs._validate_offload), typed out here
-# independently of the module so a drift in either copy fails.
-CACHE_DIT_FSDP_ERROR = (
-    "FSDP inference cannot be enabled together with cache-dit. cache-dit wraps known DiT "
-    "block structures, while FSDP wraps and shards modules before cache-dit can inspect "
-    "them. Please disable --use-fsdp-inference or disable SGLANG_CACHE_DIT_ENABLED."
-)
-CACHE_DIT_DIT_LAYERWISE_ERROR = (
-    "DiT layerwise offload cannot be enabled together with cache-dit. cache-dit may reuse "
-    "skipped blocks whose weights have been released by layerwise offload, causing shape "
-    "mismatch errors. Please disable --dit-layerwise-offload, remove DiT from "
-    "--layerwise-offload-components, or disable SGLANG_CACHE_DIT_ENABLED."
-)
 
 
 def test_cache_dit_with_explicit_fsdp_raises(make_request):
@@ -266,7 +274,75 @@ def test_validate_offload_drops_implicit_fsdp_under_cache_dit():
     args, ctx = _state(), _context(cache_dit=True, explicit=frozenset())
     validate_offload(args, ctx)
     assert args.use_fsdp_inference is False
-    assert ctx.logs == ["cache-dit is enabled: use_fsdp_inference=False"]
+    assert ctx.logs == [CACHE_DIT_FSDP_LOG]
+
+
+# --- _validate_offload: prefetch size -----------------------------------------------------
+
+
+def _prefetch_truncated_log(layers: int) -> str:
+    # SGLang's log text (server_args.py: ServerArgs._validate_offload)
+    return f"Invalid --dit-offload-prefetch-size value passed, truncated to: {layers}"
+
+
+@pytest.mark.parametrize(("given", "layers"), [(2.5, 2), (1.5, 1)])
+def test_fractional_prefetch_above_one_is_floored(run, given, layers):
+    """Rule: a non-integer prefetch size above 1 (a layer count) is floored, and logged."""
+    result = run(explicit={"dit_offload_prefetch_size": given})
+    assert result.dit_offload_prefetch_size == float(layers)
+    assert _prefetch_truncated_log(layers) in result.logs
+
+
+@pytest.mark.parametrize("given", [0.75, 3.0])
+def test_ratio_or_whole_prefetch_is_kept(run, given):
+    """Rule: a ratio in (0, 1) or a whole layer count is left as given, with no log."""
+    result = run(explicit={"dit_offload_prefetch_size": given})
+    assert result.dit_offload_prefetch_size == given
+    assert not any(line.startswith("Invalid --dit-offload-prefetch-size") for line in result.logs)
+
+
+def test_negative_prefetch_with_layerwise_list_raises(make_request):
+    """Rule: with a layerwise list (here a non-DiT one), a negative prefetch size is an error."""
+    request = make_request(
+        explicit={
+            "performance_mode": "manual",
+            "layerwise_offload_components": "vae",
+            "dit_offload_prefetch_size": -1.0,
+        }
+    )
+    assert _tune_error(request) == NEGATIVE_PREFETCH_ERROR
+
+
+def test_negative_prefetch_without_layerwise_list_is_kept(run):
+    """Rule: upstream checks the sign only when a layerwise list is set (manual: none is)."""
+    result = run(explicit={"performance_mode": "manual", "dit_offload_prefetch_size": -1.0})
+    assert result.layerwise_offload_components is None
+    assert result.dit_offload_prefetch_size == -1.0
+
+
+def test_cache_dit_fsdp_error_precedes_negative_prefetch(make_request):
+    """Rule: the cache-dit + explicit FSDP check runs before the layerwise checks."""
+    explicit = {
+        "use_fsdp_inference": True,
+        "layerwise_offload_components": "vae",
+        "dit_offload_prefetch_size": -1.0,
+    }
+    assert _tune_error(make_request(explicit=explicit, cache_dit=True)) == CACHE_DIT_FSDP_ERROR
+
+
+def test_negative_prefetch_precedes_cache_dit_layerwise_error(make_request):
+    """Rule: inside the layerwise checks, the sign comes before the cache-dit DiT conflict."""
+    explicit = {"dit_layerwise_offload": True, "dit_offload_prefetch_size": -1.0}
+    assert _tune_error(make_request(explicit=explicit, cache_dit=True)) == NEGATIVE_PREFETCH_ERROR
+
+
+def test_validate_offload_floors_prefetch_before_dropping_fsdp():
+    """Rule: _validate_offload floors the prefetch size first, then drops an implicit FSDP."""
+    args = _state(dit_offload_prefetch_size=2.5)
+    ctx = _context(cache_dit=True, explicit=frozenset())
+    validate_offload(args, ctx)
+    assert (args.dit_offload_prefetch_size, args.use_fsdp_inference) == (2.0, False)
+    assert ctx.logs == [_prefetch_truncated_log(2), CACHE_DIT_FSDP_LOG]
 
 
 # --- parallelism defaults -------------------------------------------------------------------
@@ -370,29 +446,74 @@ def test_explicit_ring_and_ulysses_are_kept(run):
 
 # --- validation -----------------------------------------------------------------------------
 
+# Expected texts are SGLang's (server_args.py: ServerArgs._validate_parallelism and
+# _validate_cfg_parallel), typed out here independently of the module.
+
 
 def test_validate_sp_degree_must_divide_num_gpus(make_request):
-    """Rule: _validate_parallelism: sp_degree divides num_gpus."""
-    with pytest.raises(ValueError, match=r"num_gpus=4 must be divisible by sp_degree=3\."):
-        tune(make_request(explicit={"num_gpus": 4, "sp_degree": 3}))
+    """Rule: _validate_parallelism: sp_degree divides num_gpus (checked first)."""
+    message = _tune_error(make_request(explicit={"num_gpus": 4, "sp_degree": 3}))
+    assert message == "num_gpus (4) must be >= and divisible by sp_degree (3)"
+
+
+def test_validate_sp_degree_above_num_gpus(make_request):
+    """Rule: _validate_parallelism: sp_degree may not exceed num_gpus (same text)."""
+    message = _tune_error(make_request(explicit={"num_gpus": 2, "sp_degree": 4}))
+    assert message == "num_gpus (2) must be >= and divisible by sp_degree (4)"
 
 
 def test_validate_num_gpus_multiple_of_dp_tp_cfg(make_request):
-    """Rule: _validate_parallelism: num_gpus % (dp*tp*cfg) == 0."""
-    with pytest.raises(ValueError, match=r"dp_size\*tp_size\*cfg_parallel_degree \(1\*1\*2=2\)"):
-        tune(make_request(explicit={"num_gpus": 3, "enable_cfg_parallel": True}))
+    """Rule: _validate_parallelism: num_gpus % (dp*tp*cfg) == 0; CFG degree named by value.
+
+    3 GPUs, CFG parallel on (degree 2): sp defaults to 1 (3 % 2 != 0), group 1*1*2 = 2.
+    """
+    message = _tune_error(make_request(explicit={"num_gpus": 3, "enable_cfg_parallel": True}))
+    assert message == "num_gpus (3) must be divisible by (dp_size * tp_size * 2) = 2"
+
+
+def test_validate_num_gpus_multiple_of_dp_tp_without_cfg(make_request):
+    """Rule: with CFG parallel off the message has no CFG factor (4 GPUs, tp 3: group 3)."""
+    message = _tune_error(make_request(explicit={"num_gpus": 4, "tp_size": 3}))
+    assert message == "num_gpus (4) must be divisible by (dp_size * tp_size) = 3"
+
+
+def test_validate_num_gpus_multiple_of_explicit_cfg_degree(make_request):
+    """Rule: cfg_parallel_degree 2 with tp 2 on 6 GPUs: group 1*2*2 = 4, 6 % 4 != 0."""
+    message = _tune_error(make_request(explicit={"num_gpus": 6, "tp_size": 2, "cfg_parallel_degree": 2}))
+    assert message == "num_gpus (6) must be divisible by (dp_size * tp_size * 2) = 4"
 
 
 def test_validate_sp_equals_ring_times_ulysses(make_request):
-    """Rule: _validate_parallelism: sp_degree == ring_degree * ulysses_degree."""
-    with pytest.raises(ValueError, match=r"sp_degree=4 must equal ring_degree\*ulysses_degree"):
-        tune(make_request(explicit={"num_gpus": 4, "ulysses_degree": 2}))
+    """Rule: _validate_parallelism: sp_degree == ring_degree * ulysses_degree (4 != 1 * 2)."""
+    message = _tune_error(make_request(explicit={"num_gpus": 4, "ulysses_degree": 2}))
+    assert message == "sp_degree (4) must equal ring_degree * ulysses_degree (1 * 2 = 2)"
 
 
 def test_validate_dp_size_above_one_rejected(make_request):
     """Rule: _validate_parallelism: dp_size > 1 is rejected."""
-    with pytest.raises(ValueError, match=r"dp_size=2 is not supported"):
-        tune(make_request(explicit={"num_gpus": 2, "dp_size": 2}))
+    message = _tune_error(make_request(explicit={"num_gpus": 2, "dp_size": 2}))
+    assert message == "DP is not yet supported"
+
+
+def test_validate_dp_size_must_divide_num_gpus_before_dp_is_refused(make_request):
+    """Rule: num_gpus % dp_size is checked before dp_size > 1 (3 GPUs, dp 2)."""
+    message = _tune_error(make_request(explicit={"num_gpus": 3, "dp_size": 2}))
+    assert message == "num_gpus (3) must be divisible by dp_size (2)"
+
+
+def test_validate_dp_refused_before_sequence_split(make_request):
+    """Rule: dp_size > 1 fires before sp == ring*ulysses (sp 4 // 2 = 2 vs ulysses 3)."""
+    message = _tune_error(make_request(explicit={"num_gpus": 4, "dp_size": 2, "ulysses_degree": 3}))
+    assert message == "DP is not yet supported"
+
+
+def test_validate_parallelism_dp_size_below_one():
+    """Rule: dp_size < 1 is upstream's natural-number error (a hand-built state: the
+    request model already refuses it). -1 divides 2, so the divisibility check passes."""
+    args = _state(dp_size=-1)
+    with pytest.raises(ValueError) as excinfo:
+        validate_parallelism(args, _context(cache_dit=False, explicit=frozenset()))
+    assert str(excinfo.value) == "--dp-size must be a natural number"
 
 
 def test_validate_cfg_parallel_needs_two_gpus(make_request):
@@ -400,14 +521,14 @@ def test_validate_cfg_parallel_needs_two_gpus(make_request):
 
     On CPU (no parallelism validation) this check is the one that fires.
     """
-    with pytest.raises(ValueError, match=r"enable_cfg_parallel=True requires num_gpus >= 2"):
-        tune(make_request(explicit={"enable_cfg_parallel": True}, kind="cpu"))
+    message = _tune_error(make_request(explicit={"enable_cfg_parallel": True}, kind="cpu"))
+    assert message == "CFG Parallelism is enabled via `--enable-cfg-parallel`, but num_gpus == 1"
 
 
 def test_validate_cfg_parallel_one_gpu_on_cuda_fails_divisibility_first(make_request):
-    """Rule: _validate_parallelism runs before _validate_cfg_parallel."""
-    with pytest.raises(ValueError, match=r"num_gpus=1 must be divisible by dp_size"):
-        tune(make_request(explicit={"enable_cfg_parallel": True}))
+    """Rule: _validate_parallelism runs before _validate_cfg_parallel (1 % (1*1*2) != 0)."""
+    message = _tune_error(make_request(explicit={"enable_cfg_parallel": True}))
+    assert message == "num_gpus (1) must be divisible by (dp_size * tp_size * 2) = 2"
 
 
 def test_cpu_skips_parallelism_validation(run):

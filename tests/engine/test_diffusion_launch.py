@@ -130,7 +130,8 @@ def test_dp_size_reaches_the_tuner_validation():
     )
     assert result.status == "scheduled"  # GPUStack's placement: dp 2 → 2 GPUs
     assert result.launch.diffusion["error"]["field"] == "model.backend_parameters"
-    assert "dp_size" in result.launch.diffusion["error"]["message"]
+    # SGLang's text (server_args.py: ServerArgs._validate_parallelism)
+    assert result.launch.diffusion["error"]["message"] == "DP is not yet supported"
 
 
 def test_tuner_input_errors_name_the_field():

@@ -107,3 +107,51 @@ def test_selection_error_is_stored_as_failed_to_find_candidate():
     assert result.state_message == (
         "Failed to find candidate: Total number of attention heads (28) must be divisible by tp-size (3)."
     )
+
+
+QWEN2_VL_7B = {
+    "architectures": ["Qwen2VLForConditionalGeneration"],
+    "model_type": "qwen2_vl",
+    "num_attention_heads": 28,
+    "num_key_value_heads": 4,
+    "hidden_size": 3584,
+    "num_hidden_layers": 28,
+    "vocab_size": 152064,
+    "max_position_embeddings": 32768,
+    "vision_config": {"depth": 32, "embed_dim": 1280, "num_heads": 16, "hidden_size": 3584},
+}
+
+
+def test_local_path_config_read_from_workers_is_a_plain_dict():
+    """Rule: GPUStack reads a local-path model's config.json from the workers as a plain
+    PretrainedConfig (calculator.py: get_pretrained_config_with_workers), so the ViT counts as
+    ViT-L/14: on an H100 the fraction is round(0.836 × 0.95, 3) = 0.794. The same config from a hub
+    is parsed by its class (depth 32, hidden 3584: ratio 16.33, adjustment clamped to 0.8):
+    round(0.836 × 0.95 × 0.8, 3) = 0.635. A folder this process cannot read is not an error when
+    the request carries the config; the weights then count as GPUStack's unknown size."""
+    hub = model(hf_config=QWEN2_VL_7B, huggingface_repo_id="Qwen/Qwen2-VL-7B-Instruct")
+    local = model(hf_config=QWEN2_VL_7B, local_path="/models/on/the/workers", weight_bytes=None)
+    node = [worker(1, "w", [gpu(0, H100)])]
+    from_hub = schedule(request(hub, node))
+    from_workers = schedule(request(local, node))
+    assert from_hub.estimate is not None and from_workers.estimate is not None
+    assert from_hub.estimate.mem_fraction_static == {"cuda": 0.635}
+    assert from_workers.estimate.mem_fraction_static == {"cuda": 0.794}
+    assert (from_workers.status, from_workers.estimate.weight_source) == ("scheduled", "unknown")
+
+
+def test_unknown_weight_size_keeps_gpustacks_number_and_says_it_is_a_guess():
+    """Rule: without weight_bytes (or a readable folder) GPUStack counts the weights as 0, so the
+    estimate is its 2 GiB overhead; gpusched keeps that number under policy gpustack but warns, in
+    ``warnings`` and as a warning event, and GPUStack's own messages stay untouched."""
+    from scheduler_core.messages import UNKNOWN_WEIGHT_SIZE
+
+    unknown = schedule(request(model(weight_bytes=None), [worker(1, "w", [gpu(0, H100)])]))
+    assert unknown.estimate is not None
+    assert (unknown.estimate.vram_bytes, unknown.estimate.weight_source) == (2 * GIB, "unknown")
+    assert unknown.warnings == [UNKNOWN_WEIGHT_SIZE]
+    assert (unknown.events[0].level, unknown.events[0].reason) == ("warning", "weight_size_unknown")
+    known = schedule(request(model(), [worker(1, "w", [gpu(0, H100)])]))
+    assert known.warnings == [] and all(e.level != "warning" for e in known.events)
+    override = model(weight_bytes=None, env={"GPUSTACK_MODEL_VRAM_CLAIM": str(9 * GIB)})
+    assert schedule(request(override, [worker(1, "w", [gpu(0, H100)])])).warnings == []

@@ -1,10 +1,10 @@
 """MemFractionStaticCalculator: tiers, reserve terms, VLM adjustment, selection effects.
 
-Golden values are the ones GPUStack's own tests assert (upstream
-``tests/policies/candidate_selectors/sglang/test_sglang_resource_fit_selector.py``;
-claim = int(total × fraction)); the other values are hand computed from the
-formula of ``gpustack/policies/candidate_selectors/sglang_resource_fit_selector.py:
-MemFractionStaticCalculator`` (reserve in MiB, fraction rounded to 3 decimals).
+Golden values are the ones GPUStack's own tests assert
+(``tests/policies/candidate_selectors/sglang/test_sglang_resource_fit_selector.py``), re-derived from
+``sglang_resource_fit_selector.py: MemFractionStaticCalculator._cal_mem_fraction_static``
+(claim = int(total × fraction)); the branch cases are hand computed from the
+formula (reserve in MiB, fraction rounded to 3 decimals).
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def test_vlm_qwen35_on_910b_with_user_chunked_prefill():
     ("total", "max_tp", "expected"),
     [(H100, 1, 0.836), (H100, 8, 0.819), (RTX_4090, 1, 0.848), (RTX_4090, 4, 0.828)],
 )
-def test_computed_values_for_h100_and_4090_by_tp(total, max_tp, expected):
+def test_hand_computed_values_h100_and_4090(total, max_tp, expected):
     """Rule: tier by memory, graph batch by tp (<4 vs >=4), tp·pp/8 GiB term."""
     assert fraction(total, max_tp=max_tp) == expected
 

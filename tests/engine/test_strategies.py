@@ -2,7 +2,7 @@
 
 Numbers are derived by hand from the rules (claims are int(total × fraction);
 messages use GPUStack's byte_to_gib rounding) and, where GPUStack's own tests
-assert them, equal to those values (upstream
+assert them, equal to those values (GPUStack
 ``tests/policies/candidate_selectors/sglang/test_sglang_resource_fit_selector.py``).
 """
 
@@ -124,10 +124,9 @@ def test_extended_kv_ram_ratio_claim():
 
 
 def test_message_for_largest_worker_matches_gpustack_example():
-    """Rule: single-worker multi-GPU failure text for a 4×4080 worker and a 75.23 GiB model.
+    """Rule: single-worker multi-GPU failure text.
 
-    The text GPUStack assembles in ``gpustack/policies/candidate_selectors/
-    sglang_resource_fit_selector.py: SGLangResourceFitSelector._set_messages``.
+    GPUStack's ``test_auto_schedule_single_work_multi_gpu`` example: 4×4080, 75.23 GiB model.
     """
     big = model(
         weight_bytes=weight_for_estimate(75.23), hf_config={"num_attention_heads": 40, "vocab_size": 152064}
@@ -304,9 +303,9 @@ def test_manual_overcommit_is_still_scheduled_with_a_message():
     """Rule: overcommit triage: the only candidate overcommits (0/1 GPUs meet 84.8 %), replicas 1 →
     deployed with overcommit=True and the overcommit message.
 
-    4.23 GiB free of a 4090 (20 GiB claimed); providing int(free × 0.848) = 3.59 GiB. The sentence
-    shapes follow GPUStack's ``gpustack/policies/candidate_selectors/base_candidate_selector.py:
-    ScheduleCandidatesSelector._generate_manual_selected_gpus_overcommit_message``.
+    4.23 GiB free of a 4090 (20 GiB claimed); providing int(free × 0.848) = 3.59 GiB. The sentences
+    are GPUStack's (``base_candidate_selector.py``:
+    ``ScheduleCandidatesSelector._generate_manual_selected_gpus_overcommit_message``).
     """
     selector = {"gpu_ids": ["w:cuda:0"], "gpus_per_replica": 1}
     busy = [instance(1, 1, {0: 20 * GIB})]

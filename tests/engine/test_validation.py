@@ -159,7 +159,7 @@ def test_user_fraction_applies_to_every_type_and_is_not_injected():
             lambda r: r["model"]["hf_config"].update(num_attention_heads="many"),
             "model.hf_config.num_attention_heads",
         ),
-        (lambda r: r["model"].update(local_path="/nonexistent/model"), "model.local_path"),
+        (lambda r: r["model"].update(local_path="/nonexistent/model", hf_config=None), "model.local_path"),
         (lambda r: r["model_instances"].append({"worker_id": "x"}), "model_instances.0.worker_id"),
     ],
 )

@@ -171,7 +171,7 @@ class _Builder:
             kinds = [self.kind(big=True)]
         else:
             count = self.worker_count()
-            layout = _weighted(rng, {"uniform": 55, "counts": 20, "kinds": 22, "odd_worker": 3})
+            layout = _weighted(rng, {"uniform": 54, "counts": 20, "kinds": 22, "odd_worker": 4})
             kinds = [self.kind() for _ in range(rng.randint(2, 3))] if layout == "kinds" else [self.kind()]
         self.tag(f"cluster:{layout}")
         fixed = rng.choice(kinds[0].per_host)
@@ -181,8 +181,11 @@ class _Builder:
             per_host = fixed if layout == "uniform" else rng.choice((*kind.per_host, 1, 2, 4, 8))
             workers.append(self.worker(n, count, kind, per_host))
         with_gpus = [w for w in workers if w["status"]["gpu_devices"]]
-        if layout == "odd_worker" and with_gpus:
-            self.odd_worker(rng.choice(with_gpus))
+        discrete = [
+            w for w in with_gpus if not w["status"]["memory"]["is_unified_memory"]
+        ]  # one SoC GPU only
+        if layout == "odd_worker" and discrete:
+            self.odd_worker(rng.choice(discrete))
         self.sprinkle_rare(with_gpus)
         return workers
 
@@ -224,7 +227,7 @@ class _Builder:
                     "utilization_rate": rng.uniform(5, 50),
                     "is_unified_memory": kind.unified,
                 },
-                "gpu_devices": [self.gpu(kind, i) for i in range(per_host)],
+                "gpu_devices": self.gpus(kind, per_host),
             },
         }
         worker["system_reserved"] = self.reserved()
@@ -271,11 +274,32 @@ class _Builder:
             "temperature": round(rng.uniform(30, 70), 1),
         }
 
+    def gpus(self, kind: GpuKind, count: int) -> list[Json]:
+        """A host's GPUs: indexes 0..n-1, or with gaps (a card hidden or failed), rarely out of order."""
+        rng = self.rng
+        indexes = list(range(count))
+        if count > 1 and rng.random() < 0.03:
+            indexes = sorted(rng.sample(range(count + 2), count))
+            self.tag("gpu_index_gaps")
+        if count > 1 and rng.random() < 0.02:
+            rng.shuffle(indexes)
+            self.tag("gpu_order_shuffled")
+        return [self.gpu(kind, i) for i in indexes]
+
     def odd_worker(self, worker: Json) -> None:
-        """One worker with a mixed CUDA/ROCm box, or two GPUs reporting one (type, index)."""
+        """A mixed CUDA/ROCm box, a box with two card sizes, or two GPUs reporting one (type, index)."""
         rng = self.rng
         devices = worker["status"]["gpu_devices"]
-        if rng.random() < 0.7:
+        odd = rng.random()
+        if odd < 0.3:
+            same_type = [
+                k for k in GPU_KINDS.values() if k.type == devices[0]["type"] and k.name != devices[0]["name"]
+            ]
+            if same_type:
+                top = max(g["index"] for g in devices)
+                devices += [self.gpu(rng.choice(same_type), top + 1 + i) for i in range(rng.choice((1, 2)))]
+                self.tag("mixed_size_worker")
+        elif odd < 0.75:
             other = GPU_KINDS["mi300x"] if devices[0]["type"] != "rocm" else GPU_KINDS["h100"]
             start = 0 if rng.random() < 0.6 else len(devices)
             devices += [self.gpu(other, start + i) for i in range(rng.choice((1, 2)))]
@@ -624,6 +648,11 @@ class _Builder:
             take = rng.choice(sorted({1, len(devices) // 2 or 1, len(devices)}))
             for gpu in rng.sample(devices, take):
                 gpu_ids.append(f"{worker['name']}:{gpu['type']}:{gpu['index']}")
+            if rng.random() < 0.02:  # a card that has since failed and is no longer reported
+                gpu_ids.append(
+                    f"{worker['name']}:{devices[0]['type']}:{max(g['index'] for g in devices) + 1}"
+                )
+                self.tag("manual_absent_gpu")
         if len(chosen_workers) > 1:
             self.tag("manual_multi_worker")
         if rng.random() < 0.04:

@@ -103,10 +103,25 @@ def _instances(request: Json) -> Iterator[Json]:
             )
 
 
+def _selected_gpus_kept(request: Json) -> bool:
+    """Every manually selected GPU of a present worker still exists (dropping one would change the case)."""
+    ids = set((request["model"].get("gpu_selector") or {}).get("gpu_ids") or [])
+    for worker in request.get("workers") or []:
+        devices = (worker.get("status") or {}).get("gpu_devices") or []
+        have = {f"{worker.get('name')}:{g.get('type')}:{g.get('index')}" for g in devices}
+        wanted = {i for i in ids if i.split(":")[0] == worker.get("name")}
+        if not wanted <= have:
+            return False
+    return True
+
+
 def _gpus(request: Json) -> Iterator[Json]:
+    consistent = _selected_gpus_kept(request)
     for i, worker in enumerate(request.get("workers") or []):
         if len((worker.get("status") or {}).get("gpu_devices") or []) > 1:
-            yield from _list_steps(request, ("workers", i, "status", "gpu_devices"))
+            for smaller in _list_steps(request, ("workers", i, "status", "gpu_devices")):
+                if not consistent or _selected_gpus_kept(smaller):
+                    yield smaller
 
 
 def _params(request: Json) -> Iterator[Json]:

@@ -33,6 +33,8 @@ def test_no_difference_outside_the_deliberate_ones() -> None:
         summary = run(pool, scenarios)
     finally:
         pool.close()
-    print("\n".join(report(summary)))
-    assert len(summary.outcomes) == len(scenarios)
-    assert summary.count("differ") == 0, "\n".join(report(summary))
+    text = "\n".join(report(summary))
+    print(text)
+    decided, differing = len(summary.outcomes), summary.count("differ")
+    assert decided == len(scenarios)
+    assert differing == 0, text

@@ -1,0 +1,183 @@
+"""The per-rank fit of ``policy: precise``: one GPU set, one tp/pp, one verdict.
+
+For a set of GPUs (each with its *usable* memory) and the tp/pp the candidate
+launches with:
+
+1. the fraction is SGLang's current default for these GPUs and tp/pp
+   (:func:`scheduler_core.precise.fraction.sizing`), or the user's; with GPU
+   sharing, the smallest fraction (3 decimals, rounded up) whose pool holds the
+   rank's weights, the runtime overhead, the KV floor and a headroom;
+2. every rank holds ``weights / (tp·pp)`` (dp replicas each hold a full copy),
+   the runtime overhead and ``floor_tokens × cell`` of KV in its pool, and the
+   pool plus SGLang's activation and graph reserve fits in the GPU's usable memory:
+
+       w_rank + overhead + floor·cell ≤ f × usable_min              (the pool)
+       w_rank + overhead + floor·cell + reserve ≤ usable_g           (every GPU)
+
+3. the booked memory per GPU is ``⌈f × total_g⌉`` without sharing (GPUStack's
+   claim; SGLang's reserve is the rest of the GPU, so the share must be usable:
+   ``⌈f × total_g⌉ ≤ usable_g``) and ``⌈f × total_g⌉ + reserve`` with sharing
+   (the reserve no longer comes for free), which must be ``≤ usable_g``;
+4. the predicted KV capacity is SGLang's pool arithmetic with the free memory at
+   start taken as the smallest usable memory of the set:
+   ``page_floor((f × usable_min − w_rank − overhead) // cell)``.
+
+``usable_g = min(allocatable by the ledger, total − reported used − margin)``.
+Pure and cache-free; every input is an argument.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from scheduler_core._units import MIB
+from scheduler_core.accounting import Allocatable
+from scheduler_core.precise.facts import PreciseFacts
+from scheduler_core.precise.fraction import Device, Sizing, reserve_mib, sizing
+from scheduler_core.precise.kv import kv_tokens
+from scheduler_core.reasons import Reason
+from scheduler_core.workers import Gpu
+
+#: A GPU and its usable bytes.
+Slot = tuple[Gpu, int]
+
+
+def platform(gpu: Gpu) -> str:
+    """The SGLang platform of a GPU: ``cuda``, ``rocm``, ``npu`` or ``other``."""
+    kind = (gpu.type or "").lower()
+    if kind == "cann" or (gpu.vendor or "").lower() == "ascend":
+        return "npu"
+    return kind if kind in ("cuda", "rocm") else "other"
+
+
+def usable(gpu: Gpu, allocatable: Allocatable, margin: int) -> int:
+    """Rule 6: ``min(allocatable by the ledger, total − reported used − margin)``, never below 0.
+
+    A GPU that reports no usage is bounded by the ledger alone.
+    """
+    if gpu.index is None:
+        return 0
+    ledger = allocatable.vram.get(gpu.index, 0)
+    if gpu.used is None:
+        return max(ledger, 0)
+    return max(min(ledger, gpu.total - gpu.used - margin), 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """A placement that holds: the launch fraction, the booking per GPU, the predicted KV tokens."""
+
+    fraction: float | None
+    bookings: tuple[int, ...]
+    kv_tokens: int | None
+    need: int  # bytes per rank: weights + overhead + KV floor (+ reserve for the GPU check)
+
+
+@dataclass(frozen=True, slots=True)
+class Miss:
+    """Why a placement does not hold, with the figures the message quotes."""
+
+    reason: Reason
+    need: int  # bytes each GPU must provide
+    fraction: float | None
+    usable: int  # the smallest usable memory in the set
+
+
+def _ceil_fraction(value: float) -> float:
+    return math.ceil(value * 1000 - 1e-9) / 1000
+
+
+def rank_weights(facts: PreciseFacts, tp: int, pp: int) -> int:
+    """Weight bytes on one rank: ``⌈weights / (tp·pp)⌉`` (a full copy per GPU for diffusion)."""
+    if facts.diffusion:
+        return facts.weight_bytes
+    return -(-facts.weight_bytes // max(tp * pp, 1))
+
+
+def floor_bytes(facts: PreciseFacts, tp: int, pp: int) -> int:
+    """KV bytes of the floor on the fullest rank (0 without an attention layout)."""
+    cell = facts.cell_bytes(tp, pp)
+    return 0 if cell is None else facts.floor_tokens * cell
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """What a rank needs on GPUs of one size and platform at one tp/pp (independent of usage)."""
+
+    size: Sizing
+    weights: int  # per rank
+    static: int  # weights + overhead + KV floor: what the pool must hold
+    reserve: int  # SGLang's activation and graph reserve, bytes (without the 10 GiB floor)
+
+
+def budget(facts: PreciseFacts, device: Device, tp: int, pp: int) -> Budget:
+    """The rank's needs for GPUs like ``device`` (the smallest of a set) at ``tp``/``pp``."""
+    size = sizing(device, facts.traits, facts.flags, tp, pp)
+    weights = rank_weights(facts, tp, pp)
+    static = weights + facts.settings.runtime_overhead + floor_bytes(facts, tp, pp)
+    reserve = int(reserve_mib(device, facts.traits, facts.flags, tp, pp, floor=False) * MIB)
+    return Budget(size, weights, static, reserve)
+
+
+def device_of(slots: Sequence[Slot]) -> Device:
+    """The device SGLang sizes a set by: the smallest total, the first GPU's platform."""
+    return Device(min(gpu.total for gpu, _ in slots) / MIB, platform(slots[0][0]))
+
+
+def evaluate(
+    facts: PreciseFacts, slots: Sequence[Slot], tp: int, pp: int, needs: Budget | None = None
+) -> Fit | Miss:
+    """The verdict for running tp×pp ranks (× dp replicas) on ``slots``, one rank per GPU.
+
+    ``needs`` is :func:`budget` for :func:`device_of` ``slots`` when the caller has it.
+    """
+    if facts.diffusion:
+        return _diffusion(facts, slots)
+    needs = needs or budget(facts, device_of(slots), tp, pp)
+    size, weights, static, reserve = needs.size, needs.weights, needs.static, needs.reserve
+    overhead = facts.settings.runtime_overhead
+    least = min(free for _, free in slots)
+    fraction, launch = size.fraction, size.launch
+    bookings = tuple(math.ceil(fraction * gpu.total) for gpu, _ in slots)
+    if facts.sharing and facts.flags.user_fraction is None and least > 0:
+        headroom = max(facts.settings.headroom_min, int(facts.settings.headroom_ratio * (static - overhead)))
+        wanted = _ceil_fraction((static + headroom) / least / size.factor)
+        shared = tuple(math.ceil(wanted * size.factor * gpu.total) + reserve for gpu, _ in slots)
+        if max(shared) < max(bookings):  # sharing never books more than the default fraction
+            fraction, launch, bookings = wanted * size.factor, wanted, shared
+    if weights + overhead > fraction * least:
+        return Miss(Reason.WEIGHTS_DO_NOT_FIT, static + reserve, launch, least)
+    if static > fraction * least or any(static + reserve > free for _, free in slots):
+        return Miss(Reason.KV_FLOOR_NOT_MET, static + reserve, launch, least)
+    if any(booked > free for booked, (_, free) in zip(bookings, slots, strict=True)):
+        return Miss(Reason.INSUFFICIENT_VRAM, max(bookings), launch, least)
+    budget_bytes = fraction * least - weights - overhead
+    return _with_tokens(facts, launch, bookings, static + reserve, budget_bytes, tp, pp, size.page_size)
+
+
+def _with_tokens(
+    facts: PreciseFacts,
+    fraction: float,
+    bookings: tuple[int, ...],
+    need: int,
+    budget: float,
+    tp: int,
+    pp: int,
+    page: int,
+) -> Fit | Miss:
+    cell = facts.cell_bytes(tp, pp)
+    tokens = None if cell is None else kv_tokens(budget, cell, page)
+    if tokens is not None and facts.min_kv_tokens is not None and tokens < facts.min_kv_tokens:
+        return Miss(Reason.KV_TOKENS_BELOW_MINIMUM, need, fraction, int(budget))
+    return Fit(fraction, bookings, tokens, need)
+
+
+def _diffusion(facts: PreciseFacts, slots: Sequence[Slot]) -> Fit | Miss:
+    """SGLang Diffusion: a full copy and the overhead on every GPU, which it then owns."""
+    need = facts.weight_bytes + facts.settings.runtime_overhead
+    least = min(free for _, free in slots)
+    if need > least:
+        return Miss(Reason.WEIGHTS_DO_NOT_FIT, need, None, least)
+    return Fit(None, tuple(free for _, free in slots), None, need)

@@ -1,0 +1,281 @@
+"""SGLang's current default ``--mem-fraction-static`` and the memory it keeps outside the pool.
+
+A port of ``python/sglang/srt/server_args.py: ServerArgs._handle_gpu_memory_settings``
+at upstream ``bd3f6a793`` (with ``reserve_for_graph_mb``, ``reserve_for_deepep_a2a_mb``
+and ``adjust_mem_fraction_for_vlm``), evaluated per *candidate*: ``gpu_mem`` is the
+smallest total among the candidate's own GPUs (SGLang takes the minimum over the
+visible devices) and ``tp``/``pp`` are the ones the candidate launches with.
+GPUStack's port (:mod:`scheduler_core.mem_fraction`, upstream ``037c3982``) stays
+as it is for ``policy: gpustack``. Sizes are MiB, as upstream.
+
+Differences from the port that change numbers: the speculative-decoding reserve
+is gone (the draft's KV is charged per token instead), the decode-graph term
+counts only when the decode graph is on, the prefill graph (on by default on
+CUDA) reserves ``8 MiB × len(capture list)``, or 1.5 GiB with an MLA backend,
+before the 10 GiB floor, DeepEP all-to-all adds 2 GiB after the floor, NPUs
+have their own tiers, and the VLM adjustment is skipped with ``--language-only``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler_core.mem_fraction import FALLBACK_FRACTION
+from scheduler_core.params import BackendParameters
+
+#: Generic tiers: MiB upper bound (exclusive) → (chunked_prefill_size, decode max_bs for
+#: tp < 4, for tp ≥ 4). ``_handle_gpu_memory_settings`` at bd3f6a793.
+_TIERS: tuple[tuple[int, int, int, int], ...] = (
+    (20 * 1024, 2048, 8, 8),  # T4, 4080
+    (35 * 1024, 2048, 24, 80),  # A10, 4090, 5090
+    (60 * 1024, 4096, 32, 160),  # A100-40G, L40
+    (90 * 1024, 8192, 256, 512),  # H100, A100-80G
+    (160 * 1024, 8192, 256, 512),  # H20, H200
+)
+_TOP_TIER = (16384, 512, 512)  # B200, MI300
+#: NPU tiers (``hardware_backend/npu/utils.py: set_default_server_args``): inclusive bounds.
+_NPU_TIERS: tuple[tuple[int, int, int, int], ...] = (
+    (32 * 1024, 4096, 16, 64),
+    (64 * 1024, 8192, 64, 256),
+)
+_NPU_PAGE_SIZE = 128
+
+_BASE_RESERVE = 512
+_MIN_ACTIVATION_TOKENS = 2048
+_MIB_PER_ACTIVATION_TOKEN = 1.5
+_LARGE_GPU_MIB = 60 * 1024
+_LARGE_GPU_FLOOR = 10 * 1024
+_DEEPEP_RESERVE = 2 * 1024
+_MLA_PREFILL_GRAPH = 1.5 * 1024
+_MIB_PER_PREFILL_GRAPH = 8
+_DEFAULT_MAX_PREFILL_TOKENS = 16384
+#: ROCm's aiter attention backend shrinks the fraction for long contexts.
+_AITER_FACTOR = 0.85
+_AITER_CONTEXT = 8192
+
+#: ``adjust_mem_fraction_for_vlm``: ViT-L/14 baseline, base factor, sensitivity, clamp.
+_VIT_BASE = (24, 1024)
+_VLM_BASE_FACTOR, _VLM_SENSITIVITY, _VLM_CLAMP = 0.95, 0.1, (0.8, 1.05)
+
+#: Prefill CUDA-graph capture sizes: (start, stop inclusive, step) runs, cut at max_bs.
+_PREFILL_RUNS = ((4, 32, 4), (48, 256, 16), (288, 512, 32), (576, 1024, 64), (1280, 4096, 256))
+_PREFILL_TAIL_START, _PREFILL_TAIL_STEP = 4608, 512
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeFlags:
+    """The SGLang flags the current memory rules read (hashable: a rule input).
+
+    ``None`` means "not given": SGLang's tier default applies.
+    """
+
+    user_fraction: float | None = None
+    chunked_prefill_size: int | None = None
+    decode_max_bs: int | None = None
+    max_prefill_tokens: int | None = None
+    max_running_requests: int | None = None
+    dp_size: int = 1
+    enable_dp_attention: bool = False
+    disaggregation_mode: str | None = None
+    moe_a2a_backend: str | None = None
+    cuda_graph_disabled: bool = False
+    language_only: bool = False
+    context_length: int | None = None
+    page_size: int | None = None
+    kv_cache_dtype: str = "auto"
+    speculative_draft_tokens: int | None = None
+
+    @classmethod
+    def from_parameters(cls, params: BackendParameters) -> RuntimeFlags:
+        """Read the flags (the deprecated ``--cuda-graph-max-bs`` is an alias of the decode one)."""
+        mode = params.find(["disaggregation-mode"])
+        return cls(
+            user_fraction=params.find_float(["mem-fraction-static"]),
+            chunked_prefill_size=params.find_int(["chunked-prefill-size"]),
+            decode_max_bs=params.find_int(["cuda-graph-max-bs-decode", "cuda-graph-max-bs"]),
+            max_prefill_tokens=params.find_int(["max-prefill-tokens"]),
+            max_running_requests=params.find_int(["max-running-requests"]),
+            dp_size=params.find_int(["dp-size", "data-parallel-size"]) or 1,
+            enable_dp_attention=params.find_bool(["enable-dp-attention"]),
+            disaggregation_mode=None if mode in (None, "null") else mode,
+            moe_a2a_backend=params.find(["moe-a2a-backend"]),
+            cuda_graph_disabled=params.find_bool(["disable-cuda-graph"]),
+            language_only=params.find_bool(["language-only"]),
+            context_length=params.find_int(["context-length"]),
+            page_size=params.find_int(["page-size"]),
+            kv_cache_dtype=(params.find(["kv-cache-dtype"]) or "auto").lower(),
+            speculative_draft_tokens=params.find_int(["speculative-num-draft-tokens"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """What the rules read of the candidate's GPUs: the smallest total (MiB) and the platform."""
+
+    gpu_mem_mib: float
+    platform: str  # "cuda", "rocm", "npu" or "other"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelTraits:
+    """What the rules read of the model."""
+
+    mla: bool
+    multimodal: bool
+    vision_config: Mapping[str, Any] | None = field(hash=False)
+    context_len: int
+
+
+@dataclass(frozen=True, slots=True)
+class Sizing:
+    """SGLang's sizes for one candidate: the tier values, the reserve and the fraction.
+
+    ``launch`` is the value to pass as ``--mem-fraction-static`` (the user's, or the
+    heuristic with the VLM factor); ``factor`` is what SGLang still multiplies any
+    value by (ROCm aiter); ``fraction = launch × factor`` sizes the pool.
+    """
+
+    chunked_prefill_size: int
+    decode_max_bs: int
+    reserve_mib: float
+    launch: float
+    factor: float
+    page_size: int
+
+    @property
+    def fraction(self) -> float:
+        """The fraction the pool is really sized with."""
+        return self.launch * self.factor
+
+
+def tier(device: Device, tp: int, flags: RuntimeFlags) -> tuple[int, int]:
+    """``(chunked_prefill_size, decode max_bs)``: user values, else the NPU or generic tier."""
+    chunk, bs = _tier_defaults(device, tp)
+    return (
+        flags.chunked_prefill_size if flags.chunked_prefill_size is not None else chunk,
+        flags.decode_max_bs if flags.decode_max_bs is not None else bs,
+    )
+
+
+def _tier_defaults(device: Device, tp: int) -> tuple[int, int]:
+    mem = device.gpu_mem_mib
+    if mem <= 0:
+        return 4096, 160
+    if device.platform == "npu":
+        for upper, chunk, small, large in _NPU_TIERS:
+            if mem <= upper:
+                return chunk, small if tp < 4 else large
+    for upper, chunk, small, large in _TIERS:
+        if mem < upper:
+            return chunk, small if tp < 4 else large
+    return _TOP_TIER[0], _TOP_TIER[1] if tp < 4 else _TOP_TIER[2]
+
+
+def prefill_capture_count(max_bs: int) -> int:
+    """How many prefill CUDA-graph batch sizes SGLang captures up to ``max_bs``."""
+    count = 0
+    for start, stop, step in _PREFILL_RUNS:
+        count += len(range(start, min(stop, max_bs) + 1, step))
+    if max_bs >= _PREFILL_TAIL_START:
+        count += len(range(_PREFILL_TAIL_START, max_bs + 1, _PREFILL_TAIL_STEP))
+    return count
+
+
+def _prefill_graph_on(device: Device, model: ModelTraits, flags: RuntimeFlags) -> bool:
+    """The default prefill graph (``breakable``) runs on CUDA only, and not for MLA or multimodal models."""
+    if flags.cuda_graph_disabled or flags.disaggregation_mode == "decode":
+        return False
+    return device.platform == "cuda" and not model.mla and not (model.multimodal and not flags.language_only)
+
+
+def _graph_reserve(device: Device, model: ModelTraits, flags: RuntimeFlags, chunk: int, bs: int) -> float:
+    """``reserve_for_graph_mb``."""
+    reserve = 0.0
+    decode_on = not flags.cuda_graph_disabled and flags.disaggregation_mode != "prefill"
+    if decode_on:
+        reserve += bs * 2
+    if flags.enable_dp_attention and flags.disaggregation_mode != "prefill":
+        reserve += bs * flags.dp_size * 3
+        if bs > 300:
+            reserve += bs * flags.dp_size * 1.5
+    if _prefill_graph_on(device, model, flags):
+        prefill_bs = _DEFAULT_MAX_PREFILL_TOKENS if chunk <= 0 else chunk
+        reserve += (
+            _MLA_PREFILL_GRAPH if model.mla else prefill_capture_count(prefill_bs) * _MIB_PER_PREFILL_GRAPH
+        )
+    return reserve
+
+
+def _activation_tokens(flags: RuntimeFlags, chunk: int, bs: int) -> int:
+    if flags.disaggregation_mode == "decode":
+        running = flags.max_running_requests or bs or 1
+        return max(running * (flags.speculative_draft_tokens or 1), _MIN_ACTIVATION_TOKENS)
+    if chunk > 0:
+        return max(chunk, _MIN_ACTIVATION_TOKENS)
+    return max(flags.max_prefill_tokens or _DEFAULT_MAX_PREFILL_TOKENS, _MIN_ACTIVATION_TOKENS)
+
+
+def reserve_mib(
+    device: Device, model: ModelTraits, flags: RuntimeFlags, tp: int, pp: int, *, floor: bool = True
+) -> float:
+    """Memory SGLang keeps outside its static pool for activations and CUDA graphs (MiB).
+
+    ``floor=False`` leaves out the 10 GiB minimum on GPUs above 60 GiB: that floor is
+    a margin of the *default* fraction, not memory the runtime allocates.
+    """
+    chunk, bs = tier(device, tp, flags)
+    tokens = _activation_tokens(flags, chunk, bs)
+    reserved = _BASE_RESERVE + tokens * _MIB_PER_ACTIVATION_TOKEN + tp * pp / 8 * 1024
+    reserved += _graph_reserve(device, model, flags, chunk, bs)
+    if floor and device.gpu_mem_mib > _LARGE_GPU_MIB:
+        reserved = max(reserved, _LARGE_GPU_FLOOR)
+    if not flags.cuda_graph_disabled and flags.disaggregation_mode != "prefill":
+        if flags.moe_a2a_backend == "deepep":
+            reserved += _DEEPEP_RESERVE
+    return reserved
+
+
+def vlm_factor(vision_config: Mapping[str, Any]) -> float:
+    """The VLM multiplier: ``0.95 × clamp(1 − 0.1 × (L·H² / (24·1024²) − 1), 0.8, 1.05)``
+    (not re-rounded in current SGLang)."""
+    layers = vision_config.get("num_hidden_layers") or vision_config.get("depth") or _VIT_BASE[0]
+    hidden = vision_config.get("hidden_size") or _VIT_BASE[1]
+    ratio = (layers * hidden**2) / (_VIT_BASE[0] * _VIT_BASE[1] ** 2)
+    factor = max(_VLM_CLAMP[0], min(_VLM_CLAMP[1], 1.0 - _VLM_SENSITIVITY * (ratio - 1.0)))
+    return _VLM_BASE_FACTOR * factor
+
+
+def vlm_adjusted(fraction: float, model: ModelTraits, flags: RuntimeFlags) -> float:
+    """The heuristic's VLM rule (skipped for a user's fraction and with ``--language-only``)."""
+    if flags.user_fraction is None and model.multimodal and not flags.language_only:
+        return fraction * vlm_factor(model.vision_config or {})
+    return fraction
+
+
+def aiter_factor(device: Device, model: ModelTraits) -> float:
+    """ROCm's aiter attention backend (the default there) multiplies *any* fraction, the
+    user's included, by 0.85 when the context exceeds 8,192 tokens."""
+    if device.platform == "rocm" and model.context_len > _AITER_CONTEXT:
+        return _AITER_FACTOR
+    return 1.0
+
+
+def sizing(device: Device, model: ModelTraits, flags: RuntimeFlags, tp: int, pp: int) -> Sizing:
+    """SGLang's sizes for a candidate with these GPUs and ``tp``/``pp``.
+
+    The launch value is the user's when given, else ``round((gpu_mem − reserve) / gpu_mem, 3)``
+    (0.88 when the memory is unknown) with the VLM rule; then :func:`aiter_factor` applies.
+    """
+    chunk, bs = tier(device, tp, flags)
+    reserve = reserve_mib(device, model, flags, tp, pp)
+    if flags.user_fraction is not None:
+        fraction = flags.user_fraction
+    elif device.gpu_mem_mib > 0:
+        fraction = round((device.gpu_mem_mib - reserve) / device.gpu_mem_mib, 3)
+    else:
+        fraction = FALLBACK_FRACTION
+    page = flags.page_size or (_NPU_PAGE_SIZE if device.platform == "npu" else 1)
+    launch = vlm_adjusted(fraction, model, flags)
+    return Sizing(chunk, bs, reserve, launch, aiter_factor(device, model), max(page, 1))

@@ -1,0 +1,37 @@
+"""The precise rules' user-facing lines, in GPUStack's style (GiB with 2 decimals)."""
+
+from __future__ import annotations
+
+from scheduler_core._units import byte_to_gib
+from scheduler_core.precise.facts import PreciseFacts
+from scheduler_core.precise.fit import Miss
+from scheduler_core.reasons import Reason
+
+
+def _gpus(count: int) -> str:
+    return f"{count} GPU" if count == 1 else f"{count} GPUs"
+
+
+def requirement(facts: PreciseFacts, miss: Miss) -> str:
+    """``The model needs 38.2 GiB per GPU at fraction 0.83 with a 8,192-token KV floor``."""
+    if facts.diffusion:
+        return f"The model needs {byte_to_gib(miss.need)} GiB per GPU for a full copy of its weights"
+    fraction = "" if miss.fraction is None else f" at fraction {round(miss.fraction, 3)}"
+    floor = f" with a {facts.floor_tokens:,}-token KV floor" if facts.kv is not None else ""
+    return f"The model needs {byte_to_gib(miss.need)} GiB per GPU{fraction}{floor}"
+
+
+def miss_line(facts: PreciseFacts, miss: Miss, where: str, gpus: int) -> str:
+    """One failure line: the requirement, then what the best place provides and why it falls short."""
+    head = requirement(facts, miss)
+    if miss.reason is Reason.KV_TOKENS_BELOW_MINIMUM:
+        return (
+            f"{head}; {where} leaves {byte_to_gib(miss.usable)} GiB for the KV cache on {_gpus(gpus)}, "
+            f"below the requested {facts.min_kv_tokens:,} KV tokens."
+        )
+    tail = {
+        Reason.WEIGHTS_DO_NOT_FIT: "too little for the weights of one rank",
+        Reason.KV_FLOOR_NOT_MET: "too little for the weights, the reserve and the KV floor",
+        Reason.INSUFFICIENT_VRAM: "too little for the memory the fraction books",
+    }.get(miss.reason, "too little")
+    return f"{head}; {where} provides {byte_to_gib(miss.usable)} GiB usable per GPU on {_gpus(gpus)}, {tail}."

@@ -1,0 +1,182 @@
+"""Precise stage 1: one worker, one or more GPUs, sliding-window GPU sets.
+
+Per worker, for the fewest GPUs that can hold the model (the requested world
+size, or auto tp = n), every balanced window of its GPUs that passes the
+per-rank fit (:mod:`scheduler_core.precise.fit`) becomes a candidate with its
+own fraction, bookings and predicted KV tokens. A worker that cannot hold the
+model reports the best miss: the one with the most usable memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from scheduler_core.accounting import Allocatable
+from scheduler_core.arguments import TpRule
+from scheduler_core.caching import Rule
+from scheduler_core.candidates import Candidate, Claim
+from scheduler_core.cluster import ram_not_enough
+from scheduler_core.estimate import RamClaimRule
+from scheduler_core.events import Action, Level, list_message
+from scheduler_core.framework import Clears
+from scheduler_core.precise.facts import PreciseFacts
+from scheduler_core.precise.fit import Budget, Fit, Miss, Slot, budget, device_of, evaluate, usable
+from scheduler_core.precise.fraction import Device
+from scheduler_core.precise.messages import miss_line
+from scheduler_core.precise.windows import layouts, sorted_slots, windows
+from scheduler_core.reasons import MORE_CAPACITY, Reason
+from scheduler_core.selection import Selection
+from scheduler_core.workers import Gpu, WorkerView
+
+
+@dataclass(frozen=True, slots=True)
+class _Inputs:
+    """The rule's signature."""
+
+    facts: PreciseFacts
+    gpu_type: str | None
+    gpu_count: int | None
+    tp_rule: TpRule
+    ram_claim: int
+    ram_rule: RamClaimRule
+    #: The rank's needs per (GPU size, tp, pp) for every size and layout of the type's
+    #: workers (computed once per decision, not once per worker).
+    budgets: tuple[tuple[tuple[Device, int, int], Budget], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """One worker shape's verdict: fitting GPU sets (indexes, fit), else the best miss."""
+
+    fits: tuple[tuple[tuple[int, ...], Fit], ...]
+    miss: Miss | None
+    gpus: int  # GPUs of the set the miss is about
+
+
+def slots_of(facts: PreciseFacts, gpus: tuple[Gpu, ...], allocatable: Allocatable) -> list[Slot]:
+    """The worker's indexed GPUs with memory, with their usable bytes."""
+    margin = facts.settings.free_margin
+    return [(g, usable(g, allocatable, margin)) for g in gpus if g.index is not None and g.total]
+
+
+def _evaluate(inputs: _Inputs, gpus: tuple[Gpu, ...], allocatable: Allocatable) -> _Outcome:
+    if ram_not_enough(inputs.ram_claim, allocatable):
+        return _Outcome((), None, 0)
+    ordered = sorted_slots(slots_of(inputs.facts, gpus, allocatable))
+    # On a worker whose GPUs are all of one size every check is monotone in usable memory:
+    # once the roomiest remaining window misses, every tighter one misses too.
+    uniform = len({gpu.total for gpu, _ in ordered}) <= 1
+    best: tuple[Miss, int] | None = None
+    limit = inputs.facts.settings.max_window_candidates
+    known = dict(inputs.budgets)
+    for count, tp, pp in layouts(inputs.facts, inputs.gpu_count, len(ordered), inputs.tp_rule):
+        fits: list[tuple[tuple[int, ...], Fit]] = []
+        for window in reversed(list(windows(ordered, count))):
+            verdict = evaluate(inputs.facts, window, tp, pp, known.get((device_of(window), tp, pp)))
+            if isinstance(verdict, Fit):
+                fits.append((tuple(gpu.index or 0 for gpu, _ in window), verdict))
+                continue
+            if best is None or verdict.usable > best[0].usable:
+                best = (verdict, count)
+            if uniform:
+                break
+        if fits:
+            return _Outcome(tuple(reversed(fits))[:limit], None, count)
+    return _Outcome((), None if best is None else best[0], 0 if best is None else best[1])
+
+
+@dataclass(frozen=True, slots=True)
+class _WorkerResult:
+    candidates: tuple[Candidate, ...]
+    miss: Miss | None
+    gpus: int
+
+
+def claim_of(fit: Fit, indexes: tuple[int, ...], ram_rule: RamClaimRule) -> Claim:
+    """The claim of one node of a fitting placement."""
+    vram = dict(zip(indexes, fit.bookings, strict=True))
+    return Claim(vram, ram_rule.ram_for(vram), fit.fraction, fit.need * len(indexes))
+
+
+def _attach(inputs: _Inputs, worker: WorkerView, outcome: _Outcome) -> _WorkerResult:
+    candidates = tuple(
+        Candidate(
+            worker, inputs.gpu_type, indexes, claim_of(fit, indexes, inputs.ram_rule), kv_tokens=fit.kv_tokens
+        )
+        for indexes, fit in outcome.fits
+    )
+    return _WorkerResult(candidates, outcome.miss, outcome.gpus)
+
+
+_RULE = Rule("precise_single_worker", _evaluate, _attach)
+
+
+class PreciseSingleWorker:
+    """One worker: balanced GPU sets of the fewest GPUs that hold the model."""
+
+    name = "precise_single_worker"
+    policy: ClassVar[str] = "precise"
+    clears: ClassVar[Clears] = {
+        Reason.WEIGHTS_DO_NOT_FIT: MORE_CAPACITY,
+        Reason.KV_FLOOR_NOT_MET: MORE_CAPACITY,
+        Reason.KV_TOKENS_BELOW_MINIMUM: MORE_CAPACITY,
+        Reason.INSUFFICIENT_VRAM: MORE_CAPACITY,
+        Reason.NO_BALANCED_GPU_SET: MORE_CAPACITY,
+    }
+
+    def skip(self, selection: Selection) -> bool:
+        """Manual selection runs GPUStack's manual stage; a selection without precise facts is not ours."""
+        return bool(selection.selected_workers) or selection.precise is None
+
+    def __call__(self, selection: Selection) -> list[Candidate]:
+        """Every fitting GPU set of every worker, by GPU type and worker order."""
+        facts = selection.precise
+        assert facts is not None  # skip() guards it
+        candidates: list[Candidate] = []
+        best: tuple[Miss, int, WorkerView] | None = None
+        for gpu_type, workers in selection.workers_by_type.items():
+            inputs = _Inputs(
+                facts,
+                gpu_type,
+                selection.gpu_count,
+                selection.tp_rule,
+                selection.ram_claim,
+                selection.ram_rule,
+            )
+            for worker, result in selection.runner.run(_RULE, inputs, gpu_type, workers):
+                candidates.extend(result.candidates)
+                if result.miss is not None and (best is None or result.miss.usable > best[0].usable):
+                    best = (result.miss, result.gpus, worker)
+        if not candidates:
+            _record(selection, facts, best)
+        return candidates
+
+
+def _budgets(
+    facts: PreciseFacts, workers: Sequence[WorkerView], gpu_count: int | None, tp_rule: TpRule
+) -> tuple[tuple[tuple[Device, int, int], Budget], ...]:
+    """:func:`budget` for every GPU size (and platform) and every layout the workers allow."""
+    devices = sorted(
+        {device_of([(gpu, 0)]) for w in workers for gpu in w.gpus if gpu.total},
+        key=lambda d: (d.gpu_mem_mib, d.platform),
+    )
+    widest = max((len(w.gpus) for w in workers), default=0)
+    found = []
+    for count, tp, pp in layouts(facts, gpu_count, widest, tp_rule):
+        del count
+        for device in devices:
+            found.append(((device, tp, pp), budget(facts, device, tp, pp)))
+    return tuple(found)
+
+
+def _record(selection: Selection, facts: PreciseFacts, best: tuple[Miss, int, WorkerView] | None) -> None:
+    if best is None:
+        line = "No worker has a set of GPUs within 0.9 of each other's usable memory large enough to try."
+        reason = Reason.NO_BALANCED_GPU_SET
+    else:
+        miss, gpus, worker = best
+        line = miss_line(facts, miss, f"the largest worker ({worker.name})", gpus)
+        reason = miss.reason
+    selection.log.events.add(Level.INFO, Action.AUTO_SINGLE_WORKER_MULTI_GPU, list_message(line), reason)

@@ -1,0 +1,146 @@
+"""Hostile and malformed input never raises out of ``schedule()`` / ``tune()`` (issue 10, item 3-4).
+
+Each case was an ``internal_error`` or an exception before: the result is now a
+``rejected`` decision whose error names the field, and it serialises.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from typing import Any
+
+import pytest
+from builders import GIB, H100, gpu, model, request, worker
+
+from scheduler_core import schedule, tune
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(depth):
+        value = {"x": value}
+    return value
+
+
+def _rejected(raw: dict[str, Any]) -> tuple[str | None, str]:
+    result = schedule(raw)
+    json.loads(result.model_dump_json())  # always serialisable
+    assert result.status == "rejected", result
+    assert result.error is not None and result.error.code != "internal_error", result.error
+    return result.error.field, result.error.message
+
+
+def test_deeply_nested_request_without_id_is_rejected_not_raised():
+    """A request nested ~1,000 levels deep and without request_id used to raise RecursionError
+    while hashing it into an id."""
+    raw = request(model(), [worker(1, "w", [gpu(0, H100)])])
+    del raw["request_id"]
+    raw["annotations"] = _nested(1000)
+    assert _rejected(raw) == ("request", "nested more than 64 levels deep")
+
+
+def test_deeply_nested_hf_config_is_rejected_with_the_field():
+    row = model(hf_config={**model()["hf_config"], "extra": _nested(200)})
+    assert _rejected(request(row, [worker(1, "w", [gpu(0, H100)])])) == (
+        "model.hf_config",
+        "Failed to parse model qwen2.5-7b hyperparameters: nested more than 64 levels deep",
+    )
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda r: r["model"].update(name="qwen\ud800"), "model.name"),
+        (lambda r: r["model"].update(backend_parameters=["--served-model-name", "a\udfffb"]),
+         "model.backend_parameters.1"),
+        (lambda r: r["workers"][0].update(name="node\ud800"), "workers.0.name"),
+        (lambda r: r["workers"][0]["status"]["gpu_devices"][0].update(type="cu\ud800da"),
+         "workers.0.status.gpu_devices.0.type"),
+    ],
+)
+def test_lone_surrogates_are_rejected_with_the_field(mutate, field):
+    """A lone surrogate is legal JSON but not Unicode: the result could not be serialised."""
+    raw = copy.deepcopy(request(model(), [worker(1, "w", [gpu(0, H100)])]))
+    mutate(raw)
+    got_field, message = _rejected(raw)
+    assert (got_field, message) == (field, "is not valid Unicode (it holds a lone surrogate)")
+
+
+def test_lone_surrogate_in_request_id_is_rejected():
+    """The id itself is not usable: the rejection carries a derived id and names the field."""
+    raw = request(model(), [worker(1, "w", [gpu(0, H100)])])
+    raw["request_id"] = "bad\ud800id"
+    result = schedule(raw)
+    json.loads(result.model_dump_json())
+    assert (result.status, result.error.field) == ("rejected", "request_id")
+    assert result.request_id.startswith("req-")
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda r: r["model"].update(weight_bytes=10**400), "model.weight_bytes"),
+        (lambda r: r["workers"][0]["status"]["gpu_devices"][0]["memory"].update(total=10**400),
+         "workers.0.status.gpu_devices.0.memory.total"),
+        (lambda r: r["workers"][0]["system_reserved"].update(vram=-1), "workers.0.system_reserved.vram"),
+        (lambda r: r["model"]["hf_config"].update(num_attention_heads=10**400),
+         "model.hf_config.num_attention_heads"),
+    ],
+)
+def test_numbers_past_range_are_rejected_with_the_field(mutate, field):
+    """Byte counts and ids fit a signed 64-bit integer; 10**400 used to overflow float maths."""
+    raw = copy.deepcopy(request(model(), [worker(1, "w", [gpu(0, H100)])]))
+    mutate(raw)
+    assert _rejected(raw)[0] == field
+
+
+def test_string_in_vision_config_names_the_field():
+    config = {
+        **model()["hf_config"],
+        "model_type": "qwen2_vl",
+        "vision_config": {"depth": "thirty-two", "hidden_size": 1280},
+    }
+    field, message = _rejected(request(model(hf_config=config), [worker(1, "w", [gpu(0, H100)])]))
+    assert field == "model.hf_config.vision_config.depth"
+    assert message.endswith("expected an integer, got 'thirty-two'")
+
+
+@pytest.mark.parametrize("flag", ["--tp-size", "--chunked-prefill-size", "--cuda-graph-max-bs"])
+def test_huge_size_flags_are_rejected(flag):
+    """tp 10**18 used to overflow the fraction calculator's float arithmetic."""
+    row = model(backend_parameters=[flag, str(10**18)])
+    assert _rejected(request(row, [worker(1, "w", [gpu(0, H100)])])) == (
+        "model.backend_parameters",
+        f"{flag} is out of range (at most 1048576).",
+    )
+
+
+def test_infinite_fraction_is_rejected():
+    row = model(backend_parameters=["--mem-fraction-static", "1e400"])
+    assert _rejected(request(row, [worker(1, "w", [gpu(0, H100)])])) == (
+        "model.backend_parameters",
+        "--mem-fraction-static must be a finite number.",
+    )
+
+
+def test_tune_bounds_the_gpu_count():
+    """tune() was linear in num_gpus with no bound (2·10¹³ GPUs never finished)."""
+    request_ = {
+        "explicit_args": {"num_gpus": 2 * 10**13},
+        "platform": {"kind": "cuda", "device_total_memory_gib": 80},
+        "pipeline": {"pipeline_config_class": "QwenImagePipelineConfig", "task_type": "T2I"},
+    }
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match="num_gpus"):
+        tune(request_)
+    assert time.perf_counter() - start < 5  # refused up front, not after the linear work
+    request_["explicit_args"] = {"num_gpus": 2}
+    request_["platform"]["available_memory_gib_by_device"] = {"0": 80, "1": 80}
+    assert tune(request_).num_gpus == 2
+
+
+def test_a_sane_request_still_schedules():
+    assert schedule(request(model(), [worker(1, "w", [gpu(0, H100)])])).status == "scheduled"
+    assert GIB > 0

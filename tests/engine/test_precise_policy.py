@@ -1,0 +1,299 @@
+"""``policy: precise`` decisions: per-candidate fraction, KV floor, dp, outside usage, rescheduling,
+sharing, sliding windows, and the properties (rule 2 on every chosen GPU, determinism, gpustack unchanged)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from builders import GIB, H100, MIB, RTX_4090, gpu, instance, model, request, uniform_worker, worker
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduler_core import schedule
+from scheduler_core.precise.fit import device_of
+from scheduler_core.precise.fraction import Device, ModelTraits, RuntimeFlags, reserve_mib, sizing
+from scheduler_core.precise.windows import windows
+from scheduler_core.workers import Gpu
+
+QWEN_7B = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "model_type": "qwen2",
+    "hidden_size": 3584,
+    "num_attention_heads": 28,
+    "num_key_value_heads": 4,
+    "num_hidden_layers": 28,
+    "vocab_size": 152064,
+    "max_position_embeddings": 32768,
+    "torch_dtype": "bfloat16",
+}
+QWEN_7B_BYTES = 15_231_233_024
+QWEN_05B = {
+    **QWEN_7B,
+    "hidden_size": 896,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 24,
+}
+
+
+def _precise(model_row, workers, instances=None, **extra):
+    return schedule(request(model_row, workers, instances, policy="precise", **extra))
+
+
+def _qwen(**overrides):
+    return model(name="qwen", hf_config=QWEN_7B, weight_bytes=QWEN_7B_BYTES, **overrides)
+
+
+def test_best_fit_keeps_the_large_gpu_and_books_the_candidates_own_fraction():
+    """A 7B fits a 4090 and an H100. The 4090 (24810 MiB: chunk 2048, bs 24, reserve 4096 MiB)
+    gets 0.835 = round((24810 − 4096)/24810, 3) and a booking of ⌈0.835 × 26,015,170,560⌉ =
+    21,722,667,418 B, which fills its usable memory more than the H100's 0.830 share fills an H100:
+    the 4090 is chosen and the H100 node stays whole."""
+    result = _precise(_qwen(), [uniform_worker(1, "h100", 8, H100), uniform_worker(2, "rtx", 2, RTX_4090)])
+    chosen = result.candidates[result.selected]
+    assert result.policy == "precise"
+    assert (chosen.worker_name, chosen.gpu_indexes) == ("rtx", [0])
+    assert chosen.computed_resource_claim.vram_utilization == 0.835
+    assert chosen.computed_resource_claim.vram == {"0": 21_722_667_418}
+    assert result.launch.backend_parameters == ["--mem-fraction-static", "0.835"]
+    h100 = next(c for c in result.candidates if c.worker_name == "h100")
+    assert h100.computed_resource_claim.vram_utilization == 0.83  # 81920 MiB: reserve 13904 → 0.830
+
+
+def test_kv_tokens_are_predicted_on_every_candidate():
+    """4090: pool = 0.835 × (26,015,170,560 − 1 GiB margin) − 15,231,233,024 − 1 GiB overhead
+    = 4,521,118,146 B; cell = 4 KV heads × (128 + 128) × 28 layers × 2 B = 57,344 B → 78,842 tokens."""
+    workers = [worker(2, "rtx", [gpu(0, RTX_4090, memory={"total": RTX_4090, "used": 0})])]
+    result = _precise(_qwen(), workers)
+    pool = 0.835 * (RTX_4090 - GIB) - QWEN_7B_BYTES - GIB
+    assert result.candidates[0].kv_tokens == int(pool) // 57_344 == 78_842
+    assert "kv_tokens" not in schedule(request(_qwen(), workers)).model_dump_json()  # gpustack
+
+
+def test_weights_that_leave_no_room_for_the_kv_floor_are_refused_with_the_reason():
+    """18 GiB of weights on a 4090 (usable 24.23 − 1 GiB margin = 23.23 GiB, fraction 0.835):
+    the pool, 0.835 × 23.23 = 19.40 GiB, holds the weights and the 1 GiB overhead (19 GiB) but not
+    also the 8,192-token floor of 8,192 × 57,344 B = 0.44 GiB (19.44 GiB)."""
+    row = model(name="big", hf_config=QWEN_7B, weight_bytes=18 * GIB)
+    result = _precise(row, [uniform_worker(2, "rtx", 1, RTX_4090)])
+    assert result.status == "unschedulable"
+    event = next(e for e in result.events if e.reason == "kv_floor_not_met")
+    assert "with a 8,192-token KV floor" in event.message and "fraction 0.835" in event.message
+    # 18 + 1 + 0.4375 GiB, plus the 4,096 MiB activation/graph reserve beside the pool = 23.44 GiB
+    assert "needs 23.44 GiB per GPU" in event.message and "provides 23.23 GiB usable" in event.message
+
+
+def test_data_parallel_replicas_each_hold_a_full_copy():
+    """dp 2 of a 14.2 GiB model on two 4090s: GPUStack sums both GPUs (Σ 2 × 20.2 ≥ 1.2 × 14.2 + 2)
+    and places it; precise needs 14.2 + 1 + 0.44 GiB of KV on *each* GPU, which 0.835 × 23.23 = 19.4 GiB
+    holds, and refuses when the model is 19 GiB (19 + 1 > 19.4)."""
+    small = _qwen(backend_parameters=["--dp-size", "2"])
+    workers = [uniform_worker(2, "rtx", 2, RTX_4090)]
+    assert _precise(small, workers).status == "scheduled"
+    big = model(name="big", hf_config=QWEN_7B, weight_bytes=19 * GIB, backend_parameters=["--dp-size", "2"])
+    assert schedule(request(big, workers)).status == "scheduled"  # gpustack: dp counted as sharding
+    refused = _precise(big, workers)
+    assert refused.status == "unschedulable"
+    assert any(e.reason == "weights_do_not_fit" for e in refused.events)
+
+
+def test_memory_used_outside_the_ledger_is_respected():
+    """GPU 0 reports 10 GiB used by another process: usable = 24.2 − 10 − 1 GiB < 0.835 × 24.2 GiB,
+    so only GPU 1 is a candidate (GPUStack, reading the ledger only, offers both)."""
+    gpus = [gpu(0, RTX_4090, memory={"total": RTX_4090, "used": 10 * GIB}), gpu(1, RTX_4090)]
+    workers = [worker(2, "rtx", gpus)]
+    assert [c.gpu_indexes for c in _precise(_qwen(), workers).candidates] == [[1]]
+    assert len(schedule(request(_qwen(), workers)).candidates) == 2
+
+
+def test_rescheduling_does_not_compete_with_its_own_claim():
+    """The only GPU is held by instance 7 (the one being replaced): counted, nothing fits;
+    named in ``replaces``, its claim is left out and the GPU is offered again."""
+    workers = [uniform_worker(2, "rtx", 1, RTX_4090)]
+    held = [{**instance(7, 2, {0: 21 * GIB}), "name": "qwen-0"}]
+    assert _precise(_qwen(), workers, held).status == "unschedulable"
+    assert _precise(_qwen(), workers, held, replaces={"id": 7}).status == "scheduled"
+    assert _precise(_qwen(), workers, held, replaces={"id": 7, "name": "other"}).status == "unschedulable"
+
+
+def test_sharing_right_sizes_the_fraction_so_small_models_share_a_gpu():
+    """0.5B (0.99 GB) on an H100 with sharing: pool = 0.92 GiB weights + 1 GiB + 8,192 × 12,288 B
+    (0.09 GiB) + 0.5 GiB headroom ≈ 2.55 GiB of 79 GiB usable → fraction 0.033; booking =
+    0.033 × 80 GiB + the 13,904 MiB reserve minus its 464 MiB... (no floor) ≈ 16.2 GiB, so a second
+    one fits beside it, and their bookings stay within the GPU."""
+    row = model(name="tiny", hf_config=QWEN_05B, weight_bytes=988_097_536)
+    workers = [worker(1, "h100", [gpu(0, H100, memory={"total": H100, "used": 0})])]
+    first = _precise(row, workers, gpu_sharing=True)
+    chosen = first.candidates[first.selected]
+    fraction = chosen.computed_resource_claim.vram_utilization
+    assert fraction is not None and fraction < 0.05
+    booked = chosen.computed_resource_claim.vram["0"]
+    held = [instance(1, 1, {0: booked})]
+    second = _precise(
+        row,
+        [worker(1, "h100", [gpu(0, H100, memory={"total": H100, "used": booked})])],
+        held,
+        gpu_sharing=True,
+    )
+    assert second.status == "scheduled"
+    assert booked + second.candidates[second.selected].computed_resource_claim.vram["0"] <= H100
+    # without sharing the same GPU holds only one
+    unshared = _precise(
+        row, [worker(1, "h100", [gpu(0, H100, memory={"total": H100, "used": booked})])], held
+    )
+    assert unshared.status == "unschedulable"
+
+
+def test_sliding_window_finds_sets_fixed_groups_miss():
+    """Usable 17, 19, 20, 22 GiB: GPUStack's greedy groups are [17] [19, 20] [22] (19 < 0.9 × 22),
+    so (20, 22) is never a pair; the window finds both balanced pairs (19, 20) and (20, 22)."""
+    slots = [(Gpu("cuda", i, 24 * GIB), free * GIB) for i, free in enumerate((17, 19, 20, 22))]
+    pairs = [tuple(free // GIB for _, free in window) for window in windows(slots, 2)]
+    assert pairs == [(19, 20), (20, 22)]
+
+
+def test_multi_worker_uses_partly_used_nodes_with_the_requested_tp():
+    """tp 4 of a 70B-sized model (141 GB) on two workers with 2 free H100s each (the others held):
+    GPUStack needs whole nodes; precise places 2 nodes × 2 GPUs (35.3 GB per rank)."""
+    row = model(
+        name="70b",
+        hf_config={
+            **QWEN_7B,
+            "num_attention_heads": 64,
+            "num_key_value_heads": 8,
+            "num_hidden_layers": 80,
+            "hidden_size": 8192,
+        },
+        weight_bytes=141_107_412_992,
+        backend_parameters=["--tp-size", "4"],
+    )
+    workers = [uniform_worker(1, "a", 4, H100), uniform_worker(2, "b", 4, H100)]
+    held = [instance(1, 1, {0: H100, 1: H100}, model_id=5), instance(2, 2, {0: H100, 1: H100}, model_id=5)]
+    assert schedule(request(row, workers, held)).status == "unschedulable"
+    result = _precise(row, workers, held)
+    chosen = result.candidates[result.selected]
+    assert chosen.gpu_indexes == [2, 3]
+    assert [s.gpu_indexes for s in chosen.subordinate_workers] == [[2, 3]]
+    assert result.launch.nodes is not None and len(result.launch.nodes) == 2
+
+
+def test_gpustack_ignores_the_precise_fields():
+    """The precise request fields change nothing under ``policy: gpustack`` (byte-identical JSON)."""
+    workers = [uniform_worker(1, "h100", 2, H100)]
+    plain = schedule(request(_qwen(), workers)).model_dump_json()
+    extra = schedule(
+        request(
+            _qwen(), workers, min_context_tokens=4096, min_kv_tokens=10, gpu_sharing=True, replaces={"id": 3}
+        )
+    ).model_dump_json()
+    assert plain == extra
+
+
+def test_bad_precise_fields_are_rejected_naming_the_field():
+    """Validation: a non-positive floor and an empty instance reference name their field."""
+    workers = [uniform_worker(1, "h100", 1, H100)]
+    bad = _precise(_qwen(), workers, min_context_tokens=0)
+    assert bad.status == "rejected" and bad.error.field == "min_context_tokens"
+    empty = _precise(_qwen(), workers, replaces={})
+    assert empty.status == "rejected" and empty.error.field == "replaces"
+
+
+def test_min_kv_tokens_refuses_too_small_caches():
+    """The 4090 predicts 78,842 tokens (see above); asking for 100,000 refuses it, 75,000 does not."""
+    workers = [worker(2, "rtx", [gpu(0, RTX_4090, memory={"total": RTX_4090, "used": 0})])]
+    assert _precise(_qwen(), workers, min_kv_tokens=75_000).status == "scheduled"
+    refused = _precise(_qwen(), workers, min_kv_tokens=100_000)
+    assert any(e.reason == "kv_tokens_below_minimum" for e in refused.events)
+
+
+# --------------------------------------------------------------------------- properties
+
+_TOTALS = (RTX_4090, H100, 48_305_799_168)
+
+
+@st.composite
+def _clusters(draw):
+    workers = []
+    for worker_id in range(1, draw(st.integers(1, 4)) + 1):
+        total = draw(st.sampled_from(_TOTALS))
+        gpus = [
+            gpu(i, total, memory={"total": total, "used": draw(st.sampled_from((0, 0, 3 * GIB, 12 * GIB)))})
+            for i in range(draw(st.sampled_from((1, 2, 4))))
+        ]
+        workers.append(worker(worker_id, f"w{worker_id}", gpus))
+    held = []
+    for number, w in enumerate(workers):
+        if draw(st.booleans()):
+            held.append(instance(number + 1, w["id"], {0: draw(st.integers(1, 20)) * GIB}))
+    return workers, held
+
+
+def _check_rule_two(row, result, workers, held, sharing):
+    """Rule 2 on every chosen GPU, recomputed from the request."""
+    chosen = result.candidates[result.selected]
+    params = (
+        result.launch.nodes[0].backend_parameters if result.launch.nodes else result.launch.backend_parameters
+    )
+    tp = int(params[params.index("--tp-size") + 1]) if "--tp-size" in params else 1
+    pp = int(params[params.index("--pp-size") + 1]) if "--pp-size" in params else 1
+    claims = {}
+    for h in held:
+        for index, amount in h["computed_resource_claim"]["vram"].items():
+            claims[(h["worker_id"], int(index))] = claims.get((h["worker_id"], int(index)), 0) + amount
+    by_id = {w["id"]: w for w in workers}
+    nodes = [(chosen.worker_id, chosen.gpu_indexes, chosen.computed_resource_claim)]
+    nodes += [
+        (s.worker_id, s.gpu_indexes, s.computed_resource_claim) for s in chosen.subordinate_workers or ()
+    ]
+    slots, booked = [], []
+    for worker_id, indexes, claim in nodes:
+        devices = {d["index"]: d for d in by_id[worker_id]["status"]["gpu_devices"]}
+        for index in indexes:
+            d = devices[index]
+            total, used = d["memory"]["total"], d["memory"]["used"]
+            free = min(total - claims.get((worker_id, index), 0), total - used - GIB)
+            slots.append((Gpu("cuda", index, total, "nvidia", None, used), free))
+            booked.append(claim.vram[str(index)])
+    launch = chosen.computed_resource_claim.vram_utilization
+    device = device_of(slots)
+    traits = ModelTraits(False, False, None, 32768)
+    size = sizing(device, traits, RuntimeFlags(), tp, pp)
+    least = min(free for _, free in slots)
+    weights = -(-row["weight_bytes"] // (tp * pp))
+    # Qwen-7B layout: 4 KV heads of 128 (+128 for V), 28 layers, bf16; split by tp, layers by pp
+    cell = max(1, 4 // tp) * 256 * -(-28 // pp) * 2
+    static = weights + GIB + 8192 * cell
+    reserve = (
+        reserve_mib(Device(device.gpu_mem_mib, "cuda"), traits, RuntimeFlags(), tp, pp, floor=False) * MIB
+    )
+    effective = launch * size.factor
+    assert static <= effective * least + 1  # the pool holds weights, overhead and the KV floor
+    for (_, free), amount in zip(slots, booked, strict=True):
+        assert static + reserve <= free  # ... and beside it SGLang's activation and graph reserve
+        assert amount <= free  # the booking fits what is usable
+        if sharing and launch < size.launch:
+            assert amount >= math.ceil(effective * slots[0][0].total)  # the pool bound is booked
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    _clusters(),
+    st.sampled_from([0.99, 6.4, 15.2, 29.5, 65.0]),
+    st.booleans(),
+    st.sampled_from([[], ["--tp-size", "2"]]),
+)
+def test_every_precise_placement_satisfies_rule_two_and_is_deterministic(cluster, gib, sharing, params):
+    """Random clusters (partly used GPUs, held claims) and Qwen-7B-shaped models of several sizes."""
+    workers, held = cluster
+    row = model(name="m", hf_config=QWEN_7B, weight_bytes=int(gib * 1e9), backend_parameters=params)
+    first = _precise(row, workers, held, gpu_sharing=sharing)
+    again = _precise(json.loads(json.dumps(row)), json.loads(json.dumps(workers)), held, gpu_sharing=sharing)
+    assert first.model_dump_json() == again.model_dump_json()
+    if first.status == "scheduled":
+        _check_rule_two(row, first, workers, held, sharing)
+    # the same request under gpustack does not depend on the precise fields
+    assert (
+        schedule(request(row, workers, held)).model_dump_json()
+        == schedule(request(row, workers, held, gpu_sharing=sharing, min_kv_tokens=5)).model_dump_json()
+    )
