@@ -27,6 +27,7 @@ from tasks.intake.snapshots import SnapshotRows, parse_snapshot
 from tasks.state.ledger import (
     decode_amounts,
     encode_amounts,
+    encode_keys,
     instance_claims,
     occupied_workers,
     worker_capacity,
@@ -129,7 +130,7 @@ class ClusterStore:
         k = self.keys
         args: list[Any] = [
             *(meta or self._partition.meta()).argv(), digest, text, self._partition.settings.changes_maxlen,
-            ";".join(taken_over), *self._health_args(), self._partition.lease_deadline_ms(),
+            encode_keys(taken_over), *self._health_args(), self._partition.lease_deadline_ms(),
             len(rows.workers),
         ]
         for worker in rows.workers:

@@ -102,7 +102,7 @@ class Keys:
 
     @property
     def worker_gpus(self) -> str:
-        """Hash worker id → ``;``-joined GPU keys of its capacity entries."""
+        """Hash worker id → JSON array of the GPU keys of its capacity entries."""
         return f"{self.prefix}:cluster:worker_gpus"
 
     @property
@@ -132,7 +132,7 @@ class Keys:
 
     @property
     def claims(self) -> str:
-        """Hash instance key → ``gpu_key=bytes;...`` claims it holds."""
+        """Hash instance key → ``[["<gpu key>", "<bytes>"], ...]`` claims it holds (JSON)."""
         return f"{self.prefix}:ledger:claims"
 
     def snapshot(self, digest: str) -> str:

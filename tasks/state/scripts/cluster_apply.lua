@@ -15,7 +15,7 @@
 -- KEYS[1]  cluster version counter  gpusched:cluster:version
 -- KEYS[2]  wake epoch counter       gpusched:cluster:epoch
 -- KEYS[3]  workers hash             gpusched:cluster:workers
--- KEYS[4]  worker GPU keys hash     gpusched:cluster:worker_gpus
+-- KEYS[4]  worker GPU keys hash     gpusched:cluster:worker_gpus (JSON arrays)
 -- KEYS[5]  capacity hash            gpusched:ledger:capacity
 -- KEYS[6]  booked hash              gpusched:ledger:booked
 -- KEYS[7]  instances hash           gpusched:cluster:instances
@@ -33,14 +33,14 @@
 -- ARGV[4]  snapshot digest (sha256 of ARGV[5])
 -- ARGV[5]  snapshot JSON {"workers": [...], "model_instances": [...]}
 -- ARGV[6]  changes stream MAXLEN (approximate)
--- ARGV[7]  ";"-joined request ids whose bookings the snapshot now lists itself
+-- ARGV[7]  JSON array of the request ids whose bookings the snapshot now lists itself
 -- ARGV[8]  now (ms)
 -- ARGV[9]  unreachable grace (ms)   ARGV[10] ready-stable period (ms)
 -- ARGV[11] follow-up due time (ms)
 -- ARGV[12..] number of workers W, then W triples: worker id, row JSON,
---          "gpu_key=capacity;..."; then number of instances I, then I
+--          [["gpu_key", "capacity"], ...]; then number of instances I, then I
 --          quadruples: instance key, row JSON, meta JSON without order,
---          "gpu_key=bytes;..." claims
+--          [["gpu_key", "bytes"], ...] claims
 --
 -- Returns {version, dropped_json, followup_id}: dropped = [{key, meta}]
 -- bookings whose workers are gone.
@@ -89,7 +89,7 @@ end
 local n_instances = tonumber(ARGV[p]); p = p + 1
 
 local taken = {}
-for rid in string.gmatch(taken_over_ids, '[^;]+') do taken[rid] = true end
+for _, rid in ipairs(decode_list(taken_over_ids)) do taken[rid] = true end
 
 local kept, kept_keys, dropped, taken_over = {}, {}, {}, {}
 local metas = redis.call('HGETALL', instance_meta_key)
@@ -132,11 +132,11 @@ redis.call('DEL', workers_key, worker_gpus_key, capacity_key, booked_key)
 for _, w in ipairs(workers) do
   redis.call('HSET', workers_key, w[1], w[2])
   local gpu_keys = {}
-  for gk, cap in string.gmatch(w[3], '([^;=]+)=(%d+)') do
-    redis.call('HSET', capacity_key, gk, cap)
-    gpu_keys[#gpu_keys + 1] = gk
+  for _, pair in ipairs(decode_list(w[3])) do
+    redis.call('HSET', capacity_key, pair[1], pair[2])
+    gpu_keys[#gpu_keys + 1] = pair[1]
   end
-  redis.call('HSET', worker_gpus_key, w[1], table.concat(gpu_keys, ';'))
+  redis.call('HSET', worker_gpus_key, w[1], encode_list(gpu_keys))
 end
 
 for position = 0, n_instances - 1 do
@@ -151,9 +151,8 @@ for position = 0, n_instances - 1 do
 end
 
 for _, key in ipairs(redis.call('HKEYS', claims_key)) do
-  local claims = redis.call('HGET', claims_key, key)
-  for gk, amount in string.gmatch(claims, '([^;=]+)=(%d+)') do
-    if amount ~= '0' then redis.call('HINCRBY', booked_key, gk, amount) end
+  for _, pair in ipairs(decode_list(redis.call('HGET', claims_key, key))) do
+    if pair[2] ~= '0' then redis.call('HINCRBY', booked_key, pair[1], pair[2]) end
   end
 end
 
@@ -167,7 +166,8 @@ local n = 0
 local clocks = {health = health_key, timers = timers_key, events = events_key}
 for _, w in ipairs(workers) do
   local over = {}
-  for gk in string.gmatch(w[3], '([^;=]+)=%d+') do
+  for _, pair in ipairs(decode_list(w[3])) do
+    local gk = pair[1]
     local booked = tonumber(redis.call('HGET', booked_key, gk) or '0')
     local cap = tonumber(redis.call('HGET', capacity_key, gk))
     if booked > cap then over[#over + 1] = {gpu = gk, booked = booked, capacity = cap} end

@@ -7,7 +7,7 @@
 --
 -- KEYS[1]  cluster version counter  gpusched:cluster:version
 -- KEYS[2]  workers hash             gpusched:cluster:workers
--- KEYS[3]  worker GPU keys hash     gpusched:cluster:worker_gpus
+-- KEYS[3]  worker GPU keys hash     gpusched:cluster:worker_gpus (JSON arrays)
 -- KEYS[4]  capacity hash            gpusched:ledger:capacity
 -- KEYS[5]  booked hash              gpusched:ledger:booked
 -- KEYS[6]  instances hash           gpusched:cluster:instances
@@ -69,8 +69,9 @@ for _, item in ipairs(released) do
   release_instance(booked_key, instances_key, instance_meta_key, claims_key, item.key)
 end
 
-local gpu_keys = redis.call('HGET', worker_gpus_key, worker_id) or ''
-for gk in string.gmatch(gpu_keys, '[^;]+') do redis.call('HDEL', capacity_key, gk) end
+for _, gk in ipairs(decode_list(redis.call('HGET', worker_gpus_key, worker_id))) do
+  redis.call('HDEL', capacity_key, gk)
+end
 redis.call('HDEL', workers_key, worker_id)
 redis.call('HDEL', worker_gpus_key, worker_id)
 redis.call('HDEL', health_key, worker_id)
