@@ -24,10 +24,14 @@ def _service_errors() -> Iterator[None]:
     import redis
     from kombu.exceptions import OperationalError
 
+    from tasks.runtime.outages import RedisOutOfMemory
     from tasks.runtime.settings import get_settings
 
     try:
         yield
+    except redis.exceptions.OutOfMemoryError as error:  # before ConnectionError: a RedisError too
+        message = str(error) if isinstance(error, RedisOutOfMemory) else f"Redis is out of memory: {error}"
+        raise CliError(message, 1) from None
     except (redis.ConnectionError, redis.TimeoutError, OperationalError) as error:
         url = get_settings().redis_url
         raise CliError(f"cannot reach Redis at {url}: {error}", 1) from None

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-from kombu.exceptions import OperationalError
 
 from tasks.audit.digests import sha256_hex
 from tasks.decision.enqueue import enqueue
 from tasks.intake.requests import Normalized, error_of, normalize
 from tasks.runtime.context import Runtime
 from tasks.runtime.logging import get_logger
+from tasks.runtime.outages import RedisOutOfMemory
 
 log = get_logger(__name__)
 
@@ -59,6 +59,9 @@ def submit_request(rt: Runtime, request: Any) -> Submission:
     """Validate, record and enqueue one request (the body of ``ServiceClient.submit``).
 
     Raises:
+        tasks.runtime.outages.RedisOutOfMemory: Redis is at ``maxmemory``: the
+            request was not accepted and nothing was written (Lua scripts fail
+            at their first write); resubmit later.
         redis.RedisError: Redis failed before or while the request was recorded.
             Nothing may have been accepted — or it was, and only the reply was
             lost: submitting the same request again is safe (it returns
@@ -66,6 +69,14 @@ def submit_request(rt: Runtime, request: Any) -> Submission:
             is driven to its result).
     """
     normalized = normalize(request)
+    try:
+        return _record(rt, normalized)
+    except redis.exceptions.OutOfMemoryError:
+        raise RedisOutOfMemory(f"request {normalized.request_id!r}") from None
+
+
+def _record(rt: Runtime, normalized: Normalized) -> Submission:
+    """Record a normalised request (or publish its rejection), then queue its decision."""
     if normalized.rejection is not None:
         outcome, _ = publish_rejection(rt, normalized)
         if outcome == "published":
@@ -81,8 +92,10 @@ def submit_request(rt: Runtime, request: Any) -> Submission:
         return Submission(normalized.request_id, "duplicate", state=accepted.state)
     try:
         enqueue(rt, normalized.request_id, 0, 0)
-    except (redis.RedisError, OperationalError, ConnectionError) as error:
-        # accepted: the outbox entry written with the record sends it after outbox_lease_s
+    except Exception as error:
+        # Accepted: the outbox entry written with the record sends it after outbox_lease_s, so no
+        # failure to send may surface as an error — not an outage, nor kombu tripping over the
+        # channel an out-of-memory publish left closed (AttributeError on its next publish).
         log.warning("enqueue_deferred_to_watchdog", request_id=normalized.request_id,
                     error=repr(error))
     return Submission(normalized.request_id, "accepted")

@@ -15,6 +15,9 @@ Configuration choices (see ``docs/service.md``):
   exceeds half of it (enforced by :class:`tasks.runtime.settings.Settings`);
   longer delays live in the ``outbox``/``timers`` sorted sets drained by
   :mod:`tasks.runtime.drainer`.
+* The broker transport is kombu's Redis transport riding out a Redis at
+  ``maxmemory`` (:mod:`tasks.runtime.broker`): the worker keeps the message
+  it holds and waits instead of exiting.
 * Queues are drained in name order (``queue_order_strategy="sorted"``):
   ``.cluster`` before ``.commits`` before ``.requests``, so cluster events and
   leftover steps finish before new requests start.
@@ -28,12 +31,15 @@ several deployments can live in one process without reconfiguring a shared one.
 from __future__ import annotations
 
 import os
+import ssl
 from typing import Any
+from urllib.parse import urlsplit
 
 import structlog
 from celery import Celery, signals  # type: ignore[import-untyped]
 
 from tasks.runtime import logging as service_logging
+from tasks.runtime.broker import TRANSPORT_PATH, shutting_down
 from tasks.runtime.context import Runtime, get_runtime
 from tasks.runtime.middleware import NODE_STACK, request_logging
 from tasks.runtime.settings import Settings, get_settings
@@ -48,6 +54,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     keys = Keys(settings.cluster)
     return {
         "broker_url": settings.redis_url,
+        **broker_transport(settings.redis_url),
         "result_backend": None,
         "task_ignore_result": True,
         "task_serializer": "json",
@@ -80,6 +87,21 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             DRAIN_DELAYED: {"queue": keys.cluster_queue},
         },
     }
+
+
+def broker_transport(url: str) -> dict[str, Any]:
+    """The transport settings for a broker URL: :mod:`tasks.runtime.broker` for ``redis(s)://``.
+
+    Naming the transport class drops kombu's scheme-based TLS default, so a
+    ``rediss://`` broker verifies the server certificate, as redis-py does for
+    the service's own clients.
+    """
+    scheme = urlsplit(url).scheme
+    if scheme == "redis":
+        return {"broker_transport": TRANSPORT_PATH}
+    if scheme == "rediss":
+        return {"broker_transport": TRANSPORT_PATH, "broker_use_ssl": {"ssl_cert_reqs": ssl.CERT_REQUIRED}}
+    return {}
 
 
 def client_app(settings: Settings) -> Celery:
@@ -161,6 +183,7 @@ def _worker_ready(sender: Any = None, **_: Any) -> None:
 @signals.worker_shutting_down.connect  # type: ignore[untyped-decorator]
 def _worker_shutting_down(sender: Any = None, **_: Any) -> None:
     node = str(sender or "")
+    shutting_down()  # a refused broker write stops waiting for memory
     for middleware in NODE_STACK:
         middleware.before_worker_shutdown(node, worker_runtime)
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +74,27 @@ def redis_client(settings: Settings, *, blocking: bool = False, max_block_ms: in
         health_check_interval=settings.redis_health_check_interval_s,
         retry=retry,
     )
+
+
+@contextmanager
+def impatient_client(client: redis.Redis, timeout_s: float) -> Iterator[redis.Redis]:
+    """A client for the same server as ``client`` that gives up after ``timeout_s`` (no retry).
+
+    For a last write before a deadline (the hard time limit); its connection is
+    closed on exit.
+    """
+    pool = client.connection_pool
+    kwargs = {
+        **pool.connection_kwargs,
+        "socket_timeout": timeout_s,
+        "socket_connect_timeout": timeout_s,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    own = redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+    try:
+        yield redis.Redis(connection_pool=own)
+    finally:
+        own.disconnect()
 
 
 @dataclass(slots=True)

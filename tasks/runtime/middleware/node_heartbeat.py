@@ -14,7 +14,8 @@ import os
 from tasks.runtime.context import Runtime
 from tasks.runtime.logging import get_logger
 from tasks.runtime.middleware.base import Middleware, RuntimeFactory
-from tasks.runtime.middleware.transient import TRANSIENT_ERRORS
+from tasks.runtime.oom_watch import WATCH
+from tasks.runtime.outages import TRANSIENT_ERRORS
 from tasks.runtime.periodic import PeriodicThread
 
 log = get_logger(__name__)
@@ -51,6 +52,11 @@ class NodeHeartbeat(Middleware):
 
 
 def beat(rt: Runtime, node: str, ready_ms: int) -> None:
-    """Write the node's heartbeat (pid, ready time, now)."""
+    """Write the node's heartbeat (pid, ready time, now).
+
+    A beat is a write: once one goes through, an out-of-memory outage this
+    process saw is over (:mod:`tasks.runtime.oom_watch`).
+    """
     value = {"pid": os.getpid(), "ready_ms": ready_ms, "seen_ms": rt.partition.now_ms()}
     rt.client.hset(rt.keys.nodes, node, json.dumps(value))
+    WATCH.accepted()
