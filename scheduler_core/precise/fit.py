@@ -3,13 +3,18 @@
 For a set of GPUs (each with its *usable* memory) and the tp/pp the candidate
 launches with:
 
-1. the fraction is SGLang's current default for these GPUs and tp/pp
+1. the fraction ``f`` is SGLang's current default for these GPUs and tp/pp
    (:func:`scheduler_core.precise.fraction.sizing`), or the user's; with GPU
-   sharing, the smallest fraction (3 decimals, rounded up) whose pool holds the
-   rank's weights, the runtime overhead, the KV floor and a headroom;
-2. every rank holds ``weights / (tp·pp)`` (dp replicas each hold a full copy),
-   the runtime overhead and ``floor_tokens × cell`` of KV in its pool, and the
-   pool plus SGLang's activation and graph reserve fits in the GPU's usable memory:
+   sharing, the smallest fraction (3 decimals, rounded up) that holds, with a
+   headroom, both right-hand sides of rule 2 below;
+2. rule 2 as issue 12 states it, on every chosen GPU (dp replicas each hold a
+   full copy; ``reserve`` is SGLang's activation and graph reserve, without the
+   10 GiB floor of the default fraction):
+
+       w_rank + reserve + floor·cell ≤ f × total_g
+
+   and, because SGLang's static pool holds the weights and the KV cache while its
+   activations live *beside* the pool, the physical form on usable memory:
 
        w_rank + overhead + floor·cell ≤ f × usable_min              (the pool)
        w_rank + overhead + floor·cell + reserve ≤ usable_g           (every GPU)
@@ -22,8 +27,9 @@ launches with:
    start taken as the smallest usable memory of the set:
    ``page_floor((f × usable_min − w_rank − overhead) // cell)``.
 
-``usable_g = min(allocatable by the ledger, total − reported used − margin)``.
-Pure and cache-free; every input is an argument.
+``f`` is the fraction SGLang sizes the pool with (the launch value times the ROCm
+aiter factor). ``usable_g = min(allocatable by the ledger, total − reported used −
+margin)``. Pure and cache-free; every input is an argument.
 """
 
 from __future__ import annotations
@@ -83,6 +89,8 @@ class Miss:
     need: int  # bytes each GPU must provide
     fraction: float | None
     usable: int  # the smallest usable memory in the set
+    #: ``f × total`` of the smallest GPU when rule 2's inequality on the pool is what failed.
+    pool: int | None = None
 
 
 def _ceil_fraction(value: float) -> float:
@@ -108,17 +116,19 @@ class Budget:
 
     size: Sizing
     weights: int  # per rank
-    static: int  # weights + overhead + KV floor: what the pool must hold
+    static: int  # weights + overhead + KV floor: what the pool must hold of usable memory
     reserve: int  # SGLang's activation and graph reserve, bytes (without the 10 GiB floor)
+    rule_two: int  # weights + reserve + KV floor: what ``f × total`` must hold (issue 12, rule 2)
 
 
 def budget(facts: PreciseFacts, device: Device, tp: int, pp: int) -> Budget:
     """The rank's needs for GPUs like ``device`` (the smallest of a set) at ``tp``/``pp``."""
     size = sizing(device, facts.traits, facts.flags, tp, pp)
     weights = rank_weights(facts, tp, pp)
-    static = weights + facts.settings.runtime_overhead + floor_bytes(facts, tp, pp)
+    floor = floor_bytes(facts, tp, pp)
+    static = weights + facts.settings.runtime_overhead + floor
     reserve = int(reserve_mib(device, facts.traits, facts.flags, tp, pp, floor=False) * MIB)
-    return Budget(size, weights, static, reserve)
+    return Budget(size, weights, static, reserve, weights + reserve + floor)
 
 
 def device_of(slots: Sequence[Slot]) -> Device:
@@ -136,25 +146,59 @@ def evaluate(
     if facts.diffusion:
         return _diffusion(facts, slots)
     needs = needs or budget(facts, device_of(slots), tp, pp)
-    size, weights, static, reserve = needs.size, needs.weights, needs.static, needs.reserve
-    overhead = facts.settings.runtime_overhead
     least = min(free for _, free in slots)
-    fraction, launch = size.fraction, size.launch
+    smallest = min(gpu.total for gpu, _ in slots)
+    fraction, launch = needs.size.fraction, needs.size.launch
     bookings = tuple(math.ceil(fraction * gpu.total) for gpu, _ in slots)
     if facts.sharing and facts.flags.user_fraction is None and least > 0:
-        headroom = max(facts.settings.headroom_min, int(facts.settings.headroom_ratio * (static - overhead)))
-        wanted = _ceil_fraction((static + headroom) / least / size.factor)
-        shared = tuple(math.ceil(wanted * size.factor * gpu.total) + reserve for gpu, _ in slots)
-        if max(shared) < max(bookings):  # sharing never books more than the default fraction
-            fraction, launch, bookings = wanted * size.factor, wanted, shared
-    if weights + overhead > fraction * least:
+        shared = _shared(facts, needs, slots, least, smallest)
+        if max(shared[2]) < max(bookings):  # sharing never books more than the default fraction
+            fraction, launch, bookings = shared
+    miss = _miss(facts, needs, slots, fraction, launch, bookings, least, smallest)
+    if miss is not None:
+        return miss
+    budget_bytes = fraction * least - needs.weights - facts.settings.runtime_overhead
+    return _with_tokens(
+        facts, launch, bookings, needs.static + needs.reserve, budget_bytes, tp, pp, needs.size.page_size
+    )
+
+
+def _shared(
+    facts: PreciseFacts, needs: Budget, slots: Sequence[Slot], least: int, smallest: int
+) -> tuple[float, float, tuple[int, ...]]:
+    """Rule 8: ``(pool fraction, launch fraction, bookings)`` of the smallest fraction that holds
+    the weights, the reserve, the KV floor and a headroom (rule 2 on totals) and the weights, the
+    overhead, the KV floor and the headroom (the pool on usable memory)."""
+    settings = facts.settings
+    held = needs.static - settings.runtime_overhead  # weights and KV floor
+    headroom = max(settings.headroom_min, int(settings.headroom_ratio * held))
+    wanted = max((needs.static + headroom) / least, (needs.rule_two + headroom) / smallest)
+    launch = _ceil_fraction(wanted / needs.size.factor)
+    fraction = launch * needs.size.factor
+    return fraction, launch, tuple(math.ceil(fraction * gpu.total) + needs.reserve for gpu, _ in slots)
+
+
+def _miss(
+    facts: PreciseFacts,
+    needs: Budget,
+    slots: Sequence[Slot],
+    fraction: float,
+    launch: float,
+    bookings: tuple[int, ...],
+    least: int,
+    smallest: int,
+) -> Miss | None:
+    """The first rule a placement breaks at ``fraction`` (None: it holds)."""
+    static, reserve = needs.static, needs.reserve
+    if needs.weights + facts.settings.runtime_overhead > fraction * least:
         return Miss(Reason.WEIGHTS_DO_NOT_FIT, static + reserve, launch, least)
     if static > fraction * least or any(static + reserve > free for _, free in slots):
         return Miss(Reason.KV_FLOOR_NOT_MET, static + reserve, launch, least)
+    if needs.rule_two > fraction * smallest:
+        return Miss(Reason.KV_FLOOR_NOT_MET, needs.rule_two, launch, least, int(fraction * smallest))
     if any(booked > free for booked, (_, free) in zip(bookings, slots, strict=True)):
         return Miss(Reason.INSUFFICIENT_VRAM, max(bookings), launch, least)
-    budget_bytes = fraction * least - weights - overhead
-    return _with_tokens(facts, launch, bookings, static + reserve, budget_bytes, tp, pp, size.page_size)
+    return None
 
 
 def _with_tokens(
