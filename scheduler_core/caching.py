@@ -1,13 +1,18 @@
 """Reuse of work within and across decisions: the only module that knows about it.
 
 The rules (filters, strategies, the fraction calculator, scoring) are pure and
-cache-free. Two things here make them cheap to run over large clusters, and
-neither changes a result (property tests compare decisions with and without):
+cache-free. Three things here make them cheap to run over large clusters, and
+none changes a result (property tests compare decisions with and without):
 
 * :class:`StageRunner` maps a per-worker rule over workers. Workers whose GPUs
   and allocatable memory are equal (a homogeneous fleet) get one evaluation
   per decision; with a :class:`SnapshotMemo` an unchanged worker's outcome is
   also reused from the previous decision with the same inputs.
+* :class:`Memoized` wraps a pure function of a hashable argument that a rule
+  needs many times with few distinct arguments (``policy: precise``'s per-rank
+  budget by GPU size and layout): :meth:`StageRunner.memoized` hands out one per
+  decision, shared by every strategy, and with a memo across decisions while its
+  signature (every other input of the function) is equal.
 * :class:`SnapshotMemo` is what a long-lived decider (the service's worker
   process) keeps across ``schedule()`` calls: validated worker views, orderings
   and groupings derived from a worker list, per-worker values (allocatable
@@ -22,7 +27,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from scheduler_core._schemas import ModelInstance
 from scheduler_core.accounting import Allocatable, occupied_workers
@@ -30,6 +35,8 @@ from scheduler_core.cluster import ClusterState
 from scheduler_core.workers import Gpu, WorkerView
 
 _T = TypeVar("_T")
+_K = TypeVar("_K", bound=Hashable)
+_V = TypeVar("_V")
 _I = TypeVar("_I", bound=Hashable, contravariant=True)
 _O = TypeVar("_O")
 _P = TypeVar("_P")
@@ -84,6 +91,47 @@ class StageOutcomes:
         self.entries: dict[int, _StageEntry] = {}
 
 
+class Memoized(Generic[_K, _V]):
+    """``compute(argument)``, evaluated at most once per argument while this object lives.
+
+    ``compute`` must be a pure function of ``signature`` (whatever else it reads,
+    fixed when the object is made) and of its argument. Two objects are equal (and
+    hash alike) when their signatures are: that lets a rule carry one in its
+    hashable inputs without changing what the inputs mean. Not thread-safe.
+    """
+
+    __slots__ = ("_compute", "_hash", "_values", "signature")
+
+    #: Values kept at most; beyond it the table starts over.
+    LIMIT = 4096
+
+    def __init__(self, signature: Hashable, compute: Callable[[_K], _V]) -> None:
+        self.signature = signature
+        self._compute = compute
+        self._values: dict[_K, _V] = {}
+        self._hash = hash(signature)
+
+    def __call__(self, argument: _K) -> _V:
+        """The value for ``argument`` (computed on first use)."""
+        values = self._values
+        if argument in values:
+            return values[argument]
+        value = self._compute(argument)
+        if len(values) >= self.LIMIT:
+            values.clear()
+        values[argument] = value
+        return value
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, Memoized) and self.signature == other.signature)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"Memoized({self.signature!r})"
+
+
 class SnapshotMemo:
     """State remembered *across* decisions on a slowly changing cluster.
 
@@ -101,12 +149,14 @@ class SnapshotMemo:
       in the same order;
     * per-worker rule outcomes, keyed by the rule, its inputs and the GPU type,
       valid while the worker copy is the same object and the worker's
-      generation is unchanged.
+      generation is unchanged;
+    * :class:`Memoized` functions by name and signature (valid for as long as
+      the signature is equal: they read nothing else).
 
     Not thread-safe: one per thread.
     """
 
-    __slots__ = ("_derived", "_entries", "_instances", "_stages", "generations")
+    __slots__ = ("_derived", "_entries", "_functions", "_instances", "_stages", "generations")
 
     #: Entries kept at most per kind; beyond it that kind starts over (workers come and go).
     LIMIT = 200_000
@@ -118,6 +168,7 @@ class SnapshotMemo:
         self._instances: tuple[ModelInstance, ...] = ()
         self._derived: dict[object, tuple[tuple[object, ...], object]] = {}
         self._stages: dict[tuple[object, ...], StageOutcomes] = {}
+        self._functions: dict[tuple[str, Hashable], Memoized[Any, Any]] = {}
         #: Per worker id, how many times its bound instances changed (absent: never).
         self.generations: dict[int, int] = {}
 
@@ -184,6 +235,16 @@ class SnapshotMemo:
         self._derived[slot] = (tuple(items), value)
         return value
 
+    def memoized(self, name: str, signature: Hashable, compute: Callable[[_K], _V]) -> Memoized[_K, _V]:
+        """The remembered :class:`Memoized` of ``name`` for an equal signature, else a new one."""
+        key = (name, signature)
+        found = self._functions.get(key)
+        if found is None:
+            if len(self._functions) >= self.STAGE_TABLES:
+                self._functions.clear()
+            found = self._functions[key] = Memoized(signature, compute)
+        return found
+
     def stage_outcomes(self, key: tuple[object, ...]) -> StageOutcomes:
         """The per-worker outcome table of one rule (``key``: rule, inputs, GPU type)."""
         table = self._stages.get(key)
@@ -197,18 +258,33 @@ class SnapshotMemo:
 class StageRunner:
     """Maps per-worker rules over workers for one decision, sharing equal evaluations.
 
-    Workers with equal GPUs (index, type, total) and equal allocatable memory
-    get one evaluation. With a memo, an unchanged worker's outcome is reused
+    Workers with equal GPUs (index, type, vendor, total, reported usage) and
+    equal allocatable memory get one evaluation. With a memo, an unchanged worker's outcome is reused
     from an earlier decision with the same rule inputs and GPU type.
     """
 
-    __slots__ = ("_cluster", "_memo", "_shapes", "_shared")
+    __slots__ = ("_cluster", "_functions", "_memo", "_shapes", "_shared")
 
     def __init__(self, cluster: ClusterState, memo: SnapshotMemo | None = None) -> None:
         self._cluster = cluster
         self._memo = memo
         self._shared: dict[tuple[str, str | None], tuple[object, dict[object, object]]] = {}
         self._shapes: dict[tuple[int, str | None], tuple[WorkerView, Hashable]] = {}
+        self._functions: dict[tuple[str, Hashable], Memoized[Any, Any]] = {}
+
+    def memoized(self, name: str, signature: Hashable, compute: Callable[[_K], _V]) -> Memoized[_K, _V]:
+        """One :class:`Memoized` per name and signature for this decision (every strategy gets
+        the same), taken from the memo when there is one.
+
+        ``compute`` must be a pure function of ``signature`` and its argument.
+        """
+        key = (name, signature)
+        found = self._functions.get(key)
+        if found is None:
+            memo = self._memo
+            found = Memoized(signature, compute) if memo is None else memo.memoized(name, signature, compute)
+            self._functions[key] = found
+        return found
 
     def run(
         self,
@@ -247,14 +323,14 @@ class StageRunner:
         return rule.attach(inputs, worker, outcome)  # type: ignore[arg-type]
 
     def _shape(self, worker: WorkerView, gpu_type: str | None, free: Allocatable) -> Hashable:
-        """What a rule may read of the worker: its GPUs (reported usage included) and their
-        allocatable memory (once per decision)."""
+        """What a rule may read of the worker: its GPUs (vendor and reported usage included)
+        and their allocatable memory (once per decision)."""
         key = (worker.id, gpu_type)
         known = self._shapes.get(key)
         if known is None or known[0] is not worker:
             vram = free.vram
             gpus = tuple(
-                (g.index, g.type, g.total, 0 if g.index is None else vram.get(g.index, 0), g.used)
+                (g.index, g.type, g.vendor, g.total, 0 if g.index is None else vram.get(g.index, 0), g.used)
                 for g in worker.gpus
             )
             known = self._shapes[key] = (worker, (free.ram, gpus))

@@ -35,7 +35,7 @@ margin)``. Pure and cache-free; every input is an argument.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from scheduler_core._units import MIB
@@ -48,6 +48,8 @@ from scheduler_core.workers import Gpu
 
 #: A GPU and its usable bytes.
 Slot = tuple[Gpu, int]
+#: What the fit reads of one GPU of a set: its total bytes, its SGLang platform, its usable bytes.
+Room = tuple[int, str, int]
 
 
 def platform(gpu: Gpu) -> str:
@@ -56,6 +58,12 @@ def platform(gpu: Gpu) -> str:
     if kind == "cann" or (gpu.vendor or "").lower() == "ascend":
         return "npu"
     return kind if kind in ("cuda", "rocm") else "other"
+
+
+def room(slot: Slot) -> Room:
+    """What the fit reads of a slot."""
+    gpu, free = slot
+    return gpu.total, platform(gpu), free
 
 
 def usable(gpu: Gpu, allocatable: Allocatable, margin: int) -> int:
@@ -121,6 +129,17 @@ class Budget:
     rule_two: int  # weights + reserve + KV floor: what ``f × total`` must hold (issue 12, rule 2)
 
 
+#: What a budget depends on besides the facts: the smallest GPU of the set, tp and pp.
+BudgetKey = tuple[Device, int, int]
+#: The budgets of one request by :data:`BudgetKey` (``budget`` with the facts bound).
+Budgets = Callable[[BudgetKey], Budget]
+
+
+def budget_of(facts: PreciseFacts, key: BudgetKey) -> Budget:
+    """:func:`budget` with its key packed (what :data:`Budgets` computes)."""
+    return budget(facts, *key)
+
+
 def budget(facts: PreciseFacts, device: Device, tp: int, pp: int) -> Budget:
     """The rank's needs for GPUs like ``device`` (the smallest of a set) at ``tp``/``pp``."""
     size = sizing(device, facts.traits, facts.flags, tp, pp)
@@ -131,30 +150,44 @@ def budget(facts: PreciseFacts, device: Device, tp: int, pp: int) -> Budget:
     return Budget(size, weights, static, reserve, weights + reserve + floor)
 
 
-def device_of(slots: Sequence[Slot]) -> Device:
+def device_of(rooms: Sequence[Room]) -> Device:
     """The device SGLang sizes a set by: the smallest total, the first GPU's platform."""
-    return Device(min(gpu.total for gpu, _ in slots) / MIB, platform(slots[0][0]))
+    return Device(min(total for total, _, _ in rooms) / MIB, rooms[0][1])
+
+
+#: A GPU set and the tp/pp run on it: what a verdict depends on besides the facts.
+VerdictKey = tuple[tuple[Room, ...], int, int]
+#: The verdicts of one request by :data:`VerdictKey` (:func:`verdict_of` with the facts bound).
+Verdicts = Callable[[VerdictKey], Fit | Miss]
+
+
+def verdict_of(facts: PreciseFacts, budgets: Budgets, key: VerdictKey) -> Fit | Miss:
+    """:func:`evaluate` for a packed key, the budget taken from ``budgets``."""
+    rooms, tp, pp = key
+    if facts.diffusion:
+        return _diffusion(facts, rooms)
+    return evaluate(facts, rooms, tp, pp, budgets((device_of(rooms), tp, pp)))
 
 
 def evaluate(
-    facts: PreciseFacts, slots: Sequence[Slot], tp: int, pp: int, needs: Budget | None = None
+    facts: PreciseFacts, rooms: Sequence[Room], tp: int, pp: int, needs: Budget | None = None
 ) -> Fit | Miss:
-    """The verdict for running tp×pp ranks (× dp replicas) on ``slots``, one rank per GPU.
+    """The verdict for running tp×pp ranks (× dp replicas) on ``rooms``, one rank per GPU.
 
-    ``needs`` is :func:`budget` for :func:`device_of` ``slots`` when the caller has it.
+    ``needs`` is :func:`budget` for :func:`device_of` ``rooms`` when the caller has it.
     """
     if facts.diffusion:
-        return _diffusion(facts, slots)
-    needs = needs or budget(facts, device_of(slots), tp, pp)
-    least = min(free for _, free in slots)
-    smallest = min(gpu.total for gpu, _ in slots)
+        return _diffusion(facts, rooms)
+    needs = needs or budget(facts, device_of(rooms), tp, pp)
+    least = min(free for _, _, free in rooms)
+    smallest = min(total for total, _, _ in rooms)
     fraction, launch = needs.size.fraction, needs.size.launch
-    bookings = tuple(math.ceil(fraction * gpu.total) for gpu, _ in slots)
+    bookings = tuple(math.ceil(fraction * total) for total, _, _ in rooms)
     if facts.sharing and facts.flags.user_fraction is None and least > 0:
-        shared = _shared(facts, needs, slots, least, smallest)
+        shared = _shared(facts, needs, rooms, least, smallest)
         if max(shared[2]) < max(bookings):  # sharing never books more than the default fraction
             fraction, launch, bookings = shared
-    miss = _miss(facts, needs, slots, fraction, launch, bookings, least, smallest)
+    miss = _miss(facts, needs, rooms, fraction, launch, bookings, least, smallest)
     if miss is not None:
         return miss
     budget_bytes = fraction * least - needs.weights - facts.settings.runtime_overhead
@@ -164,7 +197,7 @@ def evaluate(
 
 
 def _shared(
-    facts: PreciseFacts, needs: Budget, slots: Sequence[Slot], least: int, smallest: int
+    facts: PreciseFacts, needs: Budget, rooms: Sequence[Room], least: int, smallest: int
 ) -> tuple[float, float, tuple[int, ...]]:
     """Rule 8: ``(pool fraction, launch fraction, bookings)`` of the smallest fraction that holds
     the weights, the reserve, the KV floor and a headroom (rule 2 on totals) and the weights, the
@@ -175,13 +208,13 @@ def _shared(
     wanted = max((needs.static + headroom) / least, (needs.rule_two + headroom) / smallest)
     launch = _ceil_fraction(wanted / needs.size.factor)
     fraction = launch * needs.size.factor
-    return fraction, launch, tuple(math.ceil(fraction * gpu.total) + needs.reserve for gpu, _ in slots)
+    return fraction, launch, tuple(math.ceil(fraction * total) + needs.reserve for total, _, _ in rooms)
 
 
 def _miss(
     facts: PreciseFacts,
     needs: Budget,
-    slots: Sequence[Slot],
+    rooms: Sequence[Room],
     fraction: float,
     launch: float,
     bookings: tuple[int, ...],
@@ -192,11 +225,11 @@ def _miss(
     static, reserve = needs.static, needs.reserve
     if needs.weights + facts.settings.runtime_overhead > fraction * least:
         return Miss(Reason.WEIGHTS_DO_NOT_FIT, static + reserve, launch, least)
-    if static > fraction * least or any(static + reserve > free for _, free in slots):
+    if static > fraction * least or any(static + reserve > free for _, _, free in rooms):
         return Miss(Reason.KV_FLOOR_NOT_MET, static + reserve, launch, least)
     if needs.rule_two > fraction * smallest:
         return Miss(Reason.KV_FLOOR_NOT_MET, needs.rule_two, launch, least, int(fraction * smallest))
-    if any(booked > free for booked, (_, free) in zip(bookings, slots, strict=True)):
+    if any(booked > free for booked, (_, _, free) in zip(bookings, rooms, strict=True)):
         return Miss(Reason.INSUFFICIENT_VRAM, max(bookings), launch, least)
     return None
 
@@ -218,10 +251,10 @@ def _with_tokens(
     return Fit(fraction, bookings, tokens, need)
 
 
-def _diffusion(facts: PreciseFacts, slots: Sequence[Slot]) -> Fit | Miss:
+def _diffusion(facts: PreciseFacts, rooms: Sequence[Room]) -> Fit | Miss:
     """SGLang Diffusion: a full copy and the overhead on every GPU, which it then owns."""
     need = facts.weight_bytes + facts.settings.runtime_overhead
-    least = min(free for _, free in slots)
+    least = min(free for _, _, free in rooms)
     if need > least:
         return Miss(Reason.WEIGHTS_DO_NOT_FIT, need, None, least)
-    return Fit(None, tuple(free for _, free in slots), None, need)
+    return Fit(None, tuple(free for _, _, free in rooms), None, need)

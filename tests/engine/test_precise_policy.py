@@ -6,12 +6,24 @@ from __future__ import annotations
 import json
 import math
 
-from builders import GIB, H100, MIB, RTX_4090, gpu, instance, model, request, uniform_worker, worker
+from builders import (
+    GIB,
+    H100,
+    MIB,
+    RTX_4090,
+    RTX_4090_SMALL,
+    gpu,
+    instance,
+    model,
+    request,
+    uniform_worker,
+    worker,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler_core import schedule
-from scheduler_core.precise.fit import device_of
+from scheduler_core.precise.fit import device_of, room
 from scheduler_core.precise.fraction import Device, ModelTraits, RuntimeFlags, reserve_mib, sizing
 from scheduler_core.precise.windows import windows
 from scheduler_core.workers import Gpu
@@ -194,6 +206,22 @@ def test_multi_worker_uses_partly_used_nodes_with_the_requested_tp():
     assert result.launch.nodes is not None and len(result.launch.nodes) == 2
 
 
+def test_multi_worker_books_each_node_by_its_own_gpus():
+    """tp 2 over two one-GPU workers of different sizes: w1 a 24,810 MiB 4090, w2 a 24,564 MiB one.
+    The fraction comes from the smaller (24,564 MiB, tp 2: reserve 512 + 2048 × 1.5 + 2/8 × 1024
+    + 2 × 24 + 42 × 8 = 4,224 MiB → round(20,340 / 24,564, 3) = 0.828); each node books ⌈0.828 × its
+    own total⌉, although the set is ordered by usable memory (w2 first) and the leader is w1."""
+    row = _qwen(backend_parameters=["--tp-size", "2"])
+    workers = [uniform_worker(1, "w1", 1, RTX_4090), uniform_worker(2, "w2", 1, RTX_4090_SMALL)]
+    result = _precise(row, workers)
+    chosen = result.candidates[result.selected]
+    assert (chosen.worker_name, chosen.computed_resource_claim.vram_utilization) == ("w1", 0.828)
+    assert chosen.computed_resource_claim.vram == {"0": math.ceil(0.828 * RTX_4090)}
+    (follower,) = chosen.subordinate_workers
+    assert follower.worker_name == "w2"
+    assert follower.computed_resource_claim.vram == {"0": math.ceil(0.828 * RTX_4090_SMALL)}
+
+
 def test_gpustack_ignores_the_precise_fields():
     """The precise request fields change nothing under ``policy: gpustack`` (byte-identical JSON)."""
     workers = [uniform_worker(1, "h100", 2, H100)]
@@ -272,7 +300,7 @@ def _check_rule_two(row, result, workers, held, sharing):
             slots.append((Gpu("cuda", index, total, "nvidia", None, used), free))
             booked.append(claim.vram[str(index)])
     launch = chosen.computed_resource_claim.vram_utilization
-    device = device_of(slots)
+    device = device_of([room(slot) for slot in slots])
     traits = ModelTraits(False, False, None, 32768)
     size = sizing(device, traits, RuntimeFlags(), tp, pp)
     least = min(free for _, free in slots)
