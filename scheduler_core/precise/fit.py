@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from scheduler_core._units import MIB
 from scheduler_core.accounting import Allocatable
 from scheduler_core.precise.facts import PreciseFacts
-from scheduler_core.precise.fraction import Device, Sizing, reserve_mib, sizing
+from scheduler_core.precise.fraction import Device, Sizing, sizing
 from scheduler_core.precise.kv import kv_tokens
 from scheduler_core.reasons import Reason
 from scheduler_core.workers import Gpu
@@ -112,12 +112,6 @@ def rank_weights(facts: PreciseFacts, tp: int, pp: int) -> int:
     return -(-facts.weight_bytes // max(tp * pp, 1))
 
 
-def floor_bytes(facts: PreciseFacts, tp: int, pp: int) -> int:
-    """KV bytes of the floor on the fullest rank (0 without an attention layout)."""
-    cell = facts.cell_bytes(tp, pp)
-    return 0 if cell is None else facts.floor_tokens * cell
-
-
 @dataclass(frozen=True, slots=True)
 class Budget:
     """What a rank needs on GPUs of one size and platform at one tp/pp (independent of usage)."""
@@ -127,6 +121,7 @@ class Budget:
     static: int  # weights + overhead + KV floor: what the pool must hold of usable memory
     reserve: int  # SGLang's activation and graph reserve, bytes (without the 10 GiB floor)
     rule_two: int  # weights + reserve + KV floor: what ``f × total`` must hold (issue 12, rule 2)
+    cell: int | None  # KV bytes per token on the fullest rank (None without an attention layout)
 
 
 #: What a budget depends on besides the facts: the smallest GPU of the set, tp and pp.
@@ -144,10 +139,11 @@ def budget(facts: PreciseFacts, device: Device, tp: int, pp: int) -> Budget:
     """The rank's needs for GPUs like ``device`` (the smallest of a set) at ``tp``/``pp``."""
     size = sizing(device, facts.traits, facts.flags, tp, pp)
     weights = rank_weights(facts, tp, pp)
-    floor = floor_bytes(facts, tp, pp)
+    cell = facts.cell_bytes(tp, pp)
+    floor = 0 if cell is None else facts.floor_tokens * cell
     static = weights + facts.settings.runtime_overhead + floor
-    reserve = int(reserve_mib(device, facts.traits, facts.flags, tp, pp, floor=False) * MIB)
-    return Budget(size, weights, static, reserve, weights + reserve + floor)
+    reserve = int(size.runtime_reserve_mib * MIB)
+    return Budget(size, weights, static, reserve, weights + reserve + floor, cell)
 
 
 def device_of(rooms: Sequence[Room]) -> Device:
@@ -191,9 +187,7 @@ def evaluate(
     if miss is not None:
         return miss
     budget_bytes = fraction * least - needs.weights - facts.settings.runtime_overhead
-    return _with_tokens(
-        facts, launch, bookings, needs.static + needs.reserve, budget_bytes, tp, pp, needs.size.page_size
-    )
+    return _with_tokens(facts, needs, launch, bookings, budget_bytes)
 
 
 def _shared(
@@ -235,17 +229,12 @@ def _miss(
 
 
 def _with_tokens(
-    facts: PreciseFacts,
-    fraction: float,
-    bookings: tuple[int, ...],
-    need: int,
-    budget: float,
-    tp: int,
-    pp: int,
-    page: int,
+    facts: PreciseFacts, needs: Budget, fraction: float, bookings: tuple[int, ...], budget: float
 ) -> Fit | Miss:
-    cell = facts.cell_bytes(tp, pp)
-    tokens = None if cell is None else kv_tokens(budget, cell, page)
+    """The fit with its predicted KV tokens (``budget``: the pool bytes left for the KV cache)."""
+    need = needs.static + needs.reserve
+    cell = needs.cell
+    tokens = None if cell is None else kv_tokens(budget, cell, needs.size.page_size)
     if tokens is not None and facts.min_kv_tokens is not None and tokens < facts.min_kv_tokens:
         return Miss(Reason.KV_TOKENS_BELOW_MINIMUM, need, fraction, int(budget))
     return Fit(fraction, bookings, tokens, need)
