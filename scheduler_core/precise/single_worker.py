@@ -66,6 +66,7 @@ def _evaluate(inputs: _Inputs, gpus: tuple[Gpu, ...], allocatable: Allocatable) 
     ordered = sorted_slots(slots_of(inputs.facts, gpus, allocatable))
     rooms = tuple(room(slot) for slot in ordered)
     frees = [free for _, _, free in rooms]
+    indexes = [gpu.index or 0 for gpu, _ in ordered]
     # On a worker whose GPUs are all of one size every check is monotone in usable memory:
     # once the roomiest remaining window misses, every tighter one misses too.
     uniform = len({(total, kind) for total, kind, _ in rooms}) <= 1
@@ -76,7 +77,7 @@ def _evaluate(inputs: _Inputs, gpus: tuple[Gpu, ...], allocatable: Allocatable) 
         for start in window_starts(frees, count):
             verdict = inputs.verdicts((rooms[start : start + count], tp, pp))
             if isinstance(verdict, Fit):
-                fits.append((tuple(gpu.index or 0 for gpu, _ in ordered[start : start + count]), verdict))
+                fits.append((tuple(indexes[start : start + count]), verdict))
                 continue
             if best is None or verdict.usable > best[0].usable:
                 best = (verdict, count)
