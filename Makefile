@@ -16,7 +16,7 @@ venv: $(STAMP)
 
 ## demo: the main job end to end on embedded defaults
 demo: $(STAMP)
-	$(PY) -m tasks.demo
+	$(PY) -m tasks.edges.demo
 
 ## test: lint, type-check the core, run the whole suite
 test: $(STAMP) lint typecheck

@@ -115,7 +115,7 @@ class ResultReader(threading.Thread):
         self.changed = threading.Condition()
 
     def run(self) -> None:
-        from tasks.streams import read_new
+        from tasks.audit.streams import read_new
 
         while not self.done.is_set():
             for entry_id, fields in read_new(self.client, self.stream, self.cursor, count=1000, block_ms=200):
@@ -142,10 +142,10 @@ def run_round(url: str, processes: int, args: argparse.Namespace, snapshot: dict
     workers). Latency: one request outstanding at a time (no queueing), which
     is what a request sees on an idle-to-moderately loaded deployment.
     """
-    from tasks.client import ServiceClient
-    from tasks.localrun import WorkerProcess
-    from tasks.runtime import redis_client
-    from tasks.settings import Settings, reset_settings
+    from tasks.edges.client import ServiceClient
+    from tasks.edges.localrun import WorkerProcess
+    from tasks.runtime.context import redis_client
+    from tasks.runtime.settings import Settings, reset_settings
 
     os.environ["GPUSCHED_REDIS_URL"] = url
     reset_settings()
@@ -213,7 +213,7 @@ def _drive(client: Any, reader: ResultReader, requests: list[dict[str, Any]], in
 
 
 def _core_ms(client: Any, request_ids: set[str]) -> list[float]:
-    from tasks.streams import iter_stream
+    from tasks.audit.streams import iter_stream
 
     values = []
     for _, fields in iter_stream(client.rt.client, client.rt.keys.events):
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="use this Redis (its database is flushed!) instead of a private one")
     args = parser.parse_args(argv)
 
-    from tasks.localrun import start_redis
+    from tasks.edges.localrun import start_redis
 
     server = None if args.redis_url else start_redis()
     url = args.redis_url or (server.url if server else "")

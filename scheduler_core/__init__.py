@@ -15,6 +15,7 @@ the GPU-id parser and the request-id rule.
 from __future__ import annotations
 
 from scheduler_core._schemas import (
+    WORKER_STATES,
     CandidateOut,
     ErrorOut,
     EstimateOut,
@@ -46,6 +47,7 @@ __all__ = [
     "DEFAULT_CHAIN",
     "FILTERS_BY_NAME",
     "STRATEGIES_BY_NAME",
+    "WORKER_STATES",
     "CandidateOut",
     "Chain",
     "ClusterChange",

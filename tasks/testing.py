@@ -3,7 +3,8 @@
 :class:`Harness` runs the real pipeline, stores and Lua scripts on
 ``fakeredis`` (with Lua), with a dispatcher that queues decisions in memory
 instead of sending Celery messages; :meth:`Harness.pump` runs them
-synchronously (decide → reserve → publish). Its settings are hermetic
+synchronously, as the ``gpusched.decide`` task would (a leftover step is
+finished at once, as the ``gpusched.resume`` message would). Its settings are hermetic
 (:func:`isolated_settings`: the defaults, never the developer's ``GPUSCHED_*``
 environment or ``configs/service.json``). Requires the ``fakeredis[lua]``
 test dependency.
@@ -20,16 +21,19 @@ from typing import Any
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from scheduler_core import CandidateOut
-from tasks import pipeline, reschedule
-from tasks.chain import ChainSpec, LoadedChain, build_chain
-from tasks.client import Submission, submit_request
-from tasks.drainer import drain_once
-from tasks.fold import booked_instance_key
-from tasks.ledger import instance_claims
-from tasks.outcome import candidate_instance
-from tasks.runtime import Runtime, build_runtime
-from tasks.settings import Settings
-from tasks.streams import Event, iter_stream
+from tasks.audit.events import Event
+from tasks.audit.streams import iter_stream
+from tasks.decision import decide
+from tasks.decision.booking import candidate_instance
+from tasks.decision.chain_config import ChainSpec, LoadedChain, build_chain
+from tasks.decision.step import Step
+from tasks.intake.submit import Submission, submit_request
+from tasks.runtime.context import Runtime, build_runtime
+from tasks.runtime.drainer import drain_once
+from tasks.runtime.settings import Settings
+from tasks.state.cluster_changes import apply_snapshot, handle_cluster_event
+from tasks.state.ledger import instance_claims
+from tasks.state.rows import booked_instance_key
 
 
 class _IsolatedSettings(Settings):
@@ -51,6 +55,7 @@ class _IsolatedSettings(Settings):
 def isolated_settings(**overrides: Any) -> Settings:
     """The service defaults with ``overrides`` (validated; environment and config files ignored)."""
     return _IsolatedSettings(**overrides)
+
 
 #: Fake clocks start here (2026-01-01T00:00:00Z), far from 0 so ms scores look real.
 EPOCH_S = 1_767_225_600.0
@@ -85,7 +90,7 @@ def booking_violations(rt: Runtime) -> list[str]:
     for key, meta in rt.cluster.instance_meta().items():
         rid = meta.request_id
         if meta.source == "gpusched" and rid and rid not in published:
-            if rt.store.record(rid).get("state") == "done":
+            if rt.records.record(rid).get("state") == "done":
                 problems.append(f"{rid}: booked {key} but never published")
     return problems
 
@@ -139,35 +144,31 @@ class Harness:
 
     def _resume(self, step: dict[str, Any]) -> None:
         self.resumed.append(step)
-        pipeline.publish(self.rt, pipeline.Step.from_dict(step))
+        decide.resume(self.rt, Step.from_dict(step))
 
     # -------------------------------------------------------------- actions
     def apply(self, document: dict[str, Any]) -> dict[str, Any]:
         """``cluster apply``."""
-        return reschedule.apply_snapshot(self.rt, document)
+        return apply_snapshot(self.rt, document)
 
     def event(self, event: Any) -> dict[str, Any]:
         """A ``gpusched.cluster_event``."""
-        return reschedule.handle_cluster_event(self.rt, event)
+        return handle_cluster_event(self.rt, event)
 
     def submit(self, request: Any) -> Submission:
-        """``tasks.client.submit`` without waiting."""
+        """``ServiceClient.submit`` without waiting."""
         return submit_request(self.rt, request)
 
     def run_decision(self, item: Dispatched, task_id: str = "task") -> str | None:
         """What the ``decide`` task runs for one dispatched decision; returns the final outcome.
 
         The decision normally finishes in its own round trip; a step left over
-        continues through reserve → publish, as the task's chain would.
+        is finished at once, as its ``gpusched.resume`` message would.
         """
-        progress = pipeline.decide_and_finish(self.rt, item.request_id, item.seq, item.attempt, task_id)
-        step = progress.step
-        if step is None:
+        progress = decide.decide_and_finish(self.rt, item.request_id, item.seq, item.attempt, task_id)
+        if progress.step is None:
             return progress.outcome
-        step = pipeline.reserve(self.rt, pipeline.Step.from_dict(step.to_dict()))
-        if step is None:
-            return None
-        return pipeline.publish(self.rt, pipeline.Step.from_dict(step.to_dict()))
+        return decide.resume(self.rt, Step.from_dict(progress.step.to_dict()))
 
     def pump(self, limit: int = 100_000) -> int:
         """Run queued decisions (ignoring countdowns) until none is left; returns how many ran."""
@@ -197,4 +198,4 @@ class Harness:
 
     def record(self, request_id: str) -> dict[str, str]:
         """A request record."""
-        return self.rt.store.record(request_id)
+        return self.rt.records.record(request_id)

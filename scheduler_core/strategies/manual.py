@@ -360,7 +360,9 @@ def _triage(
             fitting.append(candidate)
         elif not fitting:
             report = _overcommit(candidate, usage, selected, utilization, total_selected)
-            if best is None or report.effective_vram >= best[1].effective_vram:
+            # upstream starts the best effective VRAM at 0: a negative one (a negative
+            # computed fraction) never qualifies, and then nothing is deployed
+            if report.effective_vram >= (best[1].effective_vram if best else 0):
                 best = (candidate, report)
     if fitting:
         return fitting
@@ -375,6 +377,7 @@ def _triage(
             Reason.OVERCOMMIT_NOT_ALLOWED,
         )
         return []
-    assert best is not None  # every candidate is overcommitted here
+    if best is None:  # no candidate offers any effective VRAM: nothing, and no message
+        return []
     selection.log.events.add(Level.INFO, Action.MANUAL_MULTI, best[1].message, Reason.OVERCOMMIT)
     return [best[0]._replace(overcommit=True)]

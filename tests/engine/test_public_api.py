@@ -10,6 +10,7 @@ PUBLIC = [
     "DEFAULT_CHAIN",
     "FILTERS_BY_NAME",
     "STRATEGIES_BY_NAME",
+    "WORKER_STATES",
     "CandidateOut",
     "Chain",
     "ClusterChange",

@@ -29,6 +29,7 @@ DELIBERATE: dict[str, str] = {
     "mem_fraction_static_zero": "--mem-fraction-static 0 crashes the calculator → rejected as bad input",
     "shared_type_index": "two GPUs may share a (type, index) → rejected as bad input",
     "diffusion_num_gpus": "a diffusion model's --num-gpus is ignored → it sets the GPU count",
+    "manual_absent_gpu": "a selected GPU the worker does not report stays in the placement → left out",
 }
 
 
@@ -160,6 +161,22 @@ def _diffusion_num_gpus(request: Json) -> bool:
     return "image" in (_model(request).get("categories") or []) and has_flag(_params(request), ("num-gpus",))
 
 
+def _manual_absent_gpu(request: Json) -> bool:
+    """A manual selection names (worker, type, index) that the named worker does not report."""
+    ids = (_model(request).get("gpu_selector") or {}).get("gpu_ids") or []
+    reported: dict[str, set[tuple[str | None, int | None]]] = {}
+    for worker, devices in _devices(request):
+        reported[str(worker.get("name"))] = {(d.get("type"), d.get("index")) for d in devices}
+    for gpu_id in ids:
+        name, _, rest = str(gpu_id).rpartition(":")
+        worker_name, _, gpu_type = name.rpartition(":")
+        if not rest.isdigit() or worker_name not in reported:
+            continue
+        if (gpu_type, int(rest)) not in reported[worker_name]:
+            return True
+    return False
+
+
 def exhibited(request: Json) -> set[str]:
     """The deliberate-difference inputs present in ``request``."""
     checks: dict[str, Callable[[Json], bool]] = {
@@ -174,6 +191,7 @@ def exhibited(request: Json) -> set[str]:
         "mem_fraction_static_zero": _fraction_zero,
         "shared_type_index": _shared_type_index,
         "diffusion_num_gpus": _diffusion_num_gpus,
+        "manual_absent_gpu": _manual_absent_gpu,
     }
     return {name for name, check in checks.items() if check(request)}
 
@@ -219,6 +237,7 @@ def excuse(request: Json, ours: Json, theirs: Json) -> str | None:
         ("binpack_index_collision", "binpack_index_collision" in present),
         ("mixed_vendor_worker", "mixed_vendor_worker" in present),
         ("diffusion_num_gpus", "diffusion_num_gpus" in present),
+        ("manual_absent_gpu", "manual_absent_gpu" in present),
     ]
     return next((name for name, matched in signatures if matched), None)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from service.support import Deployment
 
-from tasks.localrun import RedisServer, redis_binary, start_redis
+from tasks.edges.localrun import RedisServer, redis_binary, start_redis
 
 
 def require_redis_server() -> None:

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tasks.client import ServiceClient
-from tasks.keys import Keys
-from tasks.ledger import overbooked
-from tasks.localrun import WorkerProcess
-from tasks.settings import Settings
-from tasks.streams import iter_stream
+from tasks.audit.streams import iter_stream
+from tasks.edges.client import ServiceClient
+from tasks.edges.localrun import WorkerProcess
+from tasks.runtime.settings import Settings
+from tasks.state.keys import Keys
+from tasks.state.ledger import overbooked
 from tasks.testing import booking_violations
 
 GIB = 1 << 30

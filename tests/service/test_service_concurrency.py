@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 from service.support import Deployment, cluster, llm_request, wait_until
 
-from tasks.replay import replay
+from tasks.audit.replay import replay
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]
 
@@ -42,7 +42,7 @@ def test_concurrent_workers_never_overbook_and_finish_every_request_once(
 
     outcomes = d.outcomes()
     assert set(outcomes) == unique
-    parked = set(d.client.rt.store.parked())
+    parked = set(d.client.rt.parked.entries())
     for request_id, counts in outcomes.items():
         assert counts["terminal"] <= 1 and counts["notice"] <= 1, (request_id, counts)
         if counts["terminal"] == 0:  # still waiting for capacity: announced once, parked

@@ -10,9 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from celery import Celery
 from service.support import Deployment, cluster, llm_request
-
-from tasks.app import DECIDE, app
 
 pytestmark = pytest.mark.service
 
@@ -74,7 +73,7 @@ def test_requests_results_events_wakeups_and_replay(deployment: Callable[..., De
         + (d.logs / "worker-1.log").read_text().splitlines()
         if line.startswith("{")
     ]
-    steps = {"gpusched.decide", "gpusched.reserve", "gpusched.publish"}
+    steps = {"gpusched.decide", "gpusched.resume"}
     traced = [
         line for line in logged if line.get("logger") == "celery.app.trace" and line.get("task_name") in steps
     ]
@@ -86,9 +85,14 @@ def test_any_celery_client_can_submit_a_raw_request(deployment: Callable[..., De
     d.start_workers(1)
     d.client.apply_cluster(cluster(2, 2))
     start = d.client._last_result_id()
-    app.send_task(DECIDE, args=[llm_request("raw-1")])
-    assert d.client.wait("raw-1", timeout=60, start_id=start)["status"] == "scheduled"
-    app.send_task(DECIDE, args=[{"request_id": "raw-bad", "model": {"backend": "vLLM"}}])
+    foreign = Celery("control-plane", broker=d.url, set_as_current=False)  # knows only the wire contract
+    try:
+        foreign.send_task("gpusched.decide", args=[llm_request("raw-1")], queue=d.keys.requests_queue)
+        assert d.client.wait("raw-1", timeout=60, start_id=start)["status"] == "scheduled"
+        bad = {"request_id": "raw-bad", "model": {"backend": "vLLM"}}
+        foreign.send_task("gpusched.decide", args=[bad], queue=d.keys.requests_queue)
+    finally:
+        foreign.close()
     rejected = d.client.wait("raw-bad", timeout=60)
     assert rejected["status"] == "rejected" and rejected["error"]["field"] == "model.backend"
 
@@ -99,7 +103,7 @@ def test_command_line(deployment: Callable[..., Deployment], tmp_path: Path) -> 
     env = {**os.environ, **d.env}
 
     def gpusched(*args: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "tasks.cli", *args]
+        command = [sys.executable, "-m", "tasks.edges.cli", *args]
         return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
 
     applied = gpusched("cluster", "apply", str(EXAMPLES / "cluster.json"))

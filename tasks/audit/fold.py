@@ -1,0 +1,173 @@
+"""Cluster state as a fold of its change events.
+
+Every cluster mutation is recorded as one event (``sched.cluster.applied``,
+``sched.worker.upserted``, ``sched.worker.removed``,
+``sched.reservation.booked``, ``sched.instance.released``) carrying the
+version it produced. Folding those events in version order rebuilds the exact
+``workers`` and ``model_instances`` lists a decision saw at any version; the
+workers' in-memory mirrors (fed from the compact changes stream) and the
+replay (fed from the audit stream) share this one implementation, so they
+cannot disagree.
+
+Order rules (the core is order-sensitive, so they are part of the contract):
+workers are presented by ascending id (GPUStack's database order); instances
+in the order they entered the cluster (version, then position in a snapshot).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler_core import ModelInstance, Worker
+from tasks.intake.snapshots import SnapshotRows
+from tasks.state.ledger import occupied_workers, worker_gpu_types
+from tasks.state.rows import InstanceMeta
+
+#: Event types that change the cluster (and therefore carry a version).
+CLUSTER_APPLIED = "sched.cluster.applied"
+WORKER_UPSERTED = "sched.worker.upserted"
+WORKER_REMOVED = "sched.worker.removed"
+RESERVATION_BOOKED = "sched.reservation.booked"
+INSTANCE_RELEASED = "sched.instance.released"
+CHANGE_TYPES = frozenset(
+    {CLUSTER_APPLIED, WORKER_UPSERTED, WORKER_REMOVED, RESERVATION_BOOKED, INSTANCE_RELEASED}
+)
+
+
+@dataclass(slots=True)
+class ClusterFold:
+    """Workers and instances at ``version``; mutate only through the ``apply_*`` methods."""
+
+    version: int = 0
+    workers: dict[int, Worker] = field(default_factory=dict)
+    instances: dict[str, ModelInstance] = field(default_factory=dict)
+    meta: dict[str, InstanceMeta] = field(default_factory=dict)
+    _worker_list: list[Worker] | None = None
+    _instance_list: list[ModelInstance] | None = None
+
+    # ----------------------------------------------------------------- reads
+    def worker_list(self) -> list[Worker]:
+        """Workers by ascending id (cached until a worker changes)."""
+        if self._worker_list is None:
+            self._worker_list = [self.workers[wid] for wid in sorted(self.workers)]
+        return self._worker_list
+
+    def instance_list(self) -> list[ModelInstance]:
+        """Instances in cluster-entry order (cached until an instance changes)."""
+        if self._instance_list is None:
+            self._instance_list = list(self.instances.values())
+        return self._instance_list
+
+    def gpu_types(self) -> dict[int, tuple[str | None, ...]]:
+        """GPU types per worker id (for instances without a GPU type)."""
+        return {wid: worker_gpu_types(worker) for wid, worker in self.workers.items()}
+
+    # ---------------------------------------------------------------- writes
+    def load(
+        self,
+        version: int,
+        workers: Iterable[Worker],
+        instances: Iterable[tuple[str, ModelInstance, InstanceMeta]],
+    ) -> None:
+        """Replace everything (a full read of the live state); instances sorted by entry order."""
+        self.version = version
+        self.workers = {w.id: w for w in workers}
+        ordered = sorted(instances, key=lambda item: item[2].order)
+        self.instances = {key: instance for key, instance, _ in ordered}
+        self.meta = {key: meta for key, _, meta in ordered}
+        self._invalidate(workers=True)
+
+    def apply_snapshot(self, version: int, rows: SnapshotRows, kept: Sequence[str]) -> None:
+        """A ``cluster apply``: new workers; kept bookings first, then the snapshot's instances."""
+        kept_set = set(kept)
+        keep = [key for key in self.instances if key in kept_set]
+        instances = {key: self.instances[key] for key in keep}
+        meta = {key: self.meta[key] for key in keep}
+        for position, (key, instance) in enumerate(rows.instances):
+            instances[key] = instance
+            meta[key] = InstanceMeta(
+                "snapshot", (version, position), workers=tuple(occupied_workers(instance))
+            )
+        self.workers = {w.id: w for w in rows.workers}
+        self.instances, self.meta = instances, meta
+        self.version = version
+        self._invalidate(workers=True)
+
+    def apply_worker(self, version: int, worker: Worker) -> None:
+        """A worker was added or updated."""
+        self.workers[worker.id] = worker
+        self.version = version
+        self._invalidate(workers=True)
+
+    def apply_worker_removed(self, version: int, worker_id: int, released: Sequence[str]) -> None:
+        """A worker left; the instances it held were released with it."""
+        self.workers.pop(worker_id, None)
+        self._drop(released)
+        self.version = version
+        self._invalidate(workers=True)
+
+    def apply_booked(
+        self, version: int, key: str, instance: ModelInstance, meta: InstanceMeta
+    ) -> None:
+        """A reservation added an instance."""
+        self.instances[key] = instance
+        self.meta[key] = meta
+        self.version = version
+        self._invalidate(workers=False)
+
+    def apply_released(self, version: int, keys: Sequence[str]) -> None:
+        """Instances were released (deleted, lost or rescheduled)."""
+        self._drop(keys)
+        self.version = version
+        self._invalidate(workers=False)
+
+    def apply_change(
+        self,
+        change_type: str,
+        version: int,
+        data: Mapping[str, Any],
+        snapshot_loader: Callable[[str], SnapshotRows],
+    ) -> None:
+        """Apply one recorded change (same payload in the events and the changes stream).
+
+        Raises:
+            ValueError: ``version`` does not follow the fold's version, or the type is unknown.
+        """
+        if version != self.version + 1:
+            raise ValueError(f"change {change_type} v{version} does not follow v{self.version}")
+        if change_type == CLUSTER_APPLIED:
+            self.apply_snapshot(version, snapshot_loader(data["digest"]), data.get("kept") or ())
+        elif change_type == WORKER_UPSERTED:
+            self.apply_worker(version, Worker.model_validate(data["row"]))
+        elif change_type == WORKER_REMOVED:
+            released = [item["key"] for item in data.get("released") or ()]
+            self.apply_worker_removed(version, int(data["worker_id"]), released)
+        elif change_type == RESERVATION_BOOKED:
+            meta = InstanceMeta.from_dict({**data["meta"], "v": version, "i": 0})
+            instance = ModelInstance.model_validate(data["row"])
+            self.apply_booked(version, data["instance_key"], instance, meta)
+        elif change_type == INSTANCE_RELEASED:
+            self.apply_released(version, [item["key"] for item in data.get("released") or ()])
+        else:
+            raise ValueError(f"unknown change type {change_type!r}")
+
+    def _drop(self, keys: Iterable[str]) -> None:
+        for key in keys:
+            self.instances.pop(key, None)
+            self.meta.pop(key, None)
+
+    def _invalidate(self, *, workers: bool) -> None:
+        self._instance_list = None
+        if workers:
+            self._worker_list = None
+
+
+def decode_data(raw: str | bytes) -> dict[str, Any]:
+    """Parse an event's ``data`` field."""
+    value = json.loads(raw)
+    if not isinstance(value, dict):
+        raise ValueError("event data must be a JSON object")
+    return value

@@ -1,0 +1,53 @@
+"""Calling the placement core: the stored request, the fold's cluster and the chain → a result.
+
+Pure given its inputs: the decider calls it with its mirror's fold, the
+replay with a fold rebuilt from the audit log, and both get the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pydantic import ValidationError
+
+from scheduler_core import ScheduleRequest, ScheduleResult, SnapshotMemo, schedule
+from tasks.audit.fold import ClusterFold
+from tasks.decision.chain_config import LoadedChain
+from tasks.intake.requests import with_request_id
+
+
+def run_core(
+    chain: LoadedChain,
+    request_json: str,
+    request_id: str,
+    fold: ClusterFold,
+    memo: SnapshotMemo | None = None,
+) -> tuple[ScheduleRequest | None, ScheduleResult]:
+    """The decision itself.
+
+    Args:
+        chain: the chain to run (its scorer may override the model's placement strategy).
+        request_json: the request as stored at intake.
+        request_id: the request's id (for the core's ``rejected`` result).
+        fold: the cluster at the version decided on.
+        memo: the decider's cross-decision memo (None: decide from scratch).
+
+    Returns:
+        The effective request (None if the stored request no longer validates,
+        which yields the core's ``rejected`` result) and the result.
+    """
+    try:
+        request = _request_for(chain, request_json)
+    except ValidationError:
+        return None, with_request_id(schedule(json.loads(request_json)), request_id)
+    cluster = {"workers": fold.worker_list(), "model_instances": fold.instance_list()}
+    return request, schedule(request.model_copy(update=cluster), chain=chain.chain, memo=memo)
+
+
+def _request_for(chain: LoadedChain, request_json: str) -> ScheduleRequest:
+    request = ScheduleRequest.model_validate_json(request_json)
+    override = chain.placement_override
+    if override and request.model.placement_strategy != override:
+        model = request.model.model_copy(update={"placement_strategy": override})
+        request = request.model_copy(update={"model": model})
+    return request

@@ -1,0 +1,59 @@
+"""From the core's result to the decision's next step: reserve, park or publish.
+
+* ``rejected`` → publish the rejection;
+* ``unschedulable`` (or no selection) → park with the blocking reasons;
+* an overcommitted pick → park (the ledger never books past allocatable
+  memory) with an ``unschedulable`` notice;
+* otherwise → reserve the chosen candidate's booking.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from scheduler_core import ModelSpec, ScheduleResult
+from tasks.audit.fold import ClusterFold
+from tasks.decision.booking import booking_for
+from tasks.decision.notices import overcommit_notice
+from tasks.decision.step import PARK, PUBLISH, RESERVE, Step
+from tasks.intake.requests import error_of
+from tasks.state.parking import ParkedEntry, blocking_reasons
+
+
+def next_step(
+    request_id: str, seq: int, attempt: int, epoch: int, fold: ClusterFold,
+    model: ModelSpec | None, result: ScheduleResult,
+) -> Step:
+    """The step a decision continues with.
+
+    Args:
+        request_id, seq, attempt: the decision attempt.
+        epoch: the wake epoch read when the attempt began (parking checks it).
+        fold: the cluster the decision saw.
+        model: the effective request's model (None: the stored request no
+            longer validates; the result is the core's rejection).
+        result: the core's result.
+    """
+    if model is None:
+        return Step(request_id, seq, attempt, PUBLISH, result.status, fold.version, epoch,
+                    error=error_of(result))
+    park = ParkedEntry.for_model(model, seq, (), fold.version, 0).model_dump(
+        mode="json", include={"worker_selector", "pinned_workers", "cluster_id"}
+    )
+    step = Step(request_id, seq, attempt, PUBLISH, result.status, fold.version, epoch, park=park)
+    if result.status == "rejected":
+        step.error = error_of(result)
+        return step
+    if result.status == "unschedulable" or result.selected is None:
+        step.action = PARK
+        step.reasons = blocking_reasons(result, result.blocked_by)
+        return step
+    chosen = result.candidates[result.selected]
+    if chosen.overcommit:
+        step.action = PARK
+        step.reasons = blocking_reasons(result, None, overcommit=True)
+        step.notice = overcommit_notice(result).model_dump_json()
+        return step
+    step.action = RESERVE
+    step.booking = asdict(booking_for(fold, request_id, model, chosen))
+    return step

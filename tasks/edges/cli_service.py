@@ -1,0 +1,205 @@
+"""Service subcommands of ``gpusched``: ``submit``, ``worker``, ``cluster apply|event``, ``replay``.
+
+Nothing here imports Celery or Redis at module import time (the offline
+commands must work without them); handlers import lazily. One-line errors are
+raised as :class:`tasks.edges.cli_offline.CliError`: exit 2 for bad input (or a
+rejected request), 1 for a service failure (Redis unreachable, timeout,
+replay differences).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from tasks.edges.cli_offline import CliError, read_json
+
+
+@contextmanager
+def _service_errors() -> Iterator[None]:
+    """Turn Redis/broker outages into a one-line exit-1 error."""
+    import redis
+    from kombu.exceptions import OperationalError
+
+    from tasks.runtime.settings import get_settings
+
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError, OperationalError) as error:
+        url = get_settings().redis_url
+        raise CliError(f"cannot reach Redis at {url}: {error}", 1) from None
+
+
+def _client() -> Any:
+    from pydantic import ValidationError
+
+    from tasks.edges.client import ServiceClient
+
+    try:
+        return ServiceClient()
+    except ValidationError as error:
+        first = error.errors(include_url=False)[0]
+        raise CliError(f"invalid GPUSCHED_* settings: {first['loc']}: {first['msg']}") from None
+
+
+def _print(value: Any, pretty: bool) -> None:
+    print(json.dumps(value, indent=2 if pretty else None, sort_keys=False))
+
+
+# -------------------------------------------------------------------- submit
+def _submit(args: argparse.Namespace) -> int:
+    from tasks.edges.client import Submission, WaitTimeout
+
+    document = read_json(args.file)
+    requests = document if isinstance(document, list) else [document]
+    rejected: list[str] = []
+    with _service_errors():
+        client = _client()
+        for request in requests:
+            try:
+                outcome = client.submit(request, wait=args.wait, timeout=args.timeout,
+                                        terminal=args.terminal)
+            except WaitTimeout as error:
+                raise CliError(str(error), 1) from None
+            value = outcome.to_dict() if isinstance(outcome, Submission) else outcome
+            _print(value, args.pretty)
+            rejected.extend(_rejection_line(value))
+    if rejected:
+        raise CliError("rejected: " + "; ".join(rejected))
+    return 0
+
+
+def _rejection_line(value: dict[str, Any]) -> list[str]:
+    result = value.get("result") if value.get("status") == "rejected" and "result" in value else value
+    if not isinstance(result, dict) or result.get("status") != "rejected":
+        return []
+    error = result.get("error") or {}
+    where = f"{error['field']}: " if error.get("field") else ""
+    return [f"{result.get('request_id')}: {where}{error.get('message', '')}"]
+
+
+# -------------------------------------------------------------------- worker
+def _worker(args: argparse.Namespace) -> int:
+    from tasks.runtime.celery_app import app
+    from tasks.runtime.settings import get_settings
+    from tasks.state.keys import Keys
+
+    settings = get_settings()
+    queues = args.queues or ",".join(Keys(settings.cluster).queues)
+    argv = [
+        "worker",
+        "--queues", queues,
+        "--pool", args.pool,
+        "--concurrency", str(args.concurrency or settings.worker_concurrency),
+        "--loglevel", args.loglevel or settings.log_level,
+    ]
+    if args.hostname:
+        argv += ["--hostname", args.hostname]
+    if args.events:
+        argv.append("--task-events")
+    if not args.gossip:
+        argv += ["--without-gossip", "--without-mingle"]
+    app.worker_main(argv=argv + list(args.celery_args))
+    return 0
+
+
+# ------------------------------------------------------------------- cluster
+def _invalid_input(error: Exception) -> CliError:
+    from pydantic import ValidationError
+
+    if isinstance(error, ValidationError):
+        first = error.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"])
+        return CliError(f"invalid cluster snapshot: {where}: {first['msg']}")
+    return CliError(f"invalid cluster snapshot: {error}")
+
+
+def _cluster_apply(args: argparse.Namespace) -> int:
+    document = read_json(args.file)
+    if not isinstance(document, dict):
+        raise CliError("invalid cluster snapshot: expected an object with workers and model_instances")
+    with _service_errors():
+        client = _client()
+        try:
+            summary = client.apply_cluster(document)
+        except ValueError as error:  # pydantic.ValidationError is a ValueError
+            raise _invalid_input(error) from None
+    _print(summary, args.pretty)
+    return 0
+
+
+def _cluster_event(args: argparse.Namespace) -> int:
+    document = read_json(args.file)
+    events = document if isinstance(document, list) else [document]
+    failed: list[str] = []
+    with _service_errors():
+        client = _client()
+        for event in events:
+            summary = client.cluster_event(event, queue=not args.local)
+            _print(summary, args.pretty)
+            if summary.get("status") == "rejected":
+                failed.append(f"{summary.get('field') or 'event'}: {summary.get('error')}")
+    if failed:
+        raise CliError("rejected cluster event: " + "; ".join(failed))
+    return 0
+
+
+# -------------------------------------------------------------------- replay
+def _replay(args: argparse.Namespace) -> int:
+    from tasks.audit.replay import format_report, replay
+
+    with _service_errors():
+        client = _client()
+        report = replay(client.rt.client, client.rt.cluster, request_id=args.request_id, since=args.since)
+    print(format_report(report))
+    if report.differ:
+        raise CliError(f"{report.differ} decision(s) differ on replay", 1)
+    return 0
+
+
+def _add(commands: Any, name: str, help_text: str, handler: Callable[[argparse.Namespace], int]) -> Any:
+    parser = commands.add_parser(name, help=help_text)
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+def register(commands: Any) -> None:
+    """Add the service subcommands to the ``gpusched`` subparsers."""
+    submit = _add(commands, "submit", "put REQUEST.json on gpusched.requests (Contract 3)", _submit)
+    submit.add_argument("file", metavar="FILE.json", help="a request or a list of requests; - for stdin")
+    submit.add_argument("--wait", action="store_true", help="print the result when it is published")
+    submit.add_argument("--terminal", action="store_true",
+                        help="with --wait: skip the 'unschedulable' notice, wait for the final result")
+    submit.add_argument("--timeout", type=float, default=30.0, metavar="S", help="seconds to wait (30)")
+    submit.add_argument("--pretty", action="store_true", help="indent the JSON output")
+
+    worker = _add(commands, "worker", "run a Celery worker (celery -A tasks.app worker)", _worker)
+    worker.add_argument("--concurrency", "-c", type=int, default=None, help="pool processes")
+    worker.add_argument("--pool", default="prefork", choices=["prefork", "solo", "threads"])
+    worker.add_argument("--loglevel", "-l", default=None)
+    worker.add_argument("--hostname", "-n", default=None)
+    worker.add_argument("--queues", "-Q", default=None,
+                        help="comma-separated queues (default: cluster, commits and requests queues)")
+    worker.add_argument("--events", "-E", action="store_true", help="send task events (for flower)")
+    worker.add_argument("--gossip", action="store_true",
+                        help="enable gossip and mingle (off: faster start, less broker traffic)")
+    worker.add_argument("celery_args", nargs=argparse.REMAINDER, help="passed to celery worker")
+
+    cluster = commands.add_parser("cluster", help="change the cluster state held in Redis")
+    actions = cluster.add_subparsers(dest="cluster_command", required=True)
+    apply = _add(actions, "apply", "load a snapshot of GPUStack worker and instance rows", _cluster_apply)
+    apply.add_argument("file", metavar="FILE.json", help='{"workers": [...], "model_instances": [...]}')
+    apply.add_argument("--pretty", action="store_true")
+    event = _add(actions, "event", "send cluster events (worker_state, instance_deleted, ...)",
+                 _cluster_event)
+    event.add_argument("file", metavar="FILE.json", help="an event or a list of events")
+    event.add_argument("--local", action="store_true", help="apply here instead of via the queue")
+    event.add_argument("--pretty", action="store_true")
+
+    replay = _add(commands, "replay", "re-run recorded decisions and compare", _replay)
+    replay.add_argument("--request-id", default=None, help="only this request's decisions")
+    replay.add_argument("--since", default=None, metavar="ID",
+                        help="only decisions logged at or after this event-stream id")

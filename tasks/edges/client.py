@@ -1,0 +1,181 @@
+"""Control-plane client: submit requests, wait for results, change the cluster.
+
+    from tasks.client import submit
+    result = submit(request_dict, wait=True, timeout=30)   # Contract 1 result dict
+
+A request is validated here, at the edge: an invalid one gets its terminal
+``rejected`` result (naming the field) at once, without a worker. A valid one
+is recorded (idempotent on ``request_id``: the same id submitted twice yields
+one decision) together with an outbox entry, then its ``gpusched.decide``
+message is sent to ``gpusched.requests`` (:mod:`tasks.intake.submit`); if
+this process dies in between, or sending fails (broker unreachable), a
+worker's drainer sends it after ``outbox_lease_s``: once a request is
+accepted it is driven to its result.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import redis
+
+from tasks.audit.streams import read_new
+from tasks.intake.submit import Submission, submit_request
+from tasks.runtime.celery_app import TaskSender, client_app
+from tasks.runtime.context import Runtime, build_runtime, redis_client
+from tasks.runtime.settings import Settings, get_settings
+from tasks.state.cluster_changes import apply_snapshot, handle_cluster_event
+
+#: Longest block of one blocking read in :meth:`ServiceClient.wait` (its socket timeout follows).
+WAIT_BLOCK_MS = 1000
+
+
+class WaitTimeout(TimeoutError):
+    """No result arrived within the timeout (the request is still accepted)."""
+
+
+class ServiceClient:
+    """Talks to one gpusched deployment (``settings.redis_url``, ``settings.cluster``)."""
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or get_settings()
+        self._app = client_app(self.settings)
+        self._sender = TaskSender(self._app)
+        self.rt: Runtime = build_runtime(self.settings, self._sender.decide, self._sender.resume)
+        self._blocking = redis_client(self.settings, blocking=True, max_block_ms=WAIT_BLOCK_MS)
+
+    # ------------------------------------------------------------------ submit
+    def submit(
+        self, request: Any, *, wait: bool = False, timeout: float = 30.0, terminal: bool = False
+    ) -> Submission | dict[str, Any]:
+        """Submit one request (Contract 1 dict).
+
+        Args:
+            request: the request; ``workers``/``model_instances`` are ignored
+                (the service holds the cluster).
+            wait: block until the request's first result (or, with ``terminal``,
+                its terminal result) is on the results stream and return it.
+            timeout: seconds to wait.
+
+        Returns:
+            The result dict when waiting, else a :class:`Submission`.
+
+        Raises:
+            WaitTimeout: waiting timed out (the request is accepted and still driven).
+            redis.RedisError: Redis failed while the request was being recorded
+                (see :func:`tasks.intake.submit.submit_request`: resubmitting is safe). Once it is
+                recorded, a failure to send the decision does not raise: the
+                outbox watchdog sends it.
+        """
+        start = self._last_result_id() if wait else "0-0"
+        submission = self._submit(request)
+        if not wait:
+            return submission
+        if submission.result is not None:
+            return submission.result
+        return self.wait(submission.request_id, timeout=timeout, start_id=start, terminal=terminal)
+
+    def _submit(self, request: Any) -> Submission:
+        return submit_request(self.rt, request)
+
+    # -------------------------------------------------------------------- wait
+    def _last_result_id(self) -> str:
+        last = self.rt.client.xrevrange(self.rt.keys.results, count=1)
+        return str(last[0][0]) if last else "0-0"
+
+    def stored_result(self, request_id: str, *, terminal: bool = False) -> dict[str, Any] | None:
+        """The request's published result from its record, if one was published.
+
+        The terminal result once the request is done; else (unless
+        ``terminal``) the ``unschedulable`` notice it was announced with —
+        never a decision that is recorded but not published.
+        """
+        record = self.rt.records.record(request_id)
+        if record.get("state") == "done" and record.get("result"):
+            text = record["result"]
+        elif not terminal and record.get("notice"):
+            text = record["notice"]
+        else:
+            return None
+        value: dict[str, Any] = json.loads(text)
+        return value
+
+    def wait(
+        self, request_id: str, *, timeout: float = 30.0, start_id: str = "0-0", terminal: bool = False
+    ) -> dict[str, Any]:
+        """Block until a result for ``request_id`` is on the results stream.
+
+        Raises:
+            WaitTimeout: nothing arrived within ``timeout`` seconds.
+        """
+        stored = self.stored_result(request_id, terminal=terminal)
+        if stored is not None:
+            return stored
+        deadline = time.monotonic() + timeout
+        cursor = start_id
+        while (remaining := deadline - time.monotonic()) > 0:
+            block = max(1, min(int(remaining * 1000), WAIT_BLOCK_MS))
+            try:
+                entries = read_new(self._blocking, self.rt.keys.results, cursor, count=500,
+                                   block_ms=block)
+            except redis.TimeoutError:  # no reply within the block + margin: reconnect, go on
+                continue
+            for entry_id, fields in entries:
+                cursor = entry_id
+                if fields.get("request_id") == request_id and (
+                    not terminal or fields.get("terminal") == "1"
+                ):
+                    value: dict[str, Any] = json.loads(fields["result"])
+                    return value
+        raise WaitTimeout(f"no result for {request_id} within {timeout:g} s")
+
+    # ----------------------------------------------------------------- cluster
+    def apply_cluster(self, document: dict[str, Any]) -> dict[str, Any]:
+        """Replace the cluster with a snapshot (in this process) and wake parked requests.
+
+        Raises:
+            pydantic.ValidationError / ValueError: invalid rows (nothing changes).
+        """
+        return apply_snapshot(self.rt, document)
+
+    def cluster_event(self, event: dict[str, Any], *, queue: bool = True) -> dict[str, Any]:
+        """Send a cluster event to ``gpusched.cluster_event`` (or apply it here)."""
+        if not queue:
+            return handle_cluster_event(self.rt, event)
+        task_id = self._sender.cluster_event(event)
+        return {"kind": event.get("kind"), "status": "queued", "task_id": task_id}
+
+    def close(self) -> None:
+        """Close the Redis and broker connections."""
+        self.rt.client.close()
+        self._blocking.close()
+        self._app.close()
+
+
+_DEFAULT: ServiceClient | None = None
+
+
+def default_client() -> ServiceClient:
+    """A client for the process settings (created on first use)."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = ServiceClient()
+    return _DEFAULT
+
+
+def submit(
+    request: Any, *, wait: bool = False, timeout: float = 30.0, terminal: bool = False
+) -> Submission | dict[str, Any]:
+    """Submit ``request`` to the deployment named by ``GPUSCHED_*`` settings.
+
+    Same arguments and errors as :meth:`ServiceClient.submit`.
+
+    Returns:
+        The result dict when ``wait`` is true, else a :class:`Submission`.
+    """
+    return default_client().submit(request, wait=wait, timeout=timeout, terminal=terminal)
+
+
+__all__ = ["ServiceClient", "Submission", "WaitTimeout", "default_client", "submit"]

@@ -1,0 +1,11 @@
+"""Intake: what arrives from outside, validated before anything is written.
+
+* :mod:`~tasks.intake.requests` — a scheduling request: its id (the
+  request-id rule), its canonical form, its ``rejected`` result;
+* :mod:`~tasks.intake.submit` — taking a request in: record it once and queue
+  its decision, or publish its rejection;
+* :mod:`~tasks.intake.snapshots` — a control-plane snapshot of workers and
+  instances;
+* :mod:`~tasks.intake.cluster_events` — the cluster events
+  ``gpusched.cluster_event`` accepts.
+"""

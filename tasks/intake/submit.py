@@ -1,0 +1,122 @@
+"""Taking a request in: validate, record once, queue its decision (or publish its rejection).
+
+Two doors lead in. A client (:class:`tasks.edges.client.ServiceClient`,
+``gpusched submit``) calls :func:`submit_request`: the request is validated
+in the client's process and recorded with an outbox entry before its
+``gpusched.decide`` message is sent. Any other Celery-protocol client sends
+the raw request as ``gpusched.decide``'s argument; the worker then calls
+:func:`accept_raw` before deciding it. Either way an accepted request is
+driven to its result: if the message is lost the outbox watchdog sends it
+again (:mod:`tasks.state.delays`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from kombu.exceptions import OperationalError
+
+from tasks.audit.digests import sha256_hex
+from tasks.decision.enqueue import enqueue
+from tasks.intake.requests import Normalized, error_of, normalize
+from tasks.runtime.context import Runtime
+from tasks.runtime.logging import get_logger
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """What :func:`submit_request` did.
+
+    Attributes:
+        request_id: the idempotency key.
+        status: ``accepted`` (new), ``duplicate`` (known id; no new decision) or
+            ``rejected`` (invalid input; its result is published).
+        state: the record's state for a duplicate.
+        result: the rejected result for ``rejected``.
+    """
+
+    request_id: str
+    status: str
+    state: str = ""
+    result: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (printed by ``gpusched submit``)."""
+        data: dict[str, Any] = {"request_id": self.request_id, "status": self.status}
+        if self.state:
+            data["state"] = self.state
+        if self.result is not None:
+            data["result"] = self.result
+        return data
+
+
+def submit_request(rt: Runtime, request: Any) -> Submission:
+    """Validate, record and enqueue one request (the body of ``ServiceClient.submit``).
+
+    Raises:
+        redis.RedisError: Redis failed before or while the request was recorded.
+            Nothing may have been accepted — or it was, and only the reply was
+            lost: submitting the same request again is safe (it returns
+            ``duplicate`` if the first attempt was recorded, and that request
+            is driven to its result).
+    """
+    normalized = normalize(request)
+    if normalized.rejection is not None:
+        outcome, _ = publish_rejection(rt, normalized)
+        if outcome == "published":
+            return Submission(normalized.request_id, "rejected",
+                              result=json.loads(normalized.rejection.model_dump_json()))
+        return Submission(normalized.request_id, "duplicate",
+                          state=rt.records.record(normalized.request_id).get("state", ""))
+    accepted = rt.records.accept(
+        normalized.request_id, normalized.request_json, normalized.digest,
+        pinned=normalized.pinned, outbox_due_ms=rt.partition.lease_deadline_ms(),
+    )
+    if not accepted.accepted:
+        return Submission(normalized.request_id, "duplicate", state=accepted.state)
+    try:
+        enqueue(rt, normalized.request_id, 0, 0)
+    except (redis.RedisError, OperationalError, ConnectionError) as error:
+        # accepted: the outbox entry written with the record sends it after outbox_lease_s
+        log.warning("enqueue_deferred_to_watchdog", request_id=normalized.request_id,
+                    error=repr(error))
+    return Submission(normalized.request_id, "accepted")
+
+
+def accept_raw(rt: Runtime, raw: Any, task_id: str) -> str | None:
+    """Accept a raw request that arrived as ``gpusched.decide``'s argument.
+
+    Returns:
+        The request id to decide at (seq 0, attempt 0), or None when there is
+        nothing to decide (invalid: rejected result published; duplicate id).
+        A redelivery of the accepting message (same ``task_id``) decides again.
+    """
+    normalized = normalize(raw)
+    if normalized.rejection is not None:
+        publish_rejection(rt, normalized)
+        return None
+    watchdog = rt.partition.now_ms() + int(rt.settings.stuck_after_s * 1000)
+    accepted = rt.records.accept(
+        normalized.request_id, normalized.request_json, normalized.digest,
+        intake_task=task_id, pinned=normalized.pinned, outbox_due_ms=watchdog,
+    )
+    if accepted.accepted or accepted.intake_task == task_id:
+        return normalized.request_id
+    return None
+
+
+def publish_rejection(rt: Runtime, normalized: Normalized) -> tuple[str, str | None]:
+    """Publish the edge rejection of an invalid request (only if the id is new)."""
+    assert normalized.rejection is not None
+    result = normalized.rejection
+    text = result.model_dump_json()
+    return rt.results.reject(
+        normalized.request_id, request_json=normalized.request_json,
+        request_digest=normalized.digest, result_json=text, result_digest=sha256_hex(text),
+        error=error_of(result),
+    )

@@ -1,0 +1,12 @@
+"""Runtime: the Celery app and tasks, the middleware, the drainer, settings and logging.
+
+* :mod:`~tasks.runtime.settings` — ``Settings`` (``configs/service.json``, ``GPUSCHED_*``);
+* :mod:`~tasks.runtime.logging` — structlog configuration;
+* :mod:`~tasks.runtime.context` — the per-thread ``Runtime`` every stage takes;
+* :mod:`~tasks.runtime.task_contract` — task names, and which request a message drives;
+* :mod:`~tasks.runtime.celery_app` — the Celery app, its configuration and signals;
+* :mod:`~tasks.runtime.worker_tasks` — the four Celery tasks;
+* :mod:`~tasks.runtime.middleware` — one concern per module around each task and each node;
+* :mod:`~tasks.runtime.drainer` — one pass over the delay sets;
+* :mod:`~tasks.runtime.periodic` — the thread the drainer and the heartbeat run on.
+"""

@@ -1,0 +1,168 @@
+"""The Celery app (``celery -A tasks.app worker`` / ``gpusched worker``) and how messages are sent.
+
+Configuration choices (see ``docs/service.md``):
+
+* JSON only; no result backend (results go to Redis Streams, not Celery).
+* ``acks_late`` + prefetch 1: a message is acknowledged only after its task
+  returns, one message reserved per pool process.
+* ``reject_on_worker_lost``: a pool process killed mid-task (SIGKILL, OOM)
+  puts its message back at once; the redelivery guard
+  (:mod:`tasks.runtime.middleware.redelivery_guard`) dead-letters a message
+  whose deliveries keep dying, so a poison message cannot loop forever.
+* ``acks_on_timeout=False``: a hard time limit also requeues (and counts as
+  a crash for the guard).
+* The visibility timeout stays above the task time limit, and no countdown
+  exceeds half of it (enforced by :class:`tasks.runtime.settings.Settings`);
+  longer delays live in the ``outbox``/``timers`` sorted sets drained by
+  :mod:`tasks.runtime.drainer`.
+* Queues are drained in name order (``queue_order_strategy="sorted"``):
+  ``.cluster`` before ``.commits`` before ``.requests``, so cluster events and
+  leftover steps finish before new requests start.
+
+The module-level :data:`app` is the worker's, configured from the process
+settings. A client talking to a deployment sends through its own app
+(:func:`client_app`, configured for the client's settings), so clients for
+several deployments can live in one process without reconfiguring a shared one.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import structlog
+from celery import Celery, signals  # type: ignore[import-untyped]
+
+from tasks.runtime import logging as service_logging
+from tasks.runtime.context import Runtime, get_runtime
+from tasks.runtime.middleware import NODE_STACK, request_logging
+from tasks.runtime.settings import Settings, get_settings
+from tasks.runtime.task_contract import CLUSTER_EVENT, DECIDE, DRAIN_DELAYED, RESUME
+from tasks.state.keys import Keys
+
+app = Celery("gpusched", include=["tasks.runtime.worker_tasks"])
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """The Celery settings for ``settings`` (pure; used by the apps and the tests)."""
+    keys = Keys(settings.cluster)
+    return {
+        "broker_url": settings.redis_url,
+        "result_backend": None,
+        "task_ignore_result": True,
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "task_acks_on_failure": True,
+        "task_acks_on_timeout": False,
+        "worker_prefetch_multiplier": 1,
+        "task_time_limit": settings.task_time_limit_s,
+        "task_soft_time_limit": settings.task_soft_time_limit_s,
+        "broker_transport_options": {
+            "visibility_timeout": settings.visibility_timeout_s,
+            "unacked_restore_interval": settings.unacked_restore_interval_s,
+            "unacked_restore_throttle": 1,
+            "queue_order_strategy": "sorted",
+            "socket_connect_timeout": settings.redis_socket_connect_timeout_s,
+            "health_check_interval": settings.redis_health_check_interval_s,
+        },
+        "broker_connection_retry_on_startup": True,
+        "worker_cancel_long_running_tasks_on_connection_loss": True,
+        "worker_hijack_root_logger": False,
+        "worker_concurrency": settings.worker_concurrency,
+        "task_default_queue": keys.requests_queue,
+        "task_routes": {
+            DECIDE: {"queue": keys.requests_queue},
+            RESUME: {"queue": keys.commits_queue},
+            CLUSTER_EVENT: {"queue": keys.cluster_queue},
+            DRAIN_DELAYED: {"queue": keys.cluster_queue},
+        },
+    }
+
+
+def client_app(settings: Settings) -> Celery:
+    """A Celery app that only sends messages to the deployment ``settings`` name.
+
+    Close it with ``close()`` when done (it owns its broker connections).
+    """
+    client = Celery("gpusched-client", set_as_current=False)
+    client.conf.update(celery_config(settings))
+    return client
+
+
+class TaskSender:
+    """Sends the service's task messages through one Celery app.
+
+    Each message carries the ``request_id`` bound in the sender's logging
+    context as a header (see :mod:`tasks.runtime.middleware.request_logging`).
+    """
+
+    __slots__ = ("_app",)
+
+    def __init__(self, celery: Celery) -> None:
+        self._app = celery
+
+    def decide(self, request_id: str, seq: int, attempt: int, countdown: float) -> None:
+        """Send ``gpusched.decide(request_id, seq, attempt)`` (the runtime's ``dispatch``)."""
+        with structlog.contextvars.bound_contextvars(request_id=request_id):
+            self._app.send_task(DECIDE, args=(request_id, seq, attempt), countdown=countdown or None)
+
+    def resume(self, step: dict[str, Any]) -> None:
+        """Send ``gpusched.resume(step)`` for a leftover step (the runtime's ``resume``)."""
+        with structlog.contextvars.bound_contextvars(request_id=step.get("request_id")):
+            self._app.send_task(RESUME, args=(step,))
+
+    def cluster_event(self, event: Any) -> str:
+        """Send ``gpusched.cluster_event(event)``; returns the message id."""
+        return str(self._app.send_task(CLUSTER_EVENT, args=(event,)).id)
+
+
+_WORKER_SENDER = TaskSender(app)
+
+
+def worker_runtime() -> Runtime:
+    """This thread's runtime in a worker process, sending through :data:`app`."""
+    return get_runtime(_WORKER_SENDER.decide, _WORKER_SENDER.resume)
+
+
+# ------------------------------------------------------------- Celery signals
+@signals.setup_logging.connect  # type: ignore[untyped-decorator]
+def _setup_logging(**_: Any) -> None:
+    settings = get_settings()
+    service_logging.configure_logging(settings.log_format, settings.log_level)
+
+
+@signals.before_task_publish.connect  # type: ignore[untyped-decorator]
+def _before_publish(headers: dict[str, Any] | None = None, **_: Any) -> None:
+    request_logging.add_request_header(headers)
+
+
+@signals.task_prerun.connect  # type: ignore[untyped-decorator]
+def _before_task(
+    task_id: str | None = None, task: Any = None, args: Any = None, kwargs: Any = None, **_: Any
+) -> None:
+    request_logging.bind_task(task_id, task, args, kwargs)
+
+
+@signals.task_postrun.connect  # type: ignore[untyped-decorator]
+def _after_task(**_: Any) -> None:
+    request_logging.unbind_task()
+
+
+@signals.worker_ready.connect  # type: ignore[untyped-decorator]
+def _worker_ready(sender: Any = None, **_: Any) -> None:
+    node = str(getattr(sender, "hostname", "") or f"pid-{os.getpid()}")
+    for middleware in NODE_STACK:
+        middleware.after_worker_boot(node, worker_runtime)
+
+
+@signals.worker_shutting_down.connect  # type: ignore[untyped-decorator]
+def _worker_shutting_down(sender: Any = None, **_: Any) -> None:
+    node = str(sender or "")
+    for middleware in NODE_STACK:
+        middleware.before_worker_shutdown(node, worker_runtime)
+
+
+app.conf.update(celery_config(get_settings()))

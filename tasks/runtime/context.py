@@ -1,0 +1,159 @@
+"""The runtime context every stage takes: settings, Redis clients, state objects, mirror, chain.
+
+Built lazily per thread and re-built after a fork (prefork pool children
+must not share sockets with their parent; with the solo or threads pool the
+drainer thread and task threads must not share the mirror and the core's
+memo, which are not thread-safe). Redis clients use RESP2 (one reply shape
+for every server and for fakeredis), a finite socket timeout (for blocking
+stream reads, one above the longest block, so a half-open connection fails
+instead of hanging), and a short retry budget. Every write is a Lua script
+that is safe to re-send when its reply was lost: its guards refuse a second
+application (the caller then finds the first one's effect), and the follow-up
+work a cluster change needs is recorded by the script itself under the event
+id the caller chose (``gpusched:followups``), so the caller or the drainer
+still does it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from redis.backoff import ExponentialBackoff, NoBackoff
+from redis.retry import Retry
+
+from scheduler_core import SnapshotMemo
+from tasks.decision.chain_config import LoadedChain, load_chain
+from tasks.runtime.settings import Settings, get_settings
+from tasks.state.cluster_store import ClusterStore
+from tasks.state.delays import DelaySets
+from tasks.state.deliveries import Deliveries
+from tasks.state.keys import Keys
+from tasks.state.mirror import ClusterMirror
+from tasks.state.parked import ParkedRequests
+from tasks.state.partition import Clock, Partition
+from tasks.state.records import RequestRecords
+from tasks.state.results import PublishedResults
+
+#: Sends decision ``(request_id, seq, attempt)`` as ``gpusched.decide`` after ``countdown`` seconds.
+Dispatch = Callable[[str, int, int, float], None]
+#: Sends a leftover step as ``gpusched.resume`` (e.g. a booked request whose publish was lost).
+Resume = Callable[[dict[str, Any]], None]
+
+
+#: Socket timeout above the longest block of a blocking client (reply latency margin).
+BLOCK_MARGIN_S = 2.0
+
+
+def redis_client(settings: Settings, *, blocking: bool = False, max_block_ms: int = 5000) -> redis.Redis:
+    """A client for the service's Redis.
+
+    Args:
+        settings: connection settings.
+        blocking: for ``XREAD``/``XREADGROUP ... BLOCK`` callers blocking at most
+            ``max_block_ms``: the socket timeout is the block plus
+            :data:`BLOCK_MARGIN_S` (redis-py 8's default 5 s would abort and
+            retry a longer block; no timeout would hang forever on a half-open
+            connection), and a timeout is not retried here — the caller's read
+            loop re-issues the read and keeps its own deadline.
+        max_block_ms: the longest block this client's caller uses.
+    """
+    timeout = max_block_ms / 1000 + BLOCK_MARGIN_S if blocking else settings.redis_socket_timeout_s
+    retry = Retry(NoBackoff(), 0) if blocking else Retry(ExponentialBackoff(cap=1.0, base=0.05), 3)
+    return redis.Redis.from_url(
+        settings.redis_url,
+        decode_responses=True,
+        protocol=2,
+        socket_timeout=timeout,
+        socket_connect_timeout=settings.redis_socket_connect_timeout_s,
+        health_check_interval=settings.redis_health_check_interval_s,
+        retry=retry,
+    )
+
+
+@dataclass(slots=True)
+class Runtime:
+    """Everything a stage needs, for one thread and one cluster partition.
+
+    One state object per concern (:mod:`tasks.state`), all on the same
+    :class:`~tasks.state.partition.Partition`.
+    """
+
+    settings: Settings
+    keys: Keys
+    client: redis.Redis
+    partition: Partition
+    records: RequestRecords
+    results: PublishedResults
+    parked: ParkedRequests
+    delays: DelaySets
+    deliveries: Deliveries
+    cluster: ClusterStore
+    mirror: ClusterMirror
+    chain: LoadedChain
+    dispatch: Dispatch
+    resume: Resume
+    #: Per-worker allocatable state the core reuses across this thread's decisions.
+    memo: SnapshotMemo = field(default_factory=SnapshotMemo)
+
+
+def build_runtime(
+    settings: Settings,
+    dispatch: Dispatch,
+    resume: Resume,
+    *,
+    client: redis.Redis | None = None,
+    clock: Clock | None = None,
+    chain: LoadedChain | None = None,
+) -> Runtime:
+    """Wire a runtime (tests pass a fakeredis client, a fake clock and a collecting dispatch)."""
+    keys = Keys(settings.cluster)
+    client = client if client is not None else redis_client(settings)
+    partition = Partition(client, keys, settings, clock=clock) if clock else Partition(client, keys, settings)
+    cluster = ClusterStore(partition)
+    return Runtime(
+        settings=settings,
+        keys=keys,
+        client=client,
+        partition=partition,
+        records=RequestRecords(partition),
+        results=PublishedResults(partition),
+        parked=ParkedRequests(partition),
+        delays=DelaySets(partition),
+        deliveries=Deliveries(partition),
+        cluster=cluster,
+        mirror=ClusterMirror(cluster),
+        chain=chain if chain is not None else load_chain(settings.chain_path),
+        dispatch=dispatch,
+        resume=resume,
+    )
+
+
+class _Cached(threading.local):
+    """This thread's runtime, and the (pid, generation) it was built for."""
+
+    key: tuple[int, int] | None = None
+    runtime: Runtime | None = None
+
+
+_CACHED = _Cached()
+#: Bumped by :func:`reset_runtime`; every thread rebuilds on its next call.
+_GENERATION = [0]
+
+
+def get_runtime(dispatch: Dispatch, resume: Resume) -> Runtime:
+    """The runtime of this thread, built on first use, after a fork and after a reset."""
+    key = (os.getpid(), _GENERATION[0])
+    if _CACHED.runtime is None or _CACHED.key != key:
+        _CACHED.runtime = build_runtime(get_settings(), dispatch, resume)
+        _CACHED.key = key
+    return _CACHED.runtime
+
+
+def reset_runtime() -> None:
+    """Drop the cached runtimes of every thread (after settings changed)."""
+    _GENERATION[0] += 1

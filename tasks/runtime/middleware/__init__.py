@@ -1,0 +1,41 @@
+"""Worker middleware, one concern per module (dramatiq-style).
+
+Around every task message, outermost first (:data:`TASK_STACK`):
+
+* :mod:`~tasks.runtime.middleware.transient` — Redis/broker outages requeue
+  the message after a back-off, never counted as a failure;
+* :mod:`~tasks.runtime.middleware.redelivery_guard` — deliveries whose process
+  died are counted; past ``max_crashes`` the message is dead-lettered;
+* :mod:`~tasks.runtime.middleware.task_errors` — unexpected exceptions are
+  retried ``max_task_errors`` times, then dead-lettered.
+
+Around the worker node's life (:data:`NODE_STACK`, in order on boot and on
+shutdown):
+
+* :mod:`~tasks.runtime.middleware.node_heartbeat` — the node's entry in
+  ``gpusched:nodes``;
+* :mod:`~tasks.runtime.middleware.delay_drainer` — the thread draining the
+  outbox, follow-ups and timers.
+
+Dead-lettering itself (:mod:`~tasks.runtime.middleware.dead_letters`) is the
+action the guard and the retries share; :mod:`~tasks.runtime.middleware.request_logging`
+binds the ``request_id`` of every log line (wired to Celery's publish and
+prerun signals in :mod:`tasks.runtime.celery_app`).
+"""
+
+from __future__ import annotations
+
+from tasks.runtime.middleware.base import Delivery, Middleware, run_task
+from tasks.runtime.middleware.delay_drainer import DelayDrainer
+from tasks.runtime.middleware.node_heartbeat import NodeHeartbeat
+from tasks.runtime.middleware.redelivery_guard import RedeliveryGuard
+from tasks.runtime.middleware.task_errors import RetryTaskErrors
+from tasks.runtime.middleware.transient import RequeueOnOutage
+
+_GUARD = RedeliveryGuard()
+#: Around every task message, outermost first.
+TASK_STACK: tuple[Middleware, ...] = (RequeueOnOutage(_GUARD.finished), _GUARD, RetryTaskErrors())
+#: Boot and shutdown hooks of a worker node, in order.
+NODE_STACK: tuple[Middleware, ...] = (NodeHeartbeat(), DelayDrainer())
+
+__all__ = ["NODE_STACK", "TASK_STACK", "Delivery", "Middleware", "run_task"]

@@ -1,0 +1,54 @@
+"""Giving up on a task message: dead-letter it, and finish the request it drove.
+
+Shared by the redelivery guard (a message whose deliveries keep dying) and
+the task-error retries (a message that keeps raising). Not a middleware: the
+action both take when their budget is spent.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import NoReturn
+
+from celery.exceptions import Ignore  # type: ignore[import-untyped]
+
+from scheduler_core import ErrorOut, ScheduleResult
+from tasks.runtime.logging import get_logger
+from tasks.runtime.middleware.base import Delivery
+from tasks.runtime.task_contract import DrivenRequest, driven_request
+
+log = get_logger(__name__)
+
+
+def give_up(delivery: Delivery, reason: str, detail: str, count: int) -> NoReturn:
+    """Dead-letter the message; finish its request if the message drives it (no validation).
+
+    A booked request gets its recorded ``scheduled`` result, any other
+    unfinished one a terminal ``rejected`` result (``error.code =
+    dead_lettered``); see ``dead_letter.lua``.
+
+    Raises:
+        celery.exceptions.Ignore: always (the message is acknowledged).
+    """
+    driven = driven_request(delivery.task_name, delivery.args, delivery.kwargs) or DrivenRequest("")
+    rejection = ScheduleResult(
+        request_id=driven.request_id or "-",
+        status="rejected",
+        error=ErrorOut(
+            code="dead_lettered",
+            message=f"gave up on {delivery.task_name} after {count} deliveries: {detail}",
+            field=None,
+        ),
+    ).model_dump_json()
+    raw = driven.raw is not None
+    _, result_id = delivery.rt.deliveries.dead_letter(
+        request_id=driven.request_id, task_name=delivery.task_name, task_id=delivery.task_id,
+        reason=reason, detail=detail, deliveries=count,
+        args_json=json.dumps(list(delivery.args), default=str), rejected_json=rejection,
+        seq=driven.seq, attempt=driven.attempt, result_digest=driven.result_digest,
+        intake_task=delivery.task_id if raw else "",
+        request_json=json.dumps(driven.raw, sort_keys=True, default=str) if raw else "",
+    )
+    log.error("dead_lettered", reason=reason, detail=detail, request_id=driven.request_id,
+              result_id=result_id)
+    raise Ignore()

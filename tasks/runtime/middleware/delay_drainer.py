@@ -1,0 +1,30 @@
+"""Each worker node drains the delay sets (outbox, follow-ups, timers) on a thread of its own.
+
+No celery beat is needed: every node runs :func:`tasks.runtime.drainer.drain_once`
+every ``drain_interval_s`` from boot to shutdown; members are leased, so
+several nodes draining at once is harmless.
+"""
+
+from __future__ import annotations
+
+from tasks.runtime.drainer import drain_once
+from tasks.runtime.middleware.base import Middleware, RuntimeFactory
+from tasks.runtime.periodic import PeriodicThread
+
+
+class DelayDrainer(Middleware):
+    """Starts the drainer thread on boot, stops it on shutdown."""
+
+    def __init__(self) -> None:
+        self._thread: PeriodicThread | None = None
+
+    def after_worker_boot(self, node: str, runtime: RuntimeFactory) -> None:
+        """Start draining every ``drain_interval_s``."""
+        interval = runtime().settings.drain_interval_s
+        self._thread = PeriodicThread("gpusched-drainer", interval, lambda: drain_once(runtime()))
+        self._thread.start()
+
+    def before_worker_shutdown(self, node: str, runtime: RuntimeFactory) -> None:
+        """Stop after the current pass."""
+        if self._thread is not None:
+            self._thread.stop()

@@ -1,0 +1,33 @@
+"""A daemon thread that runs one piece of work every ``interval`` seconds until stopped."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from tasks.runtime.logging import get_logger
+
+log = get_logger(__name__)
+
+
+class PeriodicThread(threading.Thread):
+    """Runs ``work`` every ``interval`` seconds until :meth:`stop`; errors are logged, not fatal."""
+
+    def __init__(self, name: str, interval: float, work: Callable[[], Any]) -> None:
+        super().__init__(name=name, daemon=True)
+        self.interval = interval
+        self.work = work
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        """Loop until stopped."""
+        while not self._stopped.wait(self.interval):
+            try:
+                self.work()
+            except Exception as error:  # a Redis outage must not kill the thread
+                log.warning("periodic_work_failed", thread=self.name, error=repr(error))
+
+    def stop(self) -> None:
+        """Ask the loop to end after the current pass."""
+        self._stopped.set()

@@ -1,0 +1,88 @@
+"""The Celery tasks, as thin as possible: each calls one stage function.
+
+* ``gpusched.decide`` → :func:`tasks.decision.decide.decide_and_finish`: the
+  whole decision in one message (record, book, publish or park). A step is
+  left over only when another delivery recorded this attempt's decision
+  first; it is sent on as one ``gpusched.resume`` message.
+* ``gpusched.resume`` → :func:`tasks.decision.decide.resume`: finish a
+  leftover step (also what the watchdog sends for a booked request whose
+  publish was lost).
+* ``gpusched.cluster_event`` → :func:`tasks.state.cluster_changes.handle_cluster_event`.
+* ``gpusched.drain_delayed`` → :func:`tasks.runtime.drainer.drain_once`.
+
+Every delivery runs through the middleware stack
+(:data:`tasks.runtime.middleware.TASK_STACK`); a task with nothing left to do
+raises :class:`celery.exceptions.Ignore`, which acknowledges the message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Task  # type: ignore[import-untyped]
+from celery.exceptions import Ignore  # type: ignore[import-untyped]
+
+from tasks.decision import decide as decision
+from tasks.decision.step import Step
+from tasks.runtime.celery_app import app, worker_runtime
+from tasks.runtime.context import Runtime
+from tasks.runtime.drainer import drain_once
+from tasks.runtime.logging import get_logger
+from tasks.runtime.middleware import TASK_STACK, Delivery, run_task
+from tasks.runtime.task_contract import CLUSTER_EVENT, DECIDE, DRAIN_DELAYED, RESUME
+from tasks.state.cluster_changes import handle_cluster_event
+
+log = get_logger(__name__)
+
+
+def runtime() -> Runtime:
+    """This thread's runtime (the seam the tests replace with a fakeredis one)."""
+    return worker_runtime()
+
+
+class MiddlewareTask(Task):  # type: ignore[misc]
+    """Base task: each delivery runs through :data:`~tasks.runtime.middleware.TASK_STACK`."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.request.called_directly or not self.request.id:
+            return self.run(*args, **kwargs)
+        delivery = Delivery(self.name, str(self.request.id), args, kwargs, runtime())
+        return run_task(TASK_STACK, delivery, lambda: self.run(*args, **kwargs))
+
+
+@app.task(name=DECIDE, base=MiddlewareTask, bind=True)  # type: ignore[untyped-decorator]
+def decide(self: MiddlewareTask, request: Any, seq: int = 0, attempt: int = 0) -> str:
+    """Decide a placement for a request id (or a raw Contract 1 request), book and publish it."""
+    rt = runtime()
+    progress = decision.decide_and_finish(rt, request, seq, attempt, str(self.request.id))
+    if progress.step is not None:
+        rt.resume(progress.step.to_dict())
+        return "resumed"
+    if progress.outcome is None:
+        raise Ignore()
+    log.info("request_finished", outcome=progress.outcome)
+    return progress.outcome
+
+
+@app.task(name=RESUME, base=MiddlewareTask, bind=True)  # type: ignore[untyped-decorator]
+def resume(self: MiddlewareTask, step: dict[str, Any]) -> str:
+    """Finish a leftover step: book it if needed, then publish or park."""
+    outcome = decision.resume(runtime(), Step.from_dict(step))
+    if outcome is None:
+        raise Ignore()
+    log.info("request_finished", outcome=outcome, request_id=step.get("request_id"))
+    return outcome
+
+
+@app.task(name=CLUSTER_EVENT, base=MiddlewareTask, bind=True)  # type: ignore[untyped-decorator]
+def cluster_event(self: MiddlewareTask, event: Any) -> dict[str, Any]:
+    """Apply one cluster event (see :mod:`tasks.state.cluster_changes`)."""
+    summary = handle_cluster_event(runtime(), event)
+    log.info("cluster_event", summary=summary)
+    return summary
+
+
+@app.task(name=DRAIN_DELAYED, base=MiddlewareTask, bind=True)  # type: ignore[untyped-decorator]
+def drain_delayed(self: MiddlewareTask) -> dict[str, int]:
+    """Enqueue due outbox entries and fire due timers (workers also do this on their own)."""
+    return drain_once(runtime())

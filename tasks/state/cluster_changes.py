@@ -1,0 +1,192 @@
+"""Cluster events: validate, apply the change, then run its follow-up.
+
+``gpusched.cluster_event`` takes one JSON event
+(:mod:`tasks.intake.cluster_events` lists the kinds); every kind is applied
+by one Lua script (:mod:`tasks.state.cluster_store`), which in the same
+atomic step updates the worker's outage clocks (:mod:`tasks.state.timers`),
+bumps the wake epoch if the change can unblock parked requests, and records
+the change's follow-up work under its event id. The caller then runs the
+follow-up at once (:func:`tasks.state.followups.run_followup`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from scheduler_core import Worker
+from tasks.audit.events import append_event
+from tasks.intake.cluster_events import (
+    EVENT_ADAPTER,
+    KINDS,
+    GpuMemory,
+    GpuMemoryEvent,
+    InstanceDeletedEvent,
+    SnapshotEvent,
+    WorkerLabelsEvent,
+    WorkerRemovedEvent,
+    WorkerStateEvent,
+    WorkerUpsertEvent,
+)
+from tasks.intake.snapshots import InvalidField, SnapshotRows, parse_snapshot
+from tasks.runtime.context import Runtime
+from tasks.state.followups import run_followup
+from tasks.state.parking import worker_changes
+from tasks.state.rows import row_json
+
+#: Compare-and-set attempts for a worker update racing other updates of that worker.
+MAX_CAS_ATTEMPTS = 8
+
+WorkerEvent = WorkerUpsertEvent | WorkerStateEvent | GpuMemoryEvent | WorkerLabelsEvent
+
+
+# ------------------------------------------------------------------- entry
+def handle_cluster_event(rt: Runtime, raw: Any) -> dict[str, Any]:
+    """Apply one cluster event; never raises on bad input (it is logged as rejected).
+
+    Returns:
+        A summary: ``{"kind", "status", "version", "woken", "rescheduled"}``;
+        ``status`` is ``applied``/``removed``/``released``, ``unchanged`` (a
+        worker event that changes nothing, e.g. redelivered), ``absent``,
+        ``unknown_worker`` or ``rejected`` (with ``error`` and ``field``).
+    """
+    try:
+        event = EVENT_ADAPTER.validate_python(raw)
+        rows = parse_snapshot(event.model_dump(mode="json")) if isinstance(event, SnapshotEvent) else None
+        key = event.key() if isinstance(event, InstanceDeletedEvent) else None
+    except (ValidationError, InvalidField) as error:
+        return _reject(rt, raw, error)
+    if rows is not None:
+        return apply_snapshot(rt, rows)
+    if key is not None:
+        return delete_instance(rt, key)
+    if isinstance(event, WorkerRemovedEvent):
+        return remove_worker(rt, event.worker_id, "worker_removed")
+    assert not isinstance(event, SnapshotEvent | InstanceDeletedEvent)
+    try:
+        return update_worker(rt, event)
+    except InvalidField as error:  # the event does not fit the worker: nothing was written
+        return _reject(rt, raw, error)
+
+
+def _reject(rt: Runtime, raw: Any, error: Exception) -> dict[str, Any]:
+    field, message = _describe_error(error)
+    append_event(
+        rt.client, rt.keys.events, "sched.cluster.event_rejected",
+        {"error": message, "field": field, "event": raw if isinstance(raw, dict) else repr(raw)},
+    )
+    return {"kind": _kind(raw), "status": "rejected", "error": message, "field": field}
+
+
+def _describe_error(error: Exception) -> tuple[str | None, str]:
+    if isinstance(error, ValidationError):
+        first = error.errors(include_url=False)[0]
+        loc = [str(part) for part in first["loc"]]
+        if loc and loc[0] in KINDS:
+            loc = loc[1:]
+        return ".".join(loc) or None, str(first["msg"]).removeprefix("Value error, ")
+    if isinstance(error, InvalidField):
+        return error.field, error.message
+    return None, str(error)
+
+
+def _kind(raw: Any) -> str:
+    return str(raw.get("kind")) if isinstance(raw, dict) else "?"
+
+
+# ------------------------------------------------------------------ changes
+def apply_snapshot(rt: Runtime, document: Mapping[str, Any] | SnapshotRows) -> dict[str, Any]:
+    """Replace the cluster, reschedule bookings whose workers vanished, wake everything parked.
+
+    Raises:
+        pydantic.ValidationError / tasks.intake.snapshots.InvalidField: invalid rows (nothing changes).
+    """
+    meta = rt.partition.meta()
+    applied = rt.cluster.apply_snapshot(document, meta=meta)
+    done = run_followup(rt, meta.event_id)
+    return {"kind": "snapshot", "status": "applied", "version": applied.version,
+            "digest": applied.digest, **done}
+
+
+def remove_worker(rt: Runtime, worker_id: int, reason: str) -> dict[str, Any]:
+    """Remove a worker; its instances are released and rescheduled (idempotent)."""
+    meta = rt.partition.meta()
+    version, _ = rt.cluster.remove_worker(worker_id, reason, meta=meta)
+    done = run_followup(rt, meta.event_id)
+    if version is None:
+        return {"kind": "worker_removed", "status": "absent", **done}
+    return {"kind": "worker_removed", "status": "removed", "version": version, **done}
+
+
+def delete_instance(rt: Runtime, key: str) -> dict[str, Any]:
+    """Release one instance's claims (idempotent) and wake what the freed GPUs could serve."""
+    meta = rt.partition.meta()
+    version, _ = rt.cluster.release([key], "instance_deleted", wake="capacity_freed", meta=meta)
+    done = run_followup(rt, meta.event_id)
+    if version is None:
+        return {"kind": "instance_deleted", "status": "absent", **done}
+    return {"kind": "instance_deleted", "status": "released", "version": version, **done}
+
+
+def update_worker(rt: Runtime, event: WorkerEvent) -> dict[str, Any]:
+    """Apply a worker change with compare-and-set (clocks and wake follow in the same step).
+
+    Raises:
+        tasks.intake.snapshots.InvalidField: the event does not fit the worker (nothing changes).
+    """
+    worker_id = event.worker.id if isinstance(event, WorkerUpsertEvent) else event.worker_id
+    for _ in range(MAX_CAS_ATTEMPTS):
+        current = rt.cluster.worker_row(worker_id)
+        old = Worker.model_validate_json(current) if current is not None else None
+        new = _updated(event, old)
+        if new is None:
+            return {"kind": event.kind, "status": "unknown_worker", "woken": [], "rescheduled": []}
+        if current is not None and row_json(new) == current:
+            return {"kind": event.kind, "status": "unchanged", "woken": [], "rescheduled": []}
+        changes = worker_changes(old, new)
+        meta = rt.partition.meta()
+        change = rt.cluster.upsert_worker(
+            new, current, {"kind": event.kind, "changes": [c.kind for c in changes]},
+            wake=[{"kind": c.kind, "workers": [w.id for w in c.workers]} for c in changes],
+            meta=meta,
+        )
+        if change.status == "ok":
+            done = run_followup(rt, meta.event_id)
+            return {"kind": event.kind, "status": "applied", "version": change.version, **done}
+    raise RuntimeError(f"worker {worker_id} kept changing during the update")
+
+
+def _updated(event: WorkerEvent, old: Worker | None) -> Worker | None:
+    if isinstance(event, WorkerUpsertEvent):
+        return event.worker
+    if old is None:
+        return None
+    if isinstance(event, WorkerStateEvent):
+        return old.model_copy(update={"state": event.state})
+    if isinstance(event, WorkerLabelsEvent):
+        return old.model_copy(update={"labels": dict(event.labels)})
+    return _with_gpu_memory(old, event.gpus)
+
+
+def _with_gpu_memory(worker: Worker, gpus: Sequence[GpuMemory]) -> Worker:
+    """The worker with new GPU totals.
+
+    Raises:
+        InvalidField: a listed GPU is not one of the worker's (``gpus.<n>.index``).
+    """
+    row = worker.model_dump(mode="json")
+    devices = (row.get("status") or {}).get("gpu_devices") or []
+    for position, gpu in enumerate(gpus):
+        matched = [
+            device for device in devices
+            if device.get("index") == gpu.index and gpu.type in (None, device.get("type"))
+        ]
+        if not matched:
+            kind = f"{gpu.type} GPU" if gpu.type else "GPU"
+            raise InvalidField(f"gpus.{position}.index",
+                               f"worker {worker.id} has no {kind} with index {gpu.index}")
+        for device in matched:
+            device["memory"] = {**(device.get("memory") or {}), "total": gpu.total}
+    return Worker.model_validate(row)

@@ -1,0 +1,149 @@
+"""A cluster change's follow-up: reschedule what it released, expire records, wake parked requests.
+
+The Lua script that applies a cluster change records its follow-up work under
+the change's event id (``gpusched:followups``, ``gpusched:followup_jobs``):
+
+* reschedule the gpusched bookings it released (a new request per booking,
+  :func:`reschedule_released`);
+* expire the records of released requests (the dedupe window starts);
+* wake the parked requests the change could unblock (:mod:`tasks.state.parking`).
+
+The caller runs the follow-up at once (:func:`run_followup`) and deletes it.
+If the caller dies first, or the script's reply was lost and redis-py's retry
+found nothing left to change, or the event is redelivered after it was
+applied, the follow-up is still there: the drainer runs it once it is due
+(``outbox_lease_s``). Every part is idempotent: a booking is rescheduled
+once (the new request records which booking it replaces), expiring twice is
+harmless, and waking only moves requests still parked at the seq it saw.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from scheduler_core import canonical_json
+from tasks.audit.digests import sha256_hex
+from tasks.audit.events import append_event, dumps
+from tasks.decision.enqueue import enqueue
+from tasks.runtime.context import Runtime
+from tasks.state.parking import Change, describe, wake_targets
+from tasks.state.rows import Released, json_list, released_items
+
+
+def run_followup(rt: Runtime, followup_id: str) -> dict[str, list[str]]:
+    """Do a cluster change's recorded follow-up work, then delete it (idempotent).
+
+    Returns:
+        ``{"woken": [...], "rescheduled": [...]}`` (empty if there was nothing to do).
+    """
+    raw = rt.client.hget(rt.keys.followup_jobs, followup_id)
+    rescheduled: list[str] = []
+    woken: list[str] = []
+    if raw is not None:
+        job = json.loads(raw)
+        released = released_items(job.get("released"))
+        if job.get("reschedule"):
+            rescheduled = reschedule_released(rt, released, str(job.get("reason")))
+        _expire_records(rt, released)
+        woken = wake(rt, job.get("wake"))
+    pipe = rt.client.pipeline(transaction=True)
+    pipe.hdel(rt.keys.followup_jobs, followup_id)
+    pipe.zrem(rt.keys.followups, followup_id)
+    pipe.execute()
+    return {"woken": woken, "rescheduled": rescheduled}
+
+
+def _expire_records(rt: Runtime, released: Sequence[Released]) -> None:
+    pipe = rt.client.pipeline(transaction=False)
+    for item in released:
+        if item.meta.request_id:
+            pipe.expire(rt.keys.request(item.meta.request_id), rt.settings.request_ttl_s)
+    pipe.execute()
+
+
+def wake(rt: Runtime, facts: Any) -> list[str]:
+    """Wake the parked requests a change could unblock and queue their new decisions.
+
+    Args:
+        facts: the change's wake-relevant facts, ``[{kind, workers: [ids]}]``
+            (workers are read from the current cluster: one that is gone or
+            no longer ready serves nobody).
+    """
+    facts = json_list(facts)
+    if not facts:
+        return []
+    fold = rt.mirror.sync()
+    changes = [
+        Change(str(fact["kind"]),
+               tuple(fold.workers[w] for w in json_list(fact.get("workers")) if w in fold.workers))
+        for fact in facts
+    ]
+    targets = wake_targets(rt.parked.entries(), changes)
+    due = rt.partition.lease_deadline_ms()
+    woken = rt.parked.wake(targets, describe(changes), due)
+    for request_id, seq in woken:
+        enqueue(rt, request_id, seq, 0)
+    return [request_id for request_id, _ in woken]
+
+
+def reschedule_released(rt: Runtime, released: Sequence[Released], reason: str) -> list[str]:
+    """Give every released gpusched booking a new request; report control-plane instances as lost.
+
+    The new request id is ``<old request id>~<n>`` (n = how often it moved,
+    or the next free number when a request already has that id), so the
+    control plane can correlate; the new request waits parked if it fits
+    nowhere (a pinned model waits for its own GPUs). Idempotent: the new
+    request records the booking it replaces (``reschedule_of``), and a
+    booking that already has one is not rescheduled again.
+    """
+    new_ids: list[str] = []
+    for item in released:
+        new_id = _reschedule_one(rt, item, reason)
+        if new_id is not None:
+            new_ids.append(new_id)
+    return new_ids
+
+
+def _reschedule_one(rt: Runtime, item: Released, reason: str) -> str | None:
+    record = rt.records.record(item.meta.request_id) if item.meta.request_id else {}
+    if item.meta.source != "gpusched" or not record.get("request"):
+        append_event(rt.client, rt.keys.events, "sched.instance.lost",
+                     {"instance_key": item.key, "workers": list(item.meta.workers), "reason": reason})
+        return None
+    old_id = str(item.meta.request_id)
+    origin = f"{item.key}@{item.meta.order[0]}"
+    moved = dumps({"instance_key": item.key, "from_request": old_id, "reason": reason,
+                   "pinned": item.meta.pinned})
+    for new_id in _successor_ids(old_id):
+        state, replaces = rt.client.hmget(rt.keys.request(new_id), "state", "reschedule_of")
+        if state is not None:
+            if replaces == origin:
+                return new_id  # an earlier run of this follow-up got this far
+            continue  # the id is taken by another request
+        request = _json_with_id(record["request"], new_id)
+        accepted = rt.records.accept(
+            new_id, request, sha256_hex(request), pinned=item.meta.pinned, reschedule_of=origin,
+            rescheduled_data=moved, outbox_due_ms=rt.partition.lease_deadline_ms(),
+        )
+        if accepted.accepted:
+            enqueue(rt, new_id, 0, 0)
+            return new_id
+        if accepted.reschedule_of == origin:
+            return new_id
+    raise AssertionError("unreachable: the successor ids are endless")
+
+
+def _successor_ids(request_id: str) -> Iterator[str]:
+    base, _, moves = request_id.rpartition("~")
+    if not (base and moves.isdigit()):
+        base, moves = request_id, "0"
+    return (f"{base}~{n}" for n in itertools.count(int(moves) + 1))
+
+
+def _json_with_id(request_json: str, request_id: str) -> str:
+    data = json.loads(request_json)
+    data["request_id"] = request_id
+    return canonical_json(data)

@@ -1,0 +1,142 @@
+"""Per-process mirror of the cluster: validated rows kept in memory, updated by deltas.
+
+A decision needs every worker and instance as pydantic objects; re-reading and
+re-validating a 2,000-worker cluster per decision would dominate the cost. The
+mirror reads the full state once (atomically, with the version and the
+position in the changes stream), then applies only the changes recorded
+since, through the same :class:`~tasks.audit.fold.ClusterFold` the replay uses. A
+gap in the changes stream (trimmed, or a version that does not follow) falls
+back to a full read. After :meth:`ClusterMirror.sync` the fold is a
+consistent snapshot at ``fold.version``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from scheduler_core import ModelInstance, Worker
+from tasks.audit.fold import ClusterFold, decode_data
+from tasks.audit.streams import read_range
+from tasks.state.cluster_store import ClusterStore
+from tasks.state.rows import parse_meta
+from tasks.state.scripts import Batch, Pending
+
+#: Changes read per round trip while catching up.
+PAGE = 500
+#: Entries of the changes stream: ``(entry id, fields)``.
+Entries = list[tuple[str, dict[str, str]]]
+#: What :meth:`ClusterMirror.read_changes` reads: the cluster version, then the entries after it.
+Changes = tuple[int, Entries]
+
+
+def _entries(reply: Any) -> Entries:
+    return [(str(entry_id), dict(fields)) for entry_id, fields in reply]
+
+
+def _version(reply: Any) -> int:
+    return int(reply or 0)
+
+
+class ChangesRead:
+    """The two replies of :meth:`ClusterMirror.read_changes`, available once the batch executed."""
+
+    __slots__ = ("_entries", "_version")
+
+    def __init__(self, version: Pending[int], entries: Pending[Entries]) -> None:
+        self._version, self._entries = version, entries
+
+    @property
+    def value(self) -> Changes:
+        """(cluster version, changes after the mirror's position)."""
+        return self._version.value, self._entries.value
+
+
+class ClusterMirror:
+    """A consistent, incrementally maintained copy of one partition's cluster."""
+
+    def __init__(self, cluster: ClusterStore) -> None:
+        self.cluster = cluster
+        self.fold = ClusterFold()
+        self.last_id: str | None = None
+
+    def reload(self) -> ClusterFold:
+        """Read the whole state again (first use, or a gap in the changes stream)."""
+        version, last_id, workers, instances, metas = self.cluster.read_state()
+        self.fold.load(
+            version,
+            (Worker.model_validate_json(row) for row in workers.values()),
+            (
+                (key, ModelInstance.model_validate_json(row), parse_meta(metas[key]))
+                for key, row in instances.items()
+                if key in metas
+            ),
+        )
+        self.last_id = last_id
+        return self.fold
+
+    def read_changes(self, batch: Batch) -> ChangesRead | None:
+        """Queue the reads :meth:`sync` starts with (None before the first full read).
+
+        Lets a caller fetch the cluster version and the changes in the same
+        round trip as other work; pass the value to :meth:`sync`.
+        """
+        if self.last_id is None:
+            return None
+        keys = self.cluster.keys
+        version = batch.command(_version, "GET", keys.version)
+        start = f"({self.last_id}"
+        entries = batch.command(_entries, "XRANGE", keys.changes, start, "+", "COUNT", PAGE)
+        return ChangesRead(version, entries)
+
+    def sync(self, first_page: Changes | None = None) -> ClusterFold:
+        """Bring the fold up to the latest recorded version and return it.
+
+        A Redis that went back in time (an AOF that lost its tail, a failover to
+        a lagging replica) shows as a cluster version below the fold's, as a
+        new change whose version the fold already has, or (with ``first_page``)
+        as a cluster version the changes after the position do not reach:
+        each reloads the state.
+
+        Args:
+            first_page: the value of :meth:`read_changes` when the caller
+                already read it (read at or after the state it must see).
+        """
+        if self.last_id is None:
+            return self.reload()
+        stream = self.cluster.keys.changes
+        entries = None
+        current = None
+        if first_page is not None:
+            current, entries = first_page
+            if current < self.fold.version:
+                return self.reload()
+        while True:
+            if entries is None:
+                entries = read_range(self.cluster.client, stream, f"({self.last_id}", PAGE)
+            for entry_id, fields in entries:
+                if not self._apply(fields):
+                    return self.reload()
+                self.last_id = entry_id
+            if len(entries) < PAGE:
+                # Every version up to the one read first is on the stream after the
+                # position (each is written with its change); one missing means the new
+                # timeline's entries sort before the position (a clock behind).
+                if current is not None and self.fold.version < current:
+                    return self.reload()
+                return self.fold
+            entries = None
+
+    def _apply(self, fields: dict[str, str]) -> bool:
+        version = int(fields["version"])
+        if version != self.fold.version + 1:
+            # A change after the position the state was read at always follows
+            # its version; anything else is a gap, or Redis went back in time.
+            return False
+        try:
+            self.fold.apply_change(
+                fields["type"], version, decode_data(fields["data"]), self.cluster.snapshot_rows
+            )
+        except (LookupError, ValueError, json.JSONDecodeError):
+            return False
+        return True

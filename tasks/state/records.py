@@ -1,0 +1,166 @@
+"""Request records (``gpusched:req:<id>``): accept a request, claim an attempt, record its decision.
+
+A record moves through::
+
+    queued → deciding → decided → booked → done(scheduled)
+                 │          ├──→ retrying → deciding ...     (reservation conflict)
+                 │          ├──→ done(rejected)
+                 │          └──→ parked → woken → deciding ... (cluster change)
+                 └── (a second decider of the same attempt resumes the recorded step)
+
+Every write is one Lua script guarded by the record's ``state``/``seq``/
+``attempt`` (and, for the later steps, the recorded decision's result
+digest), so each is safe to repeat. The other steps of a record's life are
+written by :mod:`tasks.state.cluster_store` (booking),
+:mod:`tasks.state.results` (publishing), :mod:`tasks.state.parked` (parking,
+waking), :mod:`tasks.state.delays` (re-driving) and
+:mod:`tasks.state.deliveries` (dead-lettering).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tasks.audit.events import dumps, embedded_json
+from tasks.state.partition import Partition
+from tasks.state.scripts import ScriptCall
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """Outcome of :meth:`RequestRecords.accept` (for a duplicate: what the known record says)."""
+
+    accepted: bool
+    state: str = ""
+    intake_task: str = ""
+    reschedule_of: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """A decision attempt that is already decided: its record state and its step JSON."""
+
+    state: str
+    step_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class RecordOutcome:
+    """Outcome of a ``record_decision`` call; true when this decision was recorded.
+
+    ``earlier`` is the decision another decider recorded first for the same
+    attempt (continue with its step), None when the record moved on.
+    """
+
+    recorded: bool
+    earlier: Recorded | None = None
+
+    def __bool__(self) -> bool:
+        return self.recorded
+
+
+@dataclass(frozen=True, slots=True)
+class Begun:
+    """Outcome of a ``begin`` call.
+
+    ``ok`` carries the request JSON and the wake epoch; ``resume`` the
+    decision already recorded for this attempt (continue with it).
+    """
+
+    status: str
+    request_json: str | None = None
+    epoch: int = 0
+    recorded: Recorded | None = None
+
+
+class RequestRecords:
+    """Creating records, claiming decision attempts and recording decisions."""
+
+    def __init__(self, partition: Partition) -> None:
+        self._partition = partition
+
+    def accept(
+        self,
+        request_id: str,
+        request_json: str,
+        digest: str,
+        *,
+        intake_task: str = "",
+        pinned: bool = False,
+        reschedule_of: str = "",
+        rescheduled_data: str = "",
+        outbox_due_ms: int | None = None,
+    ) -> Accepted:
+        """Create the record of a new request (idempotent on ``request_id``; see ``accept.lua``).
+
+        Args:
+            reschedule_of: ``<instance key>@<booked version>`` of the booking
+                this request replaces ("" for a submitted request).
+            rescheduled_data: data of the ``sched.instance.rescheduled`` event
+                written with the record ("" for none).
+            outbox_due_ms: when the watchdog drives the request if no message does.
+        """
+        p = self._partition
+        data = dumps(
+            {"digest": digest, "request": embedded_json(request_json), "reschedule_of": reschedule_of}
+        )
+        reply = p.run(
+            "accept",
+            [p.keys.request(request_id), p.keys.events, p.keys.outbox],
+            [
+                *p.meta().argv(), request_id, request_json, digest, intake_task,
+                p.now_ms(), data, "" if outbox_due_ms is None else outbox_due_ms,
+                "1" if pinned else "0", reschedule_of, rescheduled_data,
+            ],
+        )
+        if reply[0] == "accepted":
+            return Accepted(True)
+        return Accepted(False, reply[1], reply[2], reply[3])
+
+    def begin_call(self, request_id: str, seq: int, attempt: int, task_id: str) -> ScriptCall[Begun]:
+        """Claim decision ``(seq, attempt)`` (see ``begin.lua``)."""
+        p = self._partition
+        keys = [p.keys.request(request_id), p.keys.epoch]
+        return ScriptCall("begin", keys, [seq, attempt, task_id, p.now_ms()], _begun)
+
+    def record_decision_call(
+        self,
+        request_id: str,
+        seq: int,
+        attempt: int,
+        version: int,
+        result_json: str,
+        result_digest: str,
+        event_data: str,
+        step_json: str = "",
+    ) -> ScriptCall[RecordOutcome]:
+        """Store the core's result and step, write ``sched.decision.made`` (first writer wins)."""
+        p = self._partition
+        args = [
+            *p.meta().argv(), request_id, seq, attempt, version, result_json, result_digest,
+            event_data, p.now_ms(), step_json,
+        ]
+        keys = [p.keys.request(request_id), p.keys.events]
+        return ScriptCall("record_decision", keys, args, _record_outcome)
+
+    def record(self, request_id: str) -> dict[str, str]:
+        """The request record (empty when unknown or expired)."""
+        p = self._partition
+        return dict(p.client.hgetall(p.keys.request(request_id)))  # type: ignore[arg-type]
+
+
+def _begun(reply: Any) -> Begun:
+    if reply[0] == "ok":
+        return Begun("ok", reply[1], int(reply[2]))
+    if reply[0] == "resume":
+        return Begun("resume", recorded=Recorded(reply[1], reply[2]))
+    return Begun(reply[0])
+
+
+def _record_outcome(reply: Any) -> RecordOutcome:
+    if reply[0] == "ok":
+        return RecordOutcome(True)
+    if reply[0] == "duplicate":
+        return RecordOutcome(False, Recorded(reply[1], reply[2]))
+    return RecordOutcome(False)

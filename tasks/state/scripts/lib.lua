@@ -1,0 +1,109 @@
+-- lib.lua — functions shared by the service's scripts.
+--
+-- Not a script of its own: tasks.state.scripts prepends this file to every
+-- script it loads, so each script is one chunk and these are its local
+-- functions. Nothing here reads KEYS. Every script that writes events
+-- receives the event envelope first, ARGV[1..3] (event id, time, source);
+-- it is bound here, once, for emit() and follow_up() (a script that writes
+-- no event receives no envelope and never reads these three).
+
+local event_id = ARGV[1]
+local event_time = ARGV[2]
+local event_source = ARGV[3]
+
+-- Append one event to the audit stream (never trimmed). n > 0 suffixes the
+-- event id (".1", ".2", ...) for the further events one script call writes.
+local function emit(stream, etype, rid, version, data, n)
+  local eid = event_id
+  if n > 0 then eid = eid .. '.' .. n end
+  return redis.call('XADD', stream, '*', 'schema_version', '1', 'type', etype,
+    'event_id', eid, 'time', event_time, 'source', event_source, 'request_id', rid,
+    'cluster_version', version, 'data', data)
+end
+
+-- Release one instance: subtract its claims from the booked hash and forget
+-- its row, meta and claims. Returns its meta (decoded), or nil if not held.
+local function release_instance(booked, instances, metas, claims, key)
+  local meta = redis.call('HGET', metas, key)
+  if not meta then return nil end
+  local held = redis.call('HGET', claims, key) or ''
+  for gk, amount in string.gmatch(held, '([^;=]+)=(%d+)') do
+    if amount ~= '0' and redis.call('HINCRBY', booked, gk, '-' .. amount) <= 0 then
+      redis.call('HDEL', booked, gk)
+    end
+  end
+  redis.call('HDEL', instances, key)
+  redis.call('HDEL', metas, key)
+  redis.call('HDEL', claims, key)
+  return cjson.decode(meta)
+end
+
+-- The one way a request reaches state "done": append its terminal result to
+-- the results stream, finish the record, drop its parked entry and its outbox
+-- watchdog, and log sched.result.published (event id suffix n). k holds the
+-- keys {record, results, events, parked, outbox}. A scheduled record lives as
+-- long as its booking (the release path expires it); any other expires after
+-- ttl seconds. Returns the results entry id.
+local function finish(k, rid, status, result, digest, seq, attempt, maxlen, ttl, now, n)
+  local id = redis.call('XADD', k.results, 'MAXLEN', '~', maxlen, '*',
+    'request_id', rid, 'result', result, 'status', status, 'terminal', '1', 'seq', seq)
+  redis.call('HSET', k.record, 'state', 'done', 'status', status, 'result', result,
+    'result_id', id, 'result_digest', digest, 'seq', seq, 'updated_ms', now)
+  if status ~= 'scheduled' then redis.call('EXPIRE', k.record, ttl) end
+  redis.call('HDEL', k.parked, rid)
+  redis.call('ZREM', k.outbox, rid .. '|' .. seq .. '|' .. attempt)
+  emit(k.events, 'sched.result.published', rid, '', cjson.encode({status = status,
+    terminal = true, results_id = id, result_digest = digest}), n)
+  return id
+end
+
+-- The state of a stored worker row JSON (nil for "" = no row).
+local function worker_state(row)
+  if not row or row == '' then return nil end
+  return cjson.decode(row)['state'] or 'not_ready'
+end
+
+-- Rescheduling hysteresis: a worker's readiness went from old_state (nil: the
+-- worker is new) to new_state. Leaving "ready" (or arriving not ready) starts
+-- its outage clock (down_since, kept if already running) and arms
+-- grace:<id> at down_since + grace; becoming ready stamps up_since and, if
+-- an outage clock runs, arms stable:<id> (which resets the clock only if the
+-- worker is still ready then). Changes between two not-ready states, and a
+-- new ready worker, change nothing. h = {health, timers, events}; the
+-- sched.worker.health event gets id suffix n. Returns true if it wrote.
+local function track_health(h, wid, old_state, new_state, now, grace_ms, stable_ms, n)
+  if old_state == new_state or (old_state == nil and new_state == 'ready') then return false end
+  if old_state ~= nil and old_state ~= 'ready' and new_state ~= 'ready' then return false end
+  local raw = redis.call('HGET', h.health, wid)
+  local clocks = raw and cjson.decode(raw) or {}
+  local down, up = clocks['down_since_ms'], clocks['up_since_ms']
+  if down == cjson.null then down = nil end
+  if up == cjson.null then up = nil end
+  if new_state ~= 'ready' then
+    down = down or now
+    up = nil
+    redis.call('ZADD', h.timers, math.max(now, down + grace_ms), 'grace:' .. wid)
+    redis.call('ZREM', h.timers, 'stable:' .. wid)
+  else
+    up = now
+    if down then redis.call('ZADD', h.timers, now + stable_ms, 'stable:' .. wid) end
+  end
+  local record = {down_since_ms = down or cjson.null, up_since_ms = up or cjson.null}
+  redis.call('HSET', h.health, wid, cjson.encode(record))
+  emit(h.events, 'sched.worker.health', '', '', cjson.encode({worker_id = tonumber(wid),
+    state = new_state, down_since_ms = record.down_since_ms, up_since_ms = record.up_since_ms}), n)
+  return true
+end
+
+-- Record the follow-up work of a cluster change (reschedule released
+-- bookings, expire their records, wake parked requests) under the event id
+-- (ARGV[1]): the job JSON in the jobs hash, the id in the follow-ups sorted set
+-- due at `due`, in case the caller dies before doing it. The caller chose the
+-- event id, so it runs the job at once (also when this script's reply was
+-- lost and a retry found nothing left to change) and then deletes it.
+local function follow_up(f, due, reason, released, reschedule, wake)
+  redis.call('HSET', f.jobs, event_id, cjson.encode({reason = reason, released = released,
+    reschedule = reschedule, wake = wake}))
+  redis.call('ZADD', f.due, due, event_id)
+  return event_id
+end

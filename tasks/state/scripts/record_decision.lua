@@ -1,0 +1,50 @@
+-- record_decision.lua — store the core's result and its step, log the decision.
+--
+-- The first decision recorded for a (seq, attempt) is the decision: a second
+-- decider of the same attempt (a redelivered or re-driven message) never
+-- overwrites it, it continues with the recorded step instead, so the result
+-- published is always the one whose booking was reserved.
+--
+-- KEYS[1]  request record hash      gpusched:req:<request_id>
+-- KEYS[2]  audit stream             gpusched:events
+--
+-- ARGV[1]  event id                 ARGV[2] event time (ISO)    ARGV[3] event source
+-- ARGV[4]  request id
+-- ARGV[5]  decision seq             ARGV[6] attempt
+-- ARGV[7]  cluster version the decision read
+-- ARGV[8]  result JSON (Contract 1)
+-- ARGV[9]  result digest (sha256 of ARGV[8])
+-- ARGV[10] data JSON of the sched.decision.made event
+-- ARGV[11] now (ms)
+-- ARGV[12] step JSON (what reserve/park/publish continue with)
+--
+-- Returns {"ok", event_id}; {"duplicate", state, step_json} when a decision
+-- for this (seq, attempt) is already recorded (nothing is written);
+-- {"stale", state} when the record moved on.
+
+local record_key = KEYS[1]
+local events_key = KEYS[2]
+
+local rid = ARGV[4]
+local seq = ARGV[5]
+local attempt = ARGV[6]
+local cluster_version = ARGV[7]
+local result_json = ARGV[8]
+local result_digest = ARGV[9]
+local decision_data = ARGV[10]
+local now_ms = ARGV[11]
+local step_json = ARGV[12]
+
+local r = redis.call('HMGET', record_key, 'state', 'seq', 'attempt', 'step')
+if r[2] ~= seq or r[3] ~= attempt then return {'stale', r[1] or ''} end
+local state = r[1]
+if state == 'deciding' then
+  redis.call('HSET', record_key, 'state', 'decided', 'result', result_json,
+    'result_digest', result_digest, 'decided_version', cluster_version, 'step', step_json,
+    'updated_ms', now_ms)
+  local id = emit(events_key, 'sched.decision.made', rid, cluster_version, decision_data, 0)
+  return {'ok', id}
+end
+local settled = state == 'decided' or state == 'booked' or state == 'parked' or state == 'done'
+if settled and r[4] and r[4] ~= '' then return {'duplicate', state, r[4]} end
+return {'stale', state or ''}

@@ -1,0 +1,13 @@
+"""An empty deployment on fakeredis (``h``) for the state tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from tasks.testing import Harness
+
+
+@pytest.fixture
+def h() -> Harness:
+    """A fresh harness: no worker, no request."""
+    return Harness()

@@ -1,0 +1,67 @@
+"""Parking reasons and wake rules: which change wakes which parked request."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from service_builders import worker_row
+
+from scheduler_core import ScheduleResult, Worker
+from tasks.state.parking import Change, ParkedEntry, blocking_reasons, parked_json, wake_targets, woken_by
+
+
+def test_reasons_come_from_the_blocking_filter_or_the_strategies() -> None:
+    events = [
+        {"level": "info", "action": "a", "message": "m", "reason": "tp_not_divisible"},
+        {"level": "info", "action": "b", "message": "m", "reason": "insufficient_vram"},
+    ]
+    result = ScheduleResult.model_validate({"request_id": "r", "status": "unschedulable", "events": events})
+    assert blocking_reasons(result, None) == ["insufficient_vram", "tp_not_divisible"]
+    assert blocking_reasons(result, "label_mismatch") == ["label_mismatch"]
+    assert blocking_reasons(result, None, overcommit=True)[-1] == "tp_not_divisible"
+    assert "overcommit" in blocking_reasons(result, None, overcommit=True)
+    empty = ScheduleResult(request_id="r", status="unschedulable")
+    assert blocking_reasons(empty, None) == ["no_candidate"]
+
+
+def _entry(reasons: list[str], **kw: Any) -> ParkedEntry:
+    return ParkedEntry(seq=0, reasons=reasons, **kw)
+
+
+def _w(**kw: Any) -> Worker:
+    return Worker.model_validate(worker_row(7, kw.pop("name", "w7"), **kw))
+
+
+def test_freed_capacity_wakes_capacity_reasons_on_matching_workers_only() -> None:
+    entry = _entry(["insufficient_vram"], worker_selector={"gpu": "h100"}, cluster_id=1)
+    assert woken_by(entry, Change("capacity_freed", (_w(labels={"gpu": "h100"}),)))
+    assert not woken_by(entry, Change("capacity_freed", (_w(labels={"gpu": "4090"}),)))
+    assert not woken_by(entry, Change("capacity_freed", (_w(labels={"gpu": "h100"}, cluster_id=2),)))
+    assert not woken_by(entry, Change("capacity_freed", (_w(labels={"gpu": "h100"}, state="not_ready"),)))
+    assert not woken_by(_entry(["label_mismatch"]), Change("capacity_freed", (_w(),)))
+
+
+def test_each_change_kind_wakes_what_it_can_clear() -> None:
+    worker = (_w(),)
+    assert woken_by(_entry(["worker_not_ready"]), Change("worker_ready", worker))
+    assert woken_by(_entry(["label_mismatch"]), Change("labels_changed", worker))
+    assert not woken_by(_entry(["worker_not_ready"]), Change("labels_changed", worker))
+    assert woken_by(_entry(["gpu_selector_mismatch"]), Change("worker_added", worker))
+    assert woken_by(_entry(["heterogeneous_gpus"]), Change("snapshot"))
+    assert not woken_by(_entry(["heterogeneous_gpus"]), Change("worker_added", worker))
+    assert woken_by(_entry(["some_future_code"]), Change("capacity_increased", worker))
+
+
+def test_pinned_requests_wake_only_for_their_own_workers() -> None:
+    entry = _entry(["gpu_selector_mismatch"], pinned_workers=["w7"])
+    assert woken_by(entry, Change("worker_added", (_w(name="w7"),)))
+    assert not woken_by(entry, Change("worker_added", (_w(name="w8"),)))
+
+
+def test_wake_targets_are_sorted_and_carry_the_parked_seq() -> None:
+    parked = {
+        "b": parked_json(ParkedEntry(seq=2, reasons=["insufficient_vram"])),
+        "a": parked_json(ParkedEntry(seq=0, reasons=["insufficient_vram"])),
+        "c": parked_json(ParkedEntry(seq=0, reasons=["label_mismatch"])),
+    }
+    assert wake_targets(parked, [Change("capacity_freed", (_w(),))]) == [("a", 0), ("b", 2)]
