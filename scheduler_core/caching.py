@@ -10,9 +10,10 @@ none changes a result (property tests compare decisions with and without):
   also reused from the previous decision with the same inputs.
 * :class:`Memoized` wraps a pure function of a hashable argument that a rule
   needs many times with few distinct arguments (``policy: precise``'s per-rank
-  budget by GPU size and layout): :meth:`StageRunner.memoized` hands out one per
-  decision, shared by every strategy, and with a memo across decisions while its
-  signature (every other input of the function) is equal.
+  budget by GPU size and layout, its verdict by GPU set and layout):
+  :meth:`StageRunner.memoized` hands out one per decision, shared by every
+  strategy, and with a memo across decisions while its signature (every other
+  input of the function) is equal.
 * :class:`SnapshotMemo` is what a long-lived decider (the service's worker
   process) keeps across ``schedule()`` calls: validated worker views, orderings
   and groupings derived from a worker list, per-worker values (allocatable
@@ -162,6 +163,8 @@ class SnapshotMemo:
     LIMIT = 200_000
     #: Stage tables kept at most (one per rule, distinct inputs and GPU type).
     STAGE_TABLES = 512
+    #: Memoized functions kept at most (each holds up to :attr:`Memoized.LIMIT` values).
+    FUNCTIONS = 32
 
     def __init__(self) -> None:
         self._entries: dict[int, _MemoEntry] = {}
@@ -240,7 +243,7 @@ class SnapshotMemo:
         key = (name, signature)
         found = self._functions.get(key)
         if found is None:
-            if len(self._functions) >= self.STAGE_TABLES:
+            if len(self._functions) >= self.FUNCTIONS:
                 self._functions.clear()
             found = self._functions[key] = Memoized(signature, compute)
         return found
@@ -259,8 +262,9 @@ class StageRunner:
     """Maps per-worker rules over workers for one decision, sharing equal evaluations.
 
     Workers with equal GPUs (index, type, vendor, total, reported usage) and
-    equal allocatable memory get one evaluation. With a memo, an unchanged worker's outcome is reused
-    from an earlier decision with the same rule inputs and GPU type.
+    equal allocatable memory get one evaluation. With a memo, an unchanged
+    worker's outcome is reused from an earlier decision with the same rule
+    inputs and GPU type.
     """
 
     __slots__ = ("_cluster", "_functions", "_memo", "_shapes", "_shared")

@@ -86,6 +86,7 @@ class _Window:
 
     @property
     def least(self) -> int:
+        """The smallest usable memory of the window (workers are ordered by it)."""
         return min(free for _, _, free in self.rooms)
 
 
@@ -120,6 +121,7 @@ def _offer_window(
 def _attach_offer(
     inputs: _OfferInputs, worker: WorkerView, outcome: _Window | Miss | None
 ) -> _Offer | Miss | None:
+    """The worker's offer (its shape's window), or its shape's miss."""
     del inputs
     return _Offer(worker, outcome) if isinstance(outcome, _Window) else outcome
 
