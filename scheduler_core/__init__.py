@@ -29,7 +29,7 @@ from scheduler_core._schemas import (
 )
 from scheduler_core.accounting import gpu_capacity, instance_claims, occupied_workers
 from scheduler_core.caching import SnapshotMemo
-from scheduler_core.decision import canonical_json, request_id_for, schedule
+from scheduler_core.decision import UNHASHABLE_REQUEST_ID, canonical_json, request_id_for, schedule
 from scheduler_core.diffusion import TuneRequest, TuneResult, tune
 from scheduler_core.framework import Chain
 from scheduler_core.gpu_ids import GpuId, parse_gpu_id, selected_worker_names
@@ -41,12 +41,14 @@ from scheduler_core.plugins import (
     chain_wake_table,
     worker_admits,
 )
-from scheduler_core.reasons import ClusterChange, Reason
+from scheduler_core.reasons import MORE_CAPACITY, ClusterChange, Reason
 
 __all__ = [
     "DEFAULT_CHAIN",
     "FILTERS_BY_NAME",
+    "MORE_CAPACITY",
     "STRATEGIES_BY_NAME",
+    "UNHASHABLE_REQUEST_ID",
     "WORKER_STATES",
     "CandidateOut",
     "Chain",

@@ -38,7 +38,7 @@ def next_step(
         return Step(request_id, seq, attempt, PUBLISH, result.status, fold.version, epoch,
                     error=error_of(result))
     park = ParkedEntry.for_model(model, seq, (), fold.version, 0).model_dump(
-        mode="json", include={"worker_selector", "pinned_workers", "cluster_id"}
+        mode="json", include={"worker_selector", "gpu_ids", "cluster_id"}
     )
     step = Step(request_id, seq, attempt, PUBLISH, result.status, fold.version, epoch, park=park)
     if result.status == "rejected":

@@ -8,20 +8,25 @@ cluster) under its idempotency key.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
-from scheduler_core import ModelSpec, ScheduleRequest, ScheduleResult, canonical_json, schedule
+from scheduler_core import (
+    UNHASHABLE_REQUEST_ID,
+    ModelSpec,
+    ScheduleRequest,
+    ScheduleResult,
+    canonical_json,
+    request_id_for,
+    schedule,
+)
 from tasks.audit.digests import sha256_hex
 
 #: Request fields the service ignores: it holds the cluster state itself.
 INLINE_CLUSTER_FIELDS = ("workers", "model_instances")
-#: Longest request id accepted as given (Contract 1); longer ones are replaced by a digest.
-MAX_REQUEST_ID = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,17 +49,13 @@ class Normalized:
 
 
 def request_id_of(raw: Any) -> str:
-    """The request's idempotency key: the given id, else ``req-`` + a content digest.
-
-    The service's copy of the core's request-id rule (``schedule()`` names an
-    invalid request's result the same way); the only place the service
-    derives a request id.
-    """
-    if isinstance(raw, Mapping):
-        given = raw.get("request_id")
-        if isinstance(given, str) and 0 < len(given) <= MAX_REQUEST_ID:
-            return given
-    return "req-" + hashlib.sha256(canonical_json(raw).encode()).hexdigest()[:24]
+    """The request's idempotency key: the core's rule (:func:`scheduler_core.request_id_for`):
+    the given id, else ``req-`` + a content digest; the core's fixed id for a request that
+    has none and nests too deeply to be hashed (``schedule()`` rejects it under that id)."""
+    try:
+        return request_id_for(raw)
+    except ValueError:
+        return UNHASHABLE_REQUEST_ID
 
 
 def normalize(raw: Any) -> Normalized:

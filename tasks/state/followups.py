@@ -81,7 +81,7 @@ def wake(rt: Runtime, facts: Any) -> list[str]:
                tuple(fold.workers[w] for w in json_list(fact.get("workers")) if w in fold.workers))
         for fact in facts
     ]
-    targets = wake_targets(rt.parked.entries(), changes)
+    targets = wake_targets(rt.parked.entries(), changes, rt.chain.chain)
     due = rt.partition.lease_deadline_ms()
     woken = rt.parked.wake(targets, describe(changes), due)
     for request_id, seq in woken:

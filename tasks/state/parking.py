@@ -1,22 +1,17 @@
-"""Parking reasons and wake rules (the service's ``EventsToRegister``).
+"""Parking reasons and wake rules, derived from the core's plugins.
 
 A request that fits nowhere is parked with the reason codes that blocked it:
-the blocking filter's code (``worker_not_ready``, ``label_mismatch``,
-``gpu_selector_mismatch``, ``cluster_mismatch``) or the strategies' codes
-(``insufficient_vram``, ``tp_not_divisible``, ``no_worker_combination``,
-``heterogeneous_gpus``), plus the service's own ``overcommit``,
-``conflict_retries_exhausted`` and ``no_candidate``. Each kind of cluster
-change declares the reasons it can clear (:data:`WAKES`), and a parked
-request is woken only if one of its reasons is among them *and* the changed
-worker could serve it (:func:`worker_serves`). Unknown reason codes are woken
-by every change: a request may be woken in vain, never forgotten.
-
-This module holds the service's copies of three core rules, each in one
-place so that switching it to a core API is a one-place edit: the core's
-reason codes (:data:`FILTER_REASONS`, :data:`STRATEGY_CAPACITY_REASONS`,
-:data:`STATIC_REASONS`), the worker filters' predicates
-(:func:`worker_serves`) and the parsing of manual GPU ids
-(:func:`pinned_worker_names`).
+the blocking filter's :class:`~scheduler_core.Reason` or the strategies'
+reasons, plus the service's own (``overcommit``: a pick the ledger will not
+book; ``conflict_retries_exhausted``; ``no_candidate``). Which kind of
+cluster change can clear which reason comes from the plugins' own
+declarations (:func:`scheduler_core.chain_wake_table`, kube-scheduler's
+``EventsToRegister``), and whether a changed worker could serve the request
+from the chain's own filters (:func:`scheduler_core.worker_admits`): the
+service keeps no copy of either rule. A parked request is woken only when one
+of its reasons is among those the change clears *and* a changed worker passes
+the filters for it. Unknown reason codes are woken by every change: a request
+may be woken in vain, never forgotten.
 """
 
 from __future__ import annotations
@@ -28,49 +23,37 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from scheduler_core import ModelSpec, ScheduleResult, Worker
+from scheduler_core import (
+    MORE_CAPACITY,
+    Chain,
+    ClusterChange,
+    ModelSpec,
+    Reason,
+    ScheduleResult,
+    Worker,
+    chain_wake_table,
+    worker_admits,
+)
 from tasks.state.ledger import worker_capacity
 
-#: The core's worker-filter reason codes a cluster change can clear.
-FILTER_REASONS = frozenset(
-    {"cluster_mismatch", "gpu_selector_mismatch", "label_mismatch", "worker_not_ready"}
-)
-#: The core's strategy reason codes that more capacity can clear.
-STRATEGY_CAPACITY_REASONS = frozenset({"insufficient_vram", "no_worker_combination", "tp_not_divisible"})
 #: The service's reason for an overcommitted pick the ledger will not book.
-OVERCOMMIT_REASON = "overcommit"
+OVERCOMMIT_REASON = Reason.OVERCOMMIT.value
 #: The service's reason for a request whose reservation attempts all conflicted.
-CONFLICT_REASON = "conflict_retries_exhausted"
+CONFLICT_REASON = Reason.CONFLICT_RETRIES_EXHAUSTED.value
 #: The service's reason when a result names no blocking code at all.
-NO_CANDIDATE_REASON = "no_candidate"
-#: Reasons cleared by more capacity (strategy codes, plus the service's own).
-CAPACITY_REASONS = STRATEGY_CAPACITY_REASONS | {OVERCOMMIT_REASON, CONFLICT_REASON, NO_CANDIDATE_REASON}
-#: Reasons only a new snapshot can clear (the request itself is contradictory).
-STATIC_REASONS = frozenset({"heterogeneous_gpus"})
-KNOWN_REASONS = FILTER_REASONS | CAPACITY_REASONS | STATIC_REASONS
-
-#: Cluster change kinds and the reasons each can clear.
-WAKES: dict[str, frozenset[str]] = {
-    "snapshot": KNOWN_REASONS,
-    "worker_added": CAPACITY_REASONS | FILTER_REASONS,
-    "worker_ready": CAPACITY_REASONS | {"worker_not_ready"},
-    "labels_changed": CAPACITY_REASONS | {"label_mismatch"},
-    "cluster_changed": CAPACITY_REASONS | {"cluster_mismatch"},
-    "renamed": CAPACITY_REASONS | {"gpu_selector_mismatch"},
-    "capacity_increased": CAPACITY_REASONS,
-    "capacity_freed": CAPACITY_REASONS,
-}
+NO_CANDIDATE_REASON = Reason.NO_CANDIDATE.value
+#: The service's own reasons: more capacity may clear each.
+SERVICE_REASONS = frozenset({OVERCOMMIT_REASON, CONFLICT_REASON, NO_CANDIDATE_REASON})
 
 
-def pinned_worker_names(model: ModelSpec) -> list[str] | None:
-    """Worker names of a manual GPU selection (``<worker>:<type>:<index>`` ids), sorted; None if none.
-
-    The service's copy of the core's GPU-id parsing (the ``gpu_selector`` filter).
-    """
-    selector = model.gpu_selector
-    if not (selector and selector.gpu_ids):
-        return None
-    return sorted({gpu_id.rsplit(":", 2)[0] for gpu_id in selector.gpu_ids})
+def wake_table(chain: Chain) -> dict[str, frozenset[str]]:
+    """Per kind of cluster change, the reason codes it can clear: the chain's plugins'
+    declarations, plus the service's own reasons for every change that adds capacity."""
+    table = {change.value: {r.value for r in reasons} for change, reasons in chain_wake_table(chain).items()}
+    for change in MORE_CAPACITY:
+        table[change.value] |= SERVICE_REASONS
+    table[ClusterChange.SNAPSHOT.value] |= SERVICE_REASONS
+    return {change: frozenset(reasons) for change, reasons in table.items()}
 
 
 class ParkedEntry(BaseModel):
@@ -81,7 +64,8 @@ class ParkedEntry(BaseModel):
     seq: int
     reasons: list[str]
     worker_selector: dict[str, str] | None = None
-    pinned_workers: list[str] | None = None
+    #: The model's manual GPU selection (``<worker>:<type>:<index>``), for the gpu-selector filter.
+    gpu_ids: list[str] | None = None
     cluster_id: int | None = None
     decided_version: int = 0
     parked_ms: int = 0
@@ -95,10 +79,17 @@ class ParkedEntry(BaseModel):
             seq=seq,
             reasons=sorted(set(reasons)),
             worker_selector=dict(model.worker_selector) if model.worker_selector else None,
-            pinned_workers=pinned_worker_names(model),
+            gpu_ids=list(model.gpu_selector.gpu_ids or ()) or None if model.gpu_selector else None,
             cluster_id=model.cluster_id,
             decided_version=version,
             parked_ms=now_ms,
+        )
+
+    def filtered_model(self) -> ModelSpec:
+        """The model as far as the worker filters read it."""
+        selector = {"gpu_ids": self.gpu_ids} if self.gpu_ids else None
+        return ModelSpec.model_validate(
+            {"cluster_id": self.cluster_id, "worker_selector": self.worker_selector, "gpu_selector": selector}
         )
 
 
@@ -107,12 +98,15 @@ class Change:
     """One wake-relevant fact about a cluster change.
 
     Attributes:
-        kind: a key of :data:`WAKES`.
+        kind: a :class:`~scheduler_core.ClusterChange` value.
         workers: the workers concerned (empty for a snapshot: concerns everyone).
     """
 
     kind: str
     workers: tuple[Worker, ...] = ()
+
+    def __post_init__(self) -> None:
+        ClusterChange(self.kind)  # a kind the plugins can declare (raises ValueError otherwise)
 
 
 def blocking_reasons(
@@ -132,47 +126,34 @@ def blocking_reasons(
     else:
         reasons.update(event.reason for event in result.events if event.reason)
     if overcommit:
-        reasons.update({OVERCOMMIT_REASON, "insufficient_vram"})
+        reasons.update({OVERCOMMIT_REASON, Reason.INSUFFICIENT_VRAM.value})
     if not reasons:
         reasons.add(NO_CANDIDATE_REASON)
     return sorted(reasons)
 
 
-def worker_serves(entry: ParkedEntry, worker: Worker) -> bool:
-    """Whether ``worker`` could serve the parked request: ready, same cluster, pinned, labels match.
-
-    The service's copy of the core's worker filters (``status``, ``cluster``,
-    ``gpu_selector``, ``labels``).
-    """
-    if worker.state != "ready":
-        return False
-    if entry.cluster_id is not None and worker.cluster_id != entry.cluster_id:
-        return False
-    if entry.pinned_workers is not None and worker.name not in entry.pinned_workers:
-        return False
-    selector = entry.worker_selector or {}
-    return all(worker.labels.get(key) == value for key, value in selector.items())
-
-
-def woken_by(entry: ParkedEntry, change: Change) -> bool:
-    """Whether ``change`` could unblock the parked ``entry``."""
-    if change.kind == "snapshot":
+def woken_by(entry: ParkedEntry, change: Change, chain: Chain) -> bool:
+    """Whether ``change`` could unblock the parked ``entry`` (under ``chain``'s plugins)."""
+    if change.kind == ClusterChange.SNAPSHOT.value:
         return True
+    table = wake_table(chain)
     reasons = set(entry.reasons)
-    clears = WAKES.get(change.kind, frozenset())
-    if not (reasons & clears or reasons - KNOWN_REASONS):
+    known = frozenset().union(*table.values())
+    if not (reasons & table.get(change.kind, frozenset()) or reasons - known):
         return False
-    return any(worker_serves(entry, worker) for worker in change.workers)
+    model = entry.filtered_model()
+    return any(worker_admits(model, worker, chain) for worker in change.workers)
 
 
 def wake_targets(
-    parked: Mapping[str, str], changes: Sequence[Change]
+    parked: Mapping[str, str], changes: Sequence[Change], chain: Chain
 ) -> list[tuple[str, int]]:
     """(request id, parked seq) of the parked requests any of ``changes`` could unblock.
 
     Args:
         parked: raw ``gpusched:parked`` entries by request id.
         changes: what happened.
+        chain: the plugins the service decides with (their wake declarations and filters).
 
     Returns:
         Targets sorted by request id (deterministic wake order).
@@ -180,7 +161,7 @@ def wake_targets(
     targets: list[tuple[str, int]] = []
     for request_id in sorted(parked):
         entry = ParkedEntry.model_validate_json(parked[request_id])
-        if any(woken_by(entry, change) for change in changes):
+        if any(woken_by(entry, change, chain) for change in changes):
             targets.append((request_id, entry.seq))
     return targets
 
@@ -192,18 +173,18 @@ def _capacity_grew(old: Mapping[str, int], new: Mapping[str, int]) -> bool:
 def worker_changes(old: Worker | None, new: Worker) -> list[Change]:
     """Wake-relevant facts of a worker update (``old`` None: the worker is new)."""
     if old is None:
-        return [Change("worker_added", (new,))]
+        return [Change(ClusterChange.WORKER_ADDED, (new,))]
     changes: list[Change] = []
     if new.state == "ready" and old.state != "ready":
-        changes.append(Change("worker_ready", (new,)))
+        changes.append(Change(ClusterChange.WORKER_READY, (new,)))
     if dict(new.labels) != dict(old.labels):
-        changes.append(Change("labels_changed", (new,)))
+        changes.append(Change(ClusterChange.LABELS_CHANGED, (new,)))
     if new.cluster_id != old.cluster_id:
-        changes.append(Change("cluster_changed", (new,)))
+        changes.append(Change(ClusterChange.CLUSTER_CHANGED, (new,)))
     if new.name != old.name:
-        changes.append(Change("renamed", (new,)))
+        changes.append(Change(ClusterChange.RENAMED, (new,)))
     if _capacity_grew(worker_capacity(old), worker_capacity(new)):
-        changes.append(Change("capacity_increased", (new,)))
+        changes.append(Change(ClusterChange.CAPACITY_INCREASED, (new,)))
     return changes
 
 

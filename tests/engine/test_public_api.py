@@ -9,6 +9,7 @@ import scheduler_core
 PUBLIC = [
     "DEFAULT_CHAIN",
     "FILTERS_BY_NAME",
+    "MORE_CAPACITY",
     "STRATEGIES_BY_NAME",
     "WORKER_STATES",
     "CandidateOut",
@@ -27,6 +28,7 @@ PUBLIC = [
     "SnapshotMemo",
     "TuneRequest",
     "TuneResult",
+    "UNHASHABLE_REQUEST_ID",
     "Worker",
     "canonical_json",
     "chain_of",

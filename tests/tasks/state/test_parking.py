@@ -6,8 +6,20 @@ from typing import Any
 
 from service_builders import worker_row
 
-from scheduler_core import ScheduleResult, Worker
-from tasks.state.parking import Change, ParkedEntry, blocking_reasons, parked_json, wake_targets, woken_by
+from scheduler_core import DEFAULT_CHAIN, ScheduleResult, Worker
+from tasks.state.parking import (
+    Change,
+    ParkedEntry,
+    blocking_reasons,
+    parked_json,
+    wake_table,
+    wake_targets,
+)
+from tasks.state.parking import woken_by as _woken_by
+
+
+def woken_by(entry: ParkedEntry, change: Change) -> bool:
+    return _woken_by(entry, change, DEFAULT_CHAIN)
 
 
 def test_reasons_come_from_the_blocking_filter_or_the_strategies() -> None:
@@ -25,6 +37,7 @@ def test_reasons_come_from_the_blocking_filter_or_the_strategies() -> None:
 
 
 def _entry(reasons: list[str], **kw: Any) -> ParkedEntry:
+    kw.setdefault("cluster_id", 1)  # the workers' cluster (builders.worker)
     return ParkedEntry(seq=0, reasons=reasons, **kw)
 
 
@@ -53,15 +66,36 @@ def test_each_change_kind_wakes_what_it_can_clear() -> None:
 
 
 def test_pinned_requests_wake_only_for_their_own_workers() -> None:
-    entry = _entry(["gpu_selector_mismatch"], pinned_workers=["w7"])
+    entry = _entry(["gpu_selector_mismatch"], gpu_ids=["w7:cuda:0"])
     assert woken_by(entry, Change("worker_added", (_w(name="w7"),)))
     assert not woken_by(entry, Change("worker_added", (_w(name="w8"),)))
 
 
 def test_wake_targets_are_sorted_and_carry_the_parked_seq() -> None:
     parked = {
-        "b": parked_json(ParkedEntry(seq=2, reasons=["insufficient_vram"])),
-        "a": parked_json(ParkedEntry(seq=0, reasons=["insufficient_vram"])),
-        "c": parked_json(ParkedEntry(seq=0, reasons=["label_mismatch"])),
+        "b": parked_json(ParkedEntry(seq=2, reasons=["insufficient_vram"], cluster_id=1)),
+        "a": parked_json(ParkedEntry(seq=0, reasons=["insufficient_vram"], cluster_id=1)),
+        "c": parked_json(ParkedEntry(seq=0, reasons=["label_mismatch"], cluster_id=1)),
     }
-    assert wake_targets(parked, [Change("capacity_freed", (_w(),))]) == [("a", 0), ("b", 2)]
+    assert wake_targets(parked, [Change("capacity_freed", (_w(),))], DEFAULT_CHAIN) == [("a", 0), ("b", 2)]
+
+
+def test_wake_rules_are_the_plugins_declarations_plus_the_services_reasons() -> None:
+    """Rule: the table is derived from the chain (kube's EventsToRegister): a filter's reason is
+    cleared by the changes its filter declares, capacity changes clear the strategies' and the
+    service's reasons, a snapshot clears everything, and a static reason only a snapshot clears."""
+    table = wake_table(DEFAULT_CHAIN)
+    assert table["worker_ready"] >= {"worker_not_ready", "insufficient_vram", "overcommit", "no_candidate"}
+    assert "label_mismatch" not in table["worker_ready"]
+    assert table["labels_changed"] >= {"label_mismatch", "overcommit_not_allowed"}
+    assert "heterogeneous_gpus" in table["snapshot"]
+    assert all("heterogeneous_gpus" not in reasons for kind, reasons in table.items() if kind != "snapshot")
+    freed = table["capacity_freed"]
+    assert freed >= {"conflict_retries_exhausted", "tp_not_divisible", "no_worker_combination"}
+
+
+def test_a_model_without_cluster_waits_for_workers_without_one() -> None:
+    """Rule: the cluster filter runs even for a model without a cluster (None matches None only)."""
+    entry = _entry(["insufficient_vram"], cluster_id=None)
+    assert not woken_by(entry, Change("capacity_freed", (_w(cluster_id=1),)))
+    assert woken_by(entry, Change("capacity_freed", (_w(cluster_id=None),)))
