@@ -59,10 +59,13 @@ class WorkerRule(Protocol[_I, _O, _P_co]):
     outcome serves every worker of the same shape. ``attach`` turns that
     outcome into the worker's own result (its candidates), reading only the
     inputs, the worker and the outcome; so the result can be kept across
-    decisions while the worker is unchanged.
+    decisions while the worker is unchanged. ``reads_reported`` says whether
+    ``evaluate`` reads what a GPU reports of itself beyond its size (vendor,
+    memory in use); workers that differ only there then do not share an outcome.
     """
 
     name: str
+    reads_reported: bool
 
     def evaluate(self, inputs: _I, gpus: tuple[Gpu, ...], allocatable: Allocatable) -> _O:
         """The rule's outcome for one worker shape."""
@@ -273,7 +276,7 @@ class StageRunner:
         self._cluster = cluster
         self._memo = memo
         self._shared: dict[tuple[str, str | None], tuple[object, dict[object, object]]] = {}
-        self._shapes: dict[tuple[int, str | None], tuple[WorkerView, Hashable]] = {}
+        self._shapes: dict[tuple[int, str | None, bool], tuple[WorkerView, Hashable]] = {}
         self._functions: dict[tuple[str, Hashable], Memoized[Any, Any]] = {}
 
     def memoized(self, name: str, signature: Hashable, compute: Callable[[_K], _V]) -> Memoized[_K, _V]:
@@ -319,24 +322,32 @@ class StageRunner:
         self, rule: WorkerRule[_I, _O, _P], inputs: _I, gpu_type: str | None, worker: WorkerView
     ) -> _P:
         free = self._cluster.allocatable(worker, gpu_type)
-        shape = self._shape(worker, gpu_type, free)
+        shape = self._shape(worker, gpu_type, free, rule.reads_reported)
         table = self._table(rule.name, inputs, gpu_type)
         outcome = table.get(shape)
         if outcome is None:
             outcome = table[shape] = rule.evaluate(inputs, worker.gpus, free)
         return rule.attach(inputs, worker, outcome)  # type: ignore[arg-type]
 
-    def _shape(self, worker: WorkerView, gpu_type: str | None, free: Allocatable) -> Hashable:
-        """What a rule may read of the worker: its GPUs (vendor and reported usage included)
-        and their allocatable memory (once per decision)."""
-        key = (worker.id, gpu_type)
+    def _shape(
+        self, worker: WorkerView, gpu_type: str | None, free: Allocatable, reported: bool
+    ) -> Hashable:
+        """What a rule may read of the worker, once per decision: its GPUs and their
+        allocatable memory, plus what the GPUs report of themselves (vendor, memory in use)
+        for a rule that reads it. Leaving that out for the rules that do not read it lets
+        workers that differ only in reported usage share one evaluation."""
+        key = (worker.id, gpu_type, reported)
         known = self._shapes.get(key)
         if known is None or known[0] is not worker:
             vram = free.vram
-            gpus = tuple(
-                (g.index, g.type, g.vendor, g.total, 0 if g.index is None else vram.get(g.index, 0), g.used)
+            sizes = [
+                (g.index, g.type, g.total, 0 if g.index is None else vram.get(g.index, 0))
                 for g in worker.gpus
-            )
+            ]
+            if reported:
+                gpus = tuple((*size, g.vendor, g.used) for size, g in zip(sizes, worker.gpus, strict=True))
+            else:
+                gpus = tuple(sizes)
             known = self._shapes[key] = (worker, (free.ram, gpus))
         return known[1]
 
@@ -352,17 +363,20 @@ class StageRunner:
 class Rule(Generic[_I, _O, _P]):
     """Adapts two pure module-level functions to :class:`WorkerRule` (with a name for reuse tables)."""
 
-    __slots__ = ("_attach", "_evaluate", "name")
+    __slots__ = ("_attach", "_evaluate", "name", "reads_reported")
 
     def __init__(
         self,
         name: str,
         evaluate: Callable[[_I, tuple[Gpu, ...], Allocatable], _O],
         attach: Callable[[_I, WorkerView, _O], _P],
+        *,
+        reads_reported: bool,
     ) -> None:
         self.name = name
         self._evaluate = evaluate
         self._attach = attach
+        self.reads_reported = reads_reported
 
     def evaluate(self, inputs: _I, gpus: tuple[Gpu, ...], allocatable: Allocatable) -> _O:
         """Call the evaluating function."""

@@ -126,7 +126,7 @@ def _attach_offer(
     return _Offer(worker, outcome) if isinstance(outcome, _Window) else outcome
 
 
-_OFFER_RULE = Rule("precise_multi_worker_offer", _offer_window, _attach_offer)
+_OFFER_RULE = Rule("precise_multi_worker_offer", _offer_window, _attach_offer, reads_reported=True)
 
 
 def _runs(offers: Sequence[_Offer], nodes: int) -> Iterator[tuple[_Offer, ...]]:

@@ -111,7 +111,7 @@ def _attach(inputs: _Inputs, worker: WorkerView, outcome: _Outcome) -> _WorkerRe
     return _WorkerResult(candidates, outcome.miss, outcome.gpus)
 
 
-_RULE = Rule("precise_single_worker", _evaluate, _attach)
+_RULE = Rule("precise_single_worker", _evaluate, _attach, reads_reported=True)
 
 
 class PreciseSingleWorker:
