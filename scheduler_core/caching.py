@@ -344,10 +344,11 @@ class StageRunner:
                 (g.index, g.type, g.total, 0 if g.index is None else vram.get(g.index, 0))
                 for g in worker.gpus
             ]
-            if reported:
-                gpus = tuple((*size, g.vendor, g.used) for size, g in zip(sizes, worker.gpus, strict=True))
-            else:
-                gpus = tuple(sizes)
+            gpus: tuple[tuple[object, ...], ...] = (
+                tuple((*size, g.vendor, g.used) for size, g in zip(sizes, worker.gpus, strict=True))
+                if reported
+                else tuple(sizes)
+            )
             known = self._shapes[key] = (worker, (free.ram, gpus))
         return known[1]
 
