@@ -18,6 +18,9 @@ Configuration choices (see ``docs/service.md``):
 * Queues are drained in name order (``queue_order_strategy="sorted"``):
   ``.cluster`` before ``.commits`` before ``.requests``, so cluster events and
   leftover steps finish before new requests start.
+* Every queue is declared in the configuration (``task_queues``), so a plain
+  ``celery -A tasks.app worker`` (no ``-Q``) consumes the same three queues
+  as ``gpusched worker``.
 
 The module-level :data:`app` is the worker's, configured from the process
 settings. A client talking to a deployment sends through its own app
@@ -32,6 +35,7 @@ from typing import Any
 
 import structlog
 from celery import Celery, signals  # type: ignore[import-untyped]
+from kombu import Exchange, Queue
 
 from tasks.runtime import logging as service_logging
 from tasks.runtime.context import Runtime, get_runtime
@@ -73,6 +77,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_hijack_root_logger": False,
         "worker_concurrency": settings.worker_concurrency,
         "task_default_queue": keys.requests_queue,
+        "task_queues": declared_queues(keys),
         "task_routes": {
             DECIDE: {"queue": keys.requests_queue},
             RESUME: {"queue": keys.commits_queue},
@@ -80,6 +85,16 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             DRAIN_DELAYED: {"queue": keys.cluster_queue},
         },
     }
+
+
+def declared_queues(keys: Keys) -> list[Queue]:
+    """The partition's queues as a worker consumes them by default (no ``-Q``), in drain order.
+
+    Each is declared as Celery declares a queue it routes to without a
+    declaration (a direct exchange of the queue's name, routing key = name),
+    so senders and consumers agree whichever side declared it first.
+    """
+    return [Queue(name, Exchange(name, type="direct"), routing_key=name) for name in keys.queues]
 
 
 def client_app(settings: Settings) -> Celery:
