@@ -35,7 +35,7 @@ from typing import Any
 
 import structlog
 from celery import Celery, signals  # type: ignore[import-untyped]
-from kombu import Exchange, Queue
+from kombu.entity import Exchange, Queue
 
 from tasks.runtime import logging as service_logging
 from tasks.runtime.context import Runtime, get_runtime
@@ -94,7 +94,10 @@ def declared_queues(keys: Keys) -> list[Queue]:
     declaration (a direct exchange of the queue's name, routing key = name),
     so senders and consumers agree whichever side declared it first.
     """
-    return [Queue(name, Exchange(name, type="direct"), routing_key=name) for name in keys.queues]
+    return [
+        Queue(name, Exchange(name, type="direct"), routing_key=name)  # type: ignore[no-untyped-call]
+        for name in keys.queues
+    ]
 
 
 def client_app(settings: Settings) -> Celery:
