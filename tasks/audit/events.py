@@ -42,6 +42,7 @@ SCHEMA_VERSION = 1
 EVENT_TYPES: dict[str, str] = {
     "sched.request.received": "a request was accepted (data: request, digest)",
     "sched.request.duplicate": "a request id was submitted again; no new decision",
+    "sched.request.conflict": "a known request id was submitted with another request (data: digests)",
     "sched.decision.made": "the core decided (data: inputs digest, chain, outcome summary)",
     "sched.reservation.booked": "claims booked atomically; cluster change (data: instance)",
     "sched.reservation.conflicted": "the cluster moved under the decision (data: GPUs short)",

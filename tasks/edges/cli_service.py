@@ -67,9 +67,17 @@ def _submit(args: argparse.Namespace) -> int:
             value = outcome.to_dict() if isinstance(outcome, Submission) else outcome
             _print(value, args.pretty)
             rejected.extend(_rejection_line(value))
+            rejected.extend(_conflict_line(value))
     if rejected:
         raise CliError("rejected: " + "; ".join(rejected))
     return 0
+
+
+def _conflict_line(value: dict[str, Any]) -> list[str]:
+    if value.get("status") != "conflict":
+        return []
+    return [f"{value.get('request_id')}: request_id already holds a different request "
+            f"(stored digest {value.get('stored_digest')}, submitted {value.get('digest')})"]
 
 
 def _rejection_line(value: dict[str, Any]) -> list[str]:

@@ -29,12 +29,18 @@ from tasks.state.scripts import ScriptCall
 
 @dataclass(frozen=True, slots=True)
 class Accepted:
-    """Outcome of :meth:`RequestRecords.accept` (for a duplicate: what the known record says)."""
+    """Outcome of :meth:`RequestRecords.accept` (for a known id: what the known record says).
+
+    ``conflict`` is true when the known id holds a different request
+    (``stored_digest`` is its digest); a duplicate holds the same one.
+    """
 
     accepted: bool
     state: str = ""
     intake_task: str = ""
     reschedule_of: str = ""
+    conflict: bool = False
+    stored_digest: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +100,9 @@ class RequestRecords:
     ) -> Accepted:
         """Create the record of a new request (idempotent on ``request_id``; see ``accept.lua``).
 
+        A known id is never overwritten: the same request answers a duplicate,
+        a different one (another digest) a conflict.
+
         Args:
             reschedule_of: ``<instance key>@<booked version>`` of the booking
                 this request replaces ("" for a submitted request).
@@ -116,7 +125,7 @@ class RequestRecords:
         )
         if reply[0] == "accepted":
             return Accepted(True)
-        return Accepted(False, reply[1], reply[2], reply[3])
+        return Accepted(False, reply[1], reply[2], reply[3], reply[0] == "conflict", reply[4])
 
     def begin_call(self, request_id: str, seq: int, attempt: int, task_id: str) -> ScriptCall[Begun]:
         """Claim decision ``(seq, attempt)`` (see ``begin.lua``)."""
