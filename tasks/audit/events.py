@@ -53,6 +53,7 @@ EVENT_TYPES: dict[str, str] = {
     "sched.request.woken": "a cluster change may unblock the parked request",
     "sched.request.redriven": "the outbox watchdog sent a request's step again (data: redrives)",
     "sched.request.dead_lettered": "the redelivery guard gave up on a message",
+    "sched.request.cancelled": "a request was withdrawn (data: state before, by, released booking)",
     "sched.cluster.applied": "a snapshot replaced the cluster; cluster change (data: digest)",
     "sched.worker.upserted": "a worker was added or changed; cluster change (data: row)",
     "sched.worker.removed": "a worker left, releasing its instances; cluster change",

@@ -121,19 +121,28 @@ def _reschedule_one(rt: Runtime, item: Released, reason: str) -> str | None:
         state, replaces = rt.client.hmget(rt.keys.request(new_id), "state", "reschedule_of")
         if state is not None:
             if replaces == origin:
-                return new_id  # an earlier run of this follow-up got this far
+                return _moved(rt, old_id, new_id)  # an earlier run of this follow-up got this far
             continue  # the id is taken by another request
         request = _json_with_id(record["request"], new_id)
         accepted = rt.records.accept(
             new_id, request, sha256_hex(request), pinned=item.meta.pinned, reschedule_of=origin,
-            rescheduled_data=moved, outbox_due_ms=rt.partition.lease_deadline_ms(),
+            rescheduled_data=moved, replaces=old_id, outbox_due_ms=rt.partition.lease_deadline_ms(),
         )
         if accepted.accepted:
+            _moved(rt, old_id, new_id)
             enqueue(rt, new_id, 0, 0)
             return new_id
         if accepted.reschedule_of == origin:
-            return new_id
+            return _moved(rt, old_id, new_id)
     raise AssertionError("unreachable: the successor ids are endless")
+
+
+def _moved(rt: Runtime, old_id: str, new_id: str) -> str:
+    """Note on the old record which request replaced its booking (a cancel follows it)."""
+    key = rt.keys.request(old_id)
+    if rt.client.exists(key):  # never recreate an expired record as a stub
+        rt.client.hset(key, "moved_to", new_id)
+    return new_id
 
 
 def _successor_ids(request_id: str) -> Iterator[str]:

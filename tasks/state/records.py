@@ -96,6 +96,7 @@ class RequestRecords:
         pinned: bool = False,
         reschedule_of: str = "",
         rescheduled_data: str = "",
+        replaces: str = "",
         outbox_due_ms: int | None = None,
     ) -> Accepted:
         """Create the record of a new request (idempotent on ``request_id``; see ``accept.lua``).
@@ -108,6 +109,8 @@ class RequestRecords:
                 this request replaces ("" for a submitted request).
             rescheduled_data: data of the ``sched.instance.rescheduled`` event
                 written with the record ("" for none).
+            replaces: the request whose booking this one reschedules ("" for
+                none); its results entries carry it as ``reschedule_of``.
             outbox_due_ms: when the watchdog drives the request if no message does.
         """
         p = self._partition
@@ -120,7 +123,7 @@ class RequestRecords:
             [
                 *p.meta().argv(), request_id, request_json, digest, intake_task,
                 p.now_ms(), data, "" if outbox_due_ms is None else outbox_due_ms,
-                "1" if pinned else "0", reschedule_of, rescheduled_data,
+                "1" if pinned else "0", reschedule_of, rescheduled_data, replaces,
             ],
         )
         if reply[0] == "accepted":

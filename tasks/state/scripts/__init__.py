@@ -37,6 +37,7 @@ SCRIPT_NAMES = (
     "accept",
     "ack_due",
     "begin",
+    "cancel",
     "claim_due",
     "cluster_apply",
     "dead_letter",

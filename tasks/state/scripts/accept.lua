@@ -15,6 +15,8 @@
 -- ARGV[11] "1" when the request pins GPUs (manual gpu_ids), else "0"
 -- ARGV[12] the booking this request reschedules, "<instance key>@<booked version>", "" for none
 -- ARGV[13] data JSON of the sched.instance.rescheduled event written with it, "" for none
+-- ARGV[14] the request whose booking this request reschedules, "" for none (its
+--          results entries carry it as reschedule_of)
 --
 -- Returns {"accepted", event_id} for a new request, or
 -- {"duplicate", state, intake_task_id, reschedule_of, stored_digest} when the
@@ -38,6 +40,7 @@ local outbox_due_ms = ARGV[10]
 local pinned = ARGV[11]
 local reschedule_of = ARGV[12]
 local rescheduled_data = ARGV[13]
+local replaces = ARGV[14]
 
 if redis.call('EXISTS', record_key) == 1 then
   local r = redis.call('HMGET', record_key, 'state', 'intake_task', 'reschedule_of', 'digest')
@@ -58,7 +61,7 @@ end
 redis.call('HSET', record_key, 'state', 'queued', 'seq', '0', 'attempt', '0',
   'request', request_json, 'digest', request_digest, 'intake_task', intake_task,
   'created_ms', now_ms, 'updated_ms', now_ms, 'pinned', pinned,
-  'reschedule_of', reschedule_of)
+  'reschedule_of', reschedule_of, 'replaces', replaces)
 local id = emit(events_key, 'sched.request.received', request_id, '', received_data, 0)
 if rescheduled_data ~= '' then
   emit(events_key, 'sched.instance.rescheduled', request_id, '', rescheduled_data, 1)

@@ -135,7 +135,7 @@ def _exercise_every_script(h: Harness) -> None:
         h.submit({"request_id": rid, "model": model(env=claim)})
     h.pump()
     h.event({"kind": "worker_state", "worker_id": 2, "state": "unreachable"})
-    h.event({"kind": "instance_deleted", "request_id": "r1"})
+    h.event({"kind": "instance_deleted", "instance_key": "req:r1"})
     h.event({"kind": "worker_removed", "worker_id": 2})
     h.rt.deliveries.dead_letter(
         request_id="r3",
@@ -149,6 +149,8 @@ def _exercise_every_script(h: Harness) -> None:
         seq=1,
     )
     h.submit({"request_id": "late", "model": model(env=claim)})
+    h.submit({"request_id": "withdrawn", "model": model(env=claim)})
+    h.event({"kind": "request_cancelled", "request_id": "withdrawn"})
     h.queue.clear()
     h.rt.delays.schedule_timer("grace:1", 0)
     h.clock.advance(h.settings.stuck_after_s + 61)
