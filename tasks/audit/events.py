@@ -62,6 +62,7 @@ EVENT_TYPES: dict[str, str] = {
     "sched.instance.lost": "a control-plane instance was lost; it must be resubmitted",
     "sched.worker.health": "a worker's readiness changed (hysteresis clocks)",
     "sched.reschedule.suspended": "too many workers down at once: rescheduling postponed",
+    "sched.reschedule.resumed": "rescheduling off lost workers goes on again (data: down, workers)",
     "sched.cluster.event_rejected": "a cluster event was invalid (data: error, field)",
     "sched.ledger.overbooked": "a worker shrank below what is booked on it",
 }

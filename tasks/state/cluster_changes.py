@@ -35,6 +35,7 @@ from tasks.intake.snapshots import InvalidField, SnapshotRows, parse_snapshot
 from tasks.runtime.context import Runtime
 from tasks.state.cancels import CANCELLED, RELEASED, cancel_request
 from tasks.state.followups import run_followup
+from tasks.state.notices import resume_if_recovered
 from tasks.state.parking import worker_changes
 from tasks.state.rows import row_json
 
@@ -113,6 +114,7 @@ def apply_snapshot(rt: Runtime, document: Mapping[str, Any] | SnapshotRows) -> d
     meta = rt.partition.meta()
     applied = rt.cluster.apply_snapshot(document, meta=meta)
     done = run_followup(rt, meta.event_id)
+    resume_if_recovered(rt)
     return {"kind": "snapshot", "status": "applied", "version": applied.version,
             "digest": applied.digest, **done}
 
@@ -122,6 +124,7 @@ def remove_worker(rt: Runtime, worker_id: int, reason: str) -> dict[str, Any]:
     meta = rt.partition.meta()
     version, _ = rt.cluster.remove_worker(worker_id, reason, meta=meta)
     done = run_followup(rt, meta.event_id)
+    resume_if_recovered(rt)
     if version is None:
         return {"kind": "worker_removed", "status": "absent", **done}
     return {"kind": "worker_removed", "status": "removed", "version": version, **done}
@@ -173,6 +176,7 @@ def update_worker(rt: Runtime, event: WorkerEvent) -> dict[str, Any]:
         )
         if change.status == "ok":
             done = run_followup(rt, meta.event_id)
+            resume_if_recovered(rt)
             return {"kind": event.kind, "status": "applied", "version": change.version, **done}
     raise RuntimeError(f"worker {worker_id} kept changing during the update")
 

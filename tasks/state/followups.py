@@ -3,6 +3,8 @@
 The Lua script that applies a cluster change records its follow-up work under
 the change's event id (``gpusched:followups``, ``gpusched:followup_jobs``):
 
+* announce each released placement on the results stream (``released``,
+  :mod:`tasks.state.notices`), before its replacement exists;
 * reschedule the gpusched bookings it released (a new request per booking,
   :func:`reschedule_released`);
 * expire the records of released requests (the dedupe window starts);
@@ -29,6 +31,7 @@ from tasks.audit.digests import sha256_hex
 from tasks.audit.events import append_event, dumps
 from tasks.decision.enqueue import enqueue
 from tasks.runtime.context import Runtime
+from tasks.state.notices import announce_released
 from tasks.state.parking import Change, describe, wake_targets
 from tasks.state.rows import Released, json_list, released_items
 
@@ -45,6 +48,8 @@ def run_followup(rt: Runtime, followup_id: str) -> dict[str, list[str]]:
     if raw is not None:
         job = json.loads(raw)
         released = released_items(job.get("released"))
+        # before any rescheduling: the old placement's "released" precedes its replacement's result
+        announce_released(rt, released, str(job.get("reason")), rescheduling=bool(job.get("reschedule")))
         if job.get("reschedule"):
             rescheduled = reschedule_released(rt, released, str(job.get("reason")))
         _expire_records(rt, released)

@@ -35,6 +35,7 @@ LIBRARY = "lib.lua"
 #: Every script the service runs.
 SCRIPT_NAMES = (
     "accept",
+    "announce_released",
     "ack_due",
     "begin",
     "cancel",
@@ -47,6 +48,7 @@ SCRIPT_NAMES = (
     "release_lease",
     "redrive",
     "reject",
+    "reschedule_notice",
     "release",
     "reserve",
     "wake",

@@ -66,7 +66,9 @@ def test_a_parked_request_is_cancelled_and_never_books_when_capacity_frees() -> 
     h.clock.advance(h.settings.stuck_after_s * 100)
     h.drain()
     h.pump()
-    assert statuses(h) == [("first", "scheduled"), ("waits", "unschedulable"), ("waits", "cancelled")]
+    assert statuses(h) == [
+        ("first", "scheduled"), ("waits", "unschedulable"), ("waits", "cancelled"), ("first", "released"),
+    ]
     assert _booked(h) == set()
 
 

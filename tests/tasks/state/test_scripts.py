@@ -9,6 +9,7 @@ import pytest
 from builders import RTX_4090, model, uniform_worker
 from service_builders import small_request, uniform_cluster
 
+from tasks.state.notices import announce_suspension, resume_if_recovered
 from tasks.state.scripts import (
     SCRIPT_DIR,
     SCRIPT_NAMES,
@@ -156,6 +157,8 @@ def _exercise_every_script(h: Harness) -> None:
     h.clock.advance(h.settings.stuck_after_s + 61)
     h.drain()
     h.pump()
+    announce_suspension(h.rt, h.rt.mirror.sync().worker_list(), suspended=True)
+    assert resume_if_recovered(h.rt)  # the one worker left is ready
 
 
 def test_every_script_caller_passes_the_keys_and_arguments_its_header_documents(
