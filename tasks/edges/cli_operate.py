@@ -15,6 +15,10 @@ from typing import Any
 from tasks.edges.cli_offline import CliError
 from tasks.edges.cli_service import service_client, service_errors
 
+#: ``cluster show --sort`` orders (:func:`tasks.edges.cluster_view.sort_workers`); kept here so
+#: building the parser imports nothing of the service.
+WORKER_ORDERS = ("id", "name", "free", "booked", "state")
+
 
 # -------------------------------------------------------------------- cancel
 def _cancel(args: argparse.Namespace) -> int:
@@ -28,6 +32,32 @@ def _cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+# ------------------------------------------------------------------ describe
+def _describe(args: argparse.Namespace) -> int:
+    from tasks.edges.describe import describe_request, render_description
+
+    with service_errors():
+        info = describe_request(service_client().rt, args.request_id)
+    if info is None:
+        raise CliError(f"no request {args.request_id!r} (unknown, or its record expired)")
+    print(json.dumps(info, indent=2) if args.json else render_description(info))
+    return 0
+
+
+# -------------------------------------------------------------- cluster show
+def _cluster_show(args: argparse.Namespace) -> int:
+    from tasks.edges.cluster_view import Filters, cluster_view, render_cluster
+
+    filters = Filters(worker=args.worker, gpu_type=args.gpu_type, state=args.state)
+    with service_errors():
+        view = cluster_view(service_client().rt, filters)
+    if args.json:
+        print(json.dumps(view, indent=2))
+    else:
+        print(render_cluster(view, gpus=args.gpus, sort=args.sort, limit=args.limit))
+    return 0
+
+
 def register(commands: Any) -> None:
     """Add ``cancel``, ``describe`` and ``health`` to the ``gpusched`` subparsers."""
     cancel = commands.add_parser(
@@ -37,6 +67,28 @@ def register(commands: Any) -> None:
     cancel.add_argument("request_id", metavar="REQUEST_ID", help="the request to withdraw")
     cancel.add_argument("--pretty", action="store_true", help="indent the JSON output")
 
+    describe = commands.add_parser(
+        "describe", help="a request's status, placement per GPU, why-not funnel and event timeline"
+    )
+    describe.set_defaults(handler=_describe)
+    describe.add_argument("request_id", metavar="REQUEST_ID", help="the request to describe")
+    describe.add_argument("--json", action="store_true", help="print JSON instead of text")
+
 
 def register_cluster(actions: Any) -> None:
     """Add ``cluster show`` to the ``gpusched cluster`` subparsers."""
+    show = actions.add_parser(
+        "show", help="workers and GPUs (total, allocatable, booked, free GiB) and the parked queue"
+    )
+    show.set_defaults(handler=_cluster_show)
+    show.add_argument("--worker", default=None, metavar="ID|NAME|PATTERN",
+                      help="only this worker: its id, its name or a shell pattern on names (node-00*)")
+    show.add_argument("--gpu-type", default=None, metavar="TYPE",
+                      help="only GPUs whose type (cuda, rocm, ...) or name (H100, ...) contains TYPE")
+    show.add_argument("--state", default=None, metavar="STATE",
+                      help="only workers in STATE (ready, not_ready, unreachable, ...; down = not ready)")
+    show.add_argument("--sort", default="id", choices=WORKER_ORDERS,
+                      help="worker order (free/booked: most first; state: not ready first)")
+    show.add_argument("--limit", type=int, default=None, metavar="N", help="show the first N workers only")
+    show.add_argument("--gpus", action="store_true", help="one row per GPU under each worker")
+    show.add_argument("--json", action="store_true", help="print JSON instead of text")

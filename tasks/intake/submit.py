@@ -93,9 +93,7 @@ def submit_request(rt: Runtime, request: Any) -> Submission:
         normalized.request_id, normalized.request_json, normalized.digest,
         pinned=normalized.pinned, outbox_due_ms=rt.partition.lease_deadline_ms(),
     )
-    if accepted.conflict:
-        log.warning("request_id_conflict", request_id=normalized.request_id,
-                    digest=normalized.digest, stored_digest=accepted.stored_digest)
+    if accepted.conflict:  # the caller gets both digests; the audit log has its event
         return Submission(normalized.request_id, "conflict", state=accepted.state,
                           digest=normalized.digest, stored_digest=accepted.stored_digest)
     if not accepted.accepted:
