@@ -1,9 +1,10 @@
 """Operator subcommands of ``gpusched``: ``cancel``, ``describe``, ``cluster show``, ``health``.
 
 Like :mod:`tasks.edges.cli_service`, nothing here imports Celery or Redis at
-import time. Exit codes: 0 success; 2 with one line on stderr for an unknown
-request id; 1 for a service failure (Redis unreachable) or, for ``health``,
-an unhealthy deployment (one line saying why).
+import time. Exit codes: 0 success (``health``: healthy); 2 with one line on
+stderr for an unknown request id; 1 for a service failure (Redis
+unreachable) or, for ``health``, an unhealthy deployment or node (one line
+saying why).
 """
 
 from __future__ import annotations
@@ -58,6 +59,40 @@ def _cluster_show(args: argparse.Namespace) -> int:
     return 0
 
 
+# -------------------------------------------------------------------- health
+def _health(args: argparse.Namespace) -> int:
+    if args.endpoint:
+        return _endpoint_health(args.endpoint, args.timeout)
+    from tasks.runtime.health import DEPLOYMENT_CHECKS, first_failure, run_checks
+
+    verdicts = run_checks(service_client().rt, DEPLOYMENT_CHECKS)
+    failed = first_failure(verdicts)
+    if failed is not None:
+        raise CliError(f"unhealthy: {failed.detail}", 1)
+    print("healthy: " + "; ".join(f"{v.name} {v.detail}" for v in verdicts))
+    return 0
+
+
+def _endpoint_health(url: str, timeout: float) -> int:
+    """One worker node's ``/healthz``: 200 is healthy; anything else names its first failing check."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as reply:
+            body = json.loads(reply.read() or b"{}")
+    except urllib.error.HTTPError as error:
+        body = json.loads(error.read() or b"{}") if error.code == 503 else {}
+        failed = next((c for c in body.get("checks") or [] if not c.get("ok")), None)
+        why = failed["detail"] if failed else f"HTTP {error.code}"
+        raise CliError(f"unhealthy: {why}", 1) from None
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        raise CliError(f"unhealthy: cannot reach {url} ({error})", 1) from None
+    checks = body.get("checks") or []
+    print("healthy: " + "; ".join(f"{c.get('name')} {c.get('detail')}" for c in checks))
+    return 0
+
+
 def register(commands: Any) -> None:
     """Add ``cancel``, ``describe`` and ``health`` to the ``gpusched`` subparsers."""
     cancel = commands.add_parser(
@@ -73,6 +108,15 @@ def register(commands: Any) -> None:
     describe.set_defaults(handler=_describe)
     describe.add_argument("request_id", metavar="REQUEST_ID", help="the request to describe")
     describe.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+    health = commands.add_parser(
+        "health", help="exit 0 when healthy, 1 with one line saying why not (Redis, worker nodes, drainers)"
+    )
+    health.set_defaults(handler=_health)
+    health.add_argument("--endpoint", default=None, metavar="URL",
+                        help="check one worker node's /healthz instead (e.g. http://127.0.0.1:9464/healthz)")
+    health.add_argument("--timeout", type=float, default=5.0, metavar="S",
+                        help="seconds to wait for --endpoint (5)")
 
 
 def register_cluster(actions: Any) -> None:

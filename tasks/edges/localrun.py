@@ -177,7 +177,8 @@ class WorkerProcess:
             "--without-gossip", "--without-mingle", *self.extra,
         ]
         log = open(self.log_path, "ab")
-        env = {**os.environ, **self.env, "GPUSCHED_LOG_FORMAT": "json"}
+        # several local workers share one host: no metrics port unless the caller names one
+        env = {**os.environ, "GPUSCHED_METRICS_PORT": "0", **self.env, "GPUSCHED_LOG_FORMAT": "json"}
         self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
         log.close()
         return self

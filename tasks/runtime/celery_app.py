@@ -38,6 +38,7 @@ from celery import Celery, signals  # type: ignore[import-untyped]
 from kombu.entity import Exchange, Queue
 
 from tasks.runtime import logging as service_logging
+from tasks.runtime import metrics
 from tasks.runtime.context import Runtime, get_runtime
 from tasks.runtime.middleware import NODE_STACK, request_logging
 from tasks.runtime.settings import Settings, get_settings
@@ -167,6 +168,13 @@ def _before_task(
 @signals.task_postrun.connect  # type: ignore[untyped-decorator]
 def _after_task(**_: Any) -> None:
     request_logging.unbind_task()
+
+
+@signals.worker_init.connect  # type: ignore[untyped-decorator]
+def _worker_init(**_: Any) -> None:
+    # before the pool forks: every pool process then counts into the node's metrics directory
+    if get_settings().metrics_port:
+        metrics.prepare_multiprocess()
 
 
 @signals.worker_ready.connect  # type: ignore[untyped-decorator]

@@ -30,6 +30,7 @@ from scheduler_core import canonical_json
 from tasks.audit.digests import sha256_hex
 from tasks.audit.events import append_event, dumps
 from tasks.decision.enqueue import enqueue
+from tasks.runtime import metrics
 from tasks.runtime.context import Runtime
 from tasks.state.notices import announce_released
 from tasks.state.parking import Change, describe, wake_targets
@@ -89,6 +90,7 @@ def wake(rt: Runtime, facts: Any) -> list[str]:
     targets = wake_targets(rt.parked.entries(), changes, rt.chain.chain)
     due = rt.partition.lease_deadline_ms()
     woken = rt.parked.wake(targets, describe(changes), due)
+    metrics.count_wakeups(len(woken))
     for request_id, seq in woken:
         enqueue(rt, request_id, seq, 0)
     return [request_id for request_id, _ in woken]
@@ -135,6 +137,7 @@ def _reschedule_one(rt: Runtime, item: Released, reason: str) -> str | None:
         )
         if accepted.accepted:
             _moved(rt, old_id, new_id)
+            metrics.count_reschedule()
             enqueue(rt, new_id, 0, 0)
             return new_id
         if accepted.reschedule_of == origin:

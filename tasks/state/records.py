@@ -70,14 +70,16 @@ class RecordOutcome:
 class Begun:
     """Outcome of a ``begin`` call.
 
-    ``ok`` carries the request JSON and the wake epoch; ``resume`` the
-    decision already recorded for this attempt (continue with it).
+    ``ok`` carries the request JSON, the wake epoch and when the request was
+    accepted (ms); ``resume`` the decision already recorded for this attempt
+    (continue with it).
     """
 
     status: str
     request_json: str | None = None
     epoch: int = 0
     recorded: Recorded | None = None
+    created_ms: int = 0
 
 
 class RequestRecords:
@@ -164,7 +166,7 @@ class RequestRecords:
 
 def _begun(reply: Any) -> Begun:
     if reply[0] == "ok":
-        return Begun("ok", reply[1], int(reply[2]))
+        return Begun("ok", reply[1], int(reply[2]), created_ms=int(reply[3] or 0))
     if reply[0] == "resume":
         return Begun("resume", recorded=Recorded(reply[1], reply[2]))
     return Begun(reply[0])

@@ -39,6 +39,7 @@ from pydantic import BaseModel
 from scheduler_core import Worker
 from tasks.audit.events import append_event
 from tasks.decision.enqueue import enqueue
+from tasks.runtime import metrics
 from tasks.runtime.context import Runtime
 from tasks.state.followups import run_followup
 from tasks.state.notices import announce_suspension, down_share, rescheduling_suspended, resume_if_recovered
@@ -77,6 +78,7 @@ def _fire_retry(rt: Runtime, member: str, target: str) -> dict[str, Any]:
     request_id, _, seq = target.rpartition("|")
     due = rt.partition.lease_deadline_ms()
     woken = rt.parked.wake([(request_id, int(seq))], {"by": [{"kind": "conflict_backoff"}]}, due)
+    metrics.count_wakeups(len(woken))
     for woken_id, new_seq in woken:
         enqueue(rt, woken_id, new_seq, 0)
     return {"timer": member, "action": "woken" if woken else "stale"}
