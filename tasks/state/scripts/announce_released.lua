@@ -14,7 +14,7 @@
 --
 -- ARGV[1]  request id
 -- ARGV[2]  instance key             ARGV[3] the booking's marker "<instance key>@<booked version>"
--- ARGV[4]  release reason (instance_deleted | worker_lost | worker_removed | snapshot | client | ...)
+-- ARGV[4]  release reason (instance_deleted | worker_lost | worker_removed | worker_gone_in_snapshot | client | ...)
 -- ARGV[5]  "1" when the booking is rescheduled as a new request, else "0"
 -- ARGV[6]  results stream MAXLEN (approximate)
 --
