@@ -413,7 +413,8 @@ class ScheduleResult(_Out):
     """The scheduling decision (Contract 1)."""
 
     request_id: str
-    status: Literal["scheduled", "unschedulable", "rejected"]
+    #: ``cancelled``: the service's terminal status for a withdrawn request (never from ``schedule()``).
+    status: Literal["scheduled", "unschedulable", "rejected", "cancelled"]
     policy: str = "gpustack"
     candidates: list[CandidateOut] = Field(default_factory=list)
     #: How many candidates the selector produced (more than listed when the chain caps them).
