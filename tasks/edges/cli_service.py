@@ -3,8 +3,8 @@
 Nothing here imports Celery or Redis at module import time (the offline
 commands must work without them); handlers import lazily. One-line errors are
 raised as :class:`tasks.edges.cli_offline.CliError`: exit 2 for bad input (or a
-rejected request), 1 for a service failure (Redis unreachable, timeout,
-replay differences).
+rejected request), 1 for a service failure (Redis unreachable or out of memory,
+its data lost and not recovered, a timeout, replay differences).
 """
 
 from __future__ import annotations
@@ -26,9 +26,12 @@ def _service_errors() -> Iterator[None]:
 
     from tasks.runtime.outages import RedisOutOfMemory
     from tasks.runtime.settings import get_settings
+    from tasks.state.generation import DataLost
 
     try:
         yield
+    except DataLost as error:
+        raise CliError(str(error), 1) from None
     except redis.exceptions.OutOfMemoryError as error:  # before ConnectionError: a RedisError too
         message = str(error) if isinstance(error, RedisOutOfMemory) else f"Redis is out of memory: {error}"
         raise CliError(message, 1) from None
@@ -136,10 +139,17 @@ def _cluster_apply(args: argparse.Namespace) -> int:
     with _service_errors():
         client = _client()
         try:
-            summary = client.apply_cluster(document)
+            summary = client.apply_cluster(document, recover=args.recover)
         except ValueError as error:  # pydantic.ValidationError is a ValueError
             raise _invalid_input(error) from None
     _print(summary, args.pretty)
+    return 0
+
+
+def _cluster_export(args: argparse.Namespace) -> int:
+    with _service_errors():
+        document = _client().export_cluster()
+    _print(document, args.pretty)
     return 0
 
 
@@ -213,7 +223,13 @@ def register(commands: Any, cluster_actions: Callable[[Any], None] | None = None
     actions = cluster.add_subparsers(dest="cluster_command", required=True)
     apply = _add(actions, "apply", "load a snapshot of GPUStack worker and instance rows", _cluster_apply)
     apply.add_argument("file", metavar="FILE.json", help='{"workers": [...], "model_instances": [...]}')
+    apply.add_argument("--recover", action="store_true",
+                       help="after Redis lost its data: rebuild from FILE (also its 'bookings', as "
+                            "'cluster export' writes them) and resume deciding")
     apply.add_argument("--pretty", action="store_true")
+    export = _add(actions, "export", "print the cluster and gpusched's bookings as a recovery document",
+                  _cluster_export)
+    export.add_argument("--pretty", action="store_true", help="indent the JSON output")
     event = _add(actions, "event", "send cluster events (worker_state, instance_deleted, ...)",
                  _cluster_event)
     event.add_argument("file", metavar="FILE.json", help="an event or a list of events")

@@ -28,6 +28,8 @@ from tasks.runtime.context import Runtime, build_runtime, redis_client
 from tasks.runtime.settings import Settings, get_settings
 from tasks.state.cancels import cancel_request
 from tasks.state.cluster_changes import apply_snapshot, handle_cluster_event
+from tasks.state.recovery import export_state
+from tasks.state.recovery import recover as recover_partition
 
 #: Longest block of one blocking read in :meth:`ServiceClient.wait` (its socket timeout follows).
 WAIT_BLOCK_MS = 1000
@@ -65,6 +67,9 @@ class ServiceClient:
 
         Raises:
             WaitTimeout: waiting timed out (the request is accepted and still driven).
+            tasks.state.generation.DataLost: Redis lost the service's data (wiped or
+                rolled back) and no recovery ran: nothing is accepted or decided
+                (docs/service.md, *Recovery*).
             redis.RedisError: Redis failed while the request was being recorded
                 (see :func:`tasks.intake.submit.submit_request`: resubmitting is safe). Once it is
                 recorded, a failure to send the decision does not raise: the
@@ -79,6 +84,7 @@ class ServiceClient:
         return self.wait(submission.request_id, timeout=timeout, start_id=start, terminal=terminal)
 
     def _submit(self, request: Any) -> Submission:
+        self.rt.generation.ensure_ok()
         return submit_request(self.rt, request)
 
     # -------------------------------------------------------------------- wait
@@ -151,16 +157,40 @@ class ServiceClient:
         return cancel_request(self.rt, request_id, by="client")
 
     # ----------------------------------------------------------------- cluster
-    def apply_cluster(self, document: dict[str, Any]) -> dict[str, Any]:
+    def apply_cluster(self, document: dict[str, Any], *, recover: bool = False) -> dict[str, Any]:
         """Replace the cluster with a snapshot (in this process) and wake parked requests.
+
+        Args:
+            recover: rebuild a partition whose data Redis lost: the document may
+                carry gpusched's ``bookings`` (what :meth:`export_cluster`
+                writes), which are re-created; a new data generation resumes the
+                workers (:func:`tasks.state.recovery.recover`).
 
         Raises:
             pydantic.ValidationError / ValueError: invalid rows (nothing changes).
+            tasks.state.generation.DataLost: Redis lost the service's data and
+                ``recover`` is not set.
         """
+        if recover:
+            return recover_partition(self.rt, document)
+        self.rt.generation.ensure_ok()
         return apply_snapshot(self.rt, document)
 
+    def export_cluster(self) -> dict[str, Any]:
+        """The cluster as a recovery document: workers, the control plane's instances, gpusched's bookings.
+
+        Keep one (``gpusched cluster export``): after Redis lost its data,
+        ``apply_cluster(document, recover=True)`` re-creates the bookings too.
+        """
+        return export_state(self.rt)
+
     def cluster_event(self, event: dict[str, Any], *, queue: bool = True) -> dict[str, Any]:
-        """Send a cluster event to ``gpusched.cluster_event`` (or apply it here)."""
+        """Send a cluster event to ``gpusched.cluster_event`` (or apply it here).
+
+        Raises:
+            tasks.state.generation.DataLost: Redis lost the service's data (no recovery ran).
+        """
+        self.rt.generation.ensure_ok()
         if not queue:
             return handle_cluster_event(self.rt, event)
         task_id = self._sender.cluster_event(event)

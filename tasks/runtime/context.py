@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -33,6 +34,7 @@ from tasks.runtime.settings import Settings, get_settings
 from tasks.state.cluster_store import ClusterStore
 from tasks.state.delays import DelaySets
 from tasks.state.deliveries import Deliveries
+from tasks.state.generation import DataGeneration, GenerationMemory, GenerationStatus, process_memory
 from tasks.state.keys import Keys
 from tasks.state.mirror import ClusterMirror
 from tasks.state.parked import ParkedRequests
@@ -119,8 +121,22 @@ class Runtime:
     chain: LoadedChain
     dispatch: Dispatch
     resume: Resume
+    #: What this runtime remembers of the data generation, and the check against it.
+    generation: DataGeneration
     #: Per-worker allocatable state the core reuses across this thread's decisions.
     memo: SnapshotMemo = field(default_factory=SnapshotMemo)
+
+
+def check_data_generation(rt: Runtime) -> GenerationStatus:
+    """The runtime's data generation check; after a recovery, its cluster mirror is read again.
+
+    Raises:
+        redis.RedisError: the check could not read Redis.
+    """
+    status = rt.generation.check()
+    if status.verdict == "recovered":
+        rt.mirror.reload()
+    return status
 
 
 def build_runtime(
@@ -131,8 +147,14 @@ def build_runtime(
     client: redis.Redis | None = None,
     clock: Clock | None = None,
     chain: LoadedChain | None = None,
+    memory: GenerationMemory | None = None,
 ) -> Runtime:
-    """Wire a runtime (tests pass a fakeredis client, a fake clock and a collecting dispatch)."""
+    """Wire a runtime (tests pass a fakeredis client, a fake clock and a collecting dispatch).
+
+    Args:
+        memory: the data generation memory to share (a worker process's, see
+            :func:`tasks.state.generation.process_memory`); None: this runtime's own.
+    """
     keys = Keys(settings.cluster)
     client = client if client is not None else redis_client(settings)
     partition = Partition(client, keys, settings, clock=clock) if clock else Partition(client, keys, settings)
@@ -152,6 +174,7 @@ def build_runtime(
         chain=chain if chain is not None else load_chain(settings.chain_path),
         dispatch=dispatch,
         resume=resume,
+        generation=DataGeneration(partition, memory),
     )
 
 
@@ -168,10 +191,17 @@ _GENERATION = [0]
 
 
 def get_runtime(dispatch: Dispatch, resume: Resume) -> Runtime:
-    """The runtime of this thread, built on first use, after a fork and after a reset."""
+    """The runtime of this thread, built on first use, after a fork and after a reset.
+
+    Every runtime of the process shares the process's memory of the data
+    generation (a forked pool process starts with its parent's).
+    """
     key = (os.getpid(), _GENERATION[0])
     if _CACHED.runtime is None or _CACHED.key != key:
-        _CACHED.runtime = build_runtime(get_settings(), dispatch, resume)
+        settings = get_settings()
+        path = Path(settings.generation_file) if settings.generation_file else None
+        memory = process_memory(settings.redis_url, Keys(settings.cluster).prefix, path)
+        _CACHED.runtime = build_runtime(settings, dispatch, resume, memory=memory)
         _CACHED.key = key
     return _CACHED.runtime
 

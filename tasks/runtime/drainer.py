@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from tasks.decision.step import resumed_step
 from tasks.runtime.context import Runtime
+from tasks.runtime.context import check_data_generation as checked
 from tasks.runtime.logging import get_logger
 from tasks.runtime.oom_watch import WATCH, report_outages
 from tasks.state.delays import parse_outbox_member
@@ -53,8 +54,12 @@ def drain_once(rt: Runtime) -> dict[str, int]:
     """One pass over the three sets; returns how many entries were handled.
 
     Also reports the out-of-memory outages this process saw and that are over
-    (``sched.redis.out_of_memory``, :mod:`tasks.runtime.oom_watch`).
+    (``sched.redis.out_of_memory``, :mod:`tasks.runtime.oom_watch`). Drains
+    nothing while the data generation is not intact (a wiped or rolled-back
+    Redis: :mod:`tasks.runtime.middleware.data_guard`); ``refused`` is then 1.
     """
+    if not checked(rt).ok:
+        return {"enqueued": 0, "followups": 0, "timers": 0, "refused": 1}
     if WATCH.has_closed:
         report_outages(rt.client, rt.keys.events)
     enqueued = 0

@@ -87,6 +87,11 @@ class Settings(BaseSettings):
     redis_socket_connect_timeout_s: float = Field(default=5.0, gt=0)
     redis_health_check_interval_s: int = Field(default=25, ge=0)
 
+    generation_file: str | None = Field(
+        default=None,
+        description="file where a worker also keeps the data generation id (survives its restart)",
+    )
+
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: str = "INFO"
     chain_file: str = "chain.json"

@@ -284,6 +284,32 @@ class ClusterStore:
         ]
         return ScriptCall("reserve", keys, args, _reserved)
 
+    def restore_booking(
+        self, request_id: str, request_json: str, digest: str, booking: Booking, result_json: str,
+        *, meta: EventMeta | None = None,
+    ) -> tuple[str, int | None, list[dict[str, Any]]]:
+        """Re-create one of gpusched's bookings and its done record (a recovery; ``restore_booking.lua``).
+
+        Returns:
+            (``restored`` or ``present``, the version it produced, the GPUs it overbooks).
+        """
+        p = self._partition
+        k = p.keys
+        reply = p.run(
+            "restore_booking",
+            [k.request(request_id), k.capacity, k.booked, k.instances, k.instance_meta, k.claims,
+             k.version, k.changes, k.events],
+            [
+                *(meta or p.meta()).argv(), request_id, request_json, digest, booking.instance_key,
+                booking.row_json, booking.meta_json, booking.claims, booking.event_data, result_json,
+                p.settings.changes_maxlen, p.now_ms(),
+            ],
+        )
+        if reply[0] != "restored":
+            return "present", None, []
+        over = json.loads(reply[2])
+        return "restored", int(reply[1]), over if isinstance(over, list) else []
+
     # -------------------------------------------------------------------- reads
     def worker_row(self, worker_id: int) -> str | None:
         """The stored row JSON of a worker."""

@@ -74,6 +74,17 @@ class Keys:
         """Compact stream of cluster mutations (a cache feed for worker mirrors; trimmed)."""
         return f"{self.prefix}:cluster:changes"
 
+    # -------------------------------------------------------- data generation
+    @property
+    def generation(self) -> str:
+        """String: the data generation (JSON: id, created, ...; see :mod:`tasks.state.generation`)."""
+        return f"{self.prefix}:generation"
+
+    @property
+    def data_lost(self) -> str:
+        """String: the loss marker (JSON), present from a detected data loss until a recovery."""
+        return f"{self.prefix}:data_lost"
+
     # ---------------------------------------------------------- cluster state
     @property
     def version(self) -> str:

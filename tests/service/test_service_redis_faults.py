@@ -6,7 +6,10 @@ stop or wipe it) and real ``celery -A tasks.app worker`` processes.
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -14,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from celery import Celery
 from service.conftest import require_redis_server
 from service.support import (
     RTX_4090,
@@ -30,6 +34,9 @@ from scheduler_core import Worker
 from tasks.audit.replay import replay
 from tasks.edges.localrun import RedisServer, WorkerProcess, start_redis
 from tasks.intake.snapshots import SnapshotRows
+from tasks.runtime.health import data_generation_ok
+from tasks.runtime.task_contract import DECIDE
+from tasks.state.generation import DataLost
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]
 
@@ -235,5 +242,62 @@ def test_json_escapes_round_trip_through_the_servers_cjson(redis_server: RedisSe
             d.client.rt.cluster.remove_worker(wid, "test")
             del expected[f"{wid}:{gpu_type}:0"]
             assert d.client.rt.cluster.ledger()[0] == expected
+    finally:
+        d.stop()
+
+
+def _logged(d: Deployment, event: str) -> bool:
+    needle = f'"event": "{event}"'
+    return any(needle in path.read_text(errors="replace") for path in d.logs.glob("worker-*.log"))
+
+
+def test_a_wiped_redis_is_detected_and_nothing_is_decided_until_recovered(
+    private_redis: RedisServer, tmp_path: Path
+) -> None:
+    """Item 9: SIGKILL Redis and restart it empty; every surface says so; a recovery resumes deciding."""
+    d = Deployment(private_redis.url, tmp_path)
+    try:
+        d.client.apply_cluster(cluster(10, 2))
+        d.start_workers(2)
+        placed = [f"p-{n:02d}" for n in range(12)]
+        for rid in placed:
+            d.client.submit(llm_request(rid))
+        wait_until(lambda: d.settled(set(placed)), 120, "the first requests to be placed")
+        backup = d.client.export_cluster()  # what an operator keeps (gpusched cluster export)
+        assert sorted(b["request_id"] for b in backup["bookings"]) == placed
+
+        private_redis.stop(signal.SIGKILL)
+        private_redis.start()  # no persistence: Redis comes back empty
+        wait_until(lambda: d.redis.exists(d.keys.data_lost), 60, "a worker to detect the loss")
+        (lost,) = d.events("sched.data.lost")
+        assert lost["data"]["verdict"] == "wiped"
+        wait_until(lambda: _logged(d, "data_lost"), 30, "the workers to log the loss")
+
+        # every surface says so: the client, the CLI, the health check
+        with pytest.raises(DataLost, match="refuses to decide: data loss detected"):
+            d.client.submit(llm_request("after-wipe"))
+        assert not data_generation_ok(d.client.rt).ok
+        env = {**os.environ, "GPUSCHED_REDIS_URL": private_redis.url}
+        cli = subprocess.run([sys.executable, "-m", "tasks.edges.cli", "health"], env=env,
+                             capture_output=True, text=True, timeout=60)
+        assert cli.returncode != 0 and "data" in cli.stderr, cli.stderr
+        # nothing is decided: a raw request sent meanwhile waits in the queue, recorded nowhere
+        sender = Celery(broker=private_redis.url)
+        sender.send_task(DECIDE, args=(llm_request("raw-while-lost"),), queue=d.keys.requests_queue)
+        wait_until(lambda: _logged(d, "deciding_refused"), 60, "a worker to refuse to decide")
+        assert d.results() == [] and d.client.rt.records.record("raw-while-lost") == {}
+        assert _alive(d) == ["w0", "w1"]
+
+        summary = d.client.apply_cluster(backup, recover=True)
+        assert summary["status"] == "recovered" and summary["bookings"] == len(placed)
+        result = d.client.wait("raw-while-lost", timeout=120, terminal=True)
+        assert result["status"] == "scheduled"  # decided once recovered, next to the restored bookings
+        again = {rid: d.client.submit(llm_request(rid)).status for rid in placed}  # type: ignore[union-attr]
+        assert set(again.values()) == {"duplicate"}  # clients resubmit: the restored bookings answer
+        late = d.client.submit(llm_request("after-recovery"), wait=True, timeout=120)
+        assert late["status"] == "scheduled"  # type: ignore[index]
+        d.assert_ledger_consistent()
+        assert data_generation_ok(d.client.rt).ok and d.events("sched.data.recovered")
+        wait_until(lambda: _logged(d, "data_generation_adopted"), 30, "the workers to adopt the recovery")
     finally:
         d.stop()

@@ -10,6 +10,7 @@ from builders import RTX_4090, model, uniform_worker
 from service_builders import small_request, uniform_cluster
 
 from tasks.state.notices import announce_suspension, resume_if_recovered
+from tasks.state.recovery import export_state, recover
 from tasks.state.scripts import (
     SCRIPT_DIR,
     SCRIPT_NAMES,
@@ -159,6 +160,7 @@ def _exercise_every_script(h: Harness) -> None:
     h.pump()
     announce_suspension(h.rt, h.rt.mirror.sync().worker_list(), suspended=True)
     assert resume_if_recovered(h.rt)  # the one worker left is ready
+    assert recover(h.rt, export_state(h.rt))["bookings"] >= 1  # restore_booking
 
 
 def test_every_script_caller_passes_the_keys_and_arguments_its_header_documents(
