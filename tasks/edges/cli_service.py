@@ -139,7 +139,8 @@ def _cluster_apply(args: argparse.Namespace) -> int:
     with _service_errors():
         client = _client()
         try:
-            summary = client.apply_cluster(document, recover=args.recover)
+            summary = client.apply_cluster(document, recover=args.recover, allow_removal=args.allow_removal,
+                                           dry_run=args.dry_run)
         except ValueError as error:  # pydantic.ValidationError is a ValueError
             raise _invalid_input(error) from None
     _print(summary, args.pretty)
@@ -226,6 +227,11 @@ def register(commands: Any, cluster_actions: Callable[[Any], None] | None = None
     apply.add_argument("--recover", action="store_true",
                        help="after Redis lost its data: rebuild from FILE (also its 'bookings', as "
                             "'cluster export' writes them) and resume deciding")
+    apply.add_argument("--dry-run", action="store_true",
+                       help="change nothing: print the workers, instances and bookings it would add, "
+                            "remove or change, and whether it needs --allow-removal")
+    apply.add_argument("--allow-removal", action="store_true",
+                       help="confirm a snapshot that removes more than max_removed_fraction of the workers")
     apply.add_argument("--pretty", action="store_true")
     export = _add(actions, "export", "print the cluster and gpusched's bookings as a recovery document",
                   _cluster_export)

@@ -22,6 +22,7 @@ from typing import Any
 import redis
 
 from tasks.audit.streams import read_new
+from tasks.intake.snapshots import parse_snapshot
 from tasks.intake.submit import Submission, submit_request
 from tasks.runtime.celery_app import TaskSender, client_app
 from tasks.runtime.context import Runtime, build_runtime, redis_client
@@ -30,6 +31,7 @@ from tasks.state.cancels import cancel_request
 from tasks.state.cluster_changes import apply_snapshot, handle_cluster_event
 from tasks.state.recovery import export_state
 from tasks.state.recovery import recover as recover_partition
+from tasks.state.snapshot_diff import diff_snapshot
 
 #: Longest block of one blocking read in :meth:`ServiceClient.wait` (its socket timeout follows).
 WAIT_BLOCK_MS = 1000
@@ -157,10 +159,18 @@ class ServiceClient:
         return cancel_request(self.rt, request_id, by="client")
 
     # ----------------------------------------------------------------- cluster
-    def apply_cluster(self, document: dict[str, Any], *, recover: bool = False) -> dict[str, Any]:
+    def apply_cluster(
+        self, document: dict[str, Any], *, recover: bool = False, allow_removal: bool = False,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
         """Replace the cluster with a snapshot (in this process) and wake parked requests.
 
         Args:
+            allow_removal: confirm a snapshot that removes more than
+                ``max_removed_fraction`` of the workers (refused otherwise,
+                :class:`tasks.state.cluster_store.RemovalRefused`).
+            dry_run: change nothing; return what applying it would change
+                (:func:`tasks.state.snapshot_diff.diff_snapshot`).
             recover: rebuild a partition whose data Redis lost: the document may
                 carry gpusched's ``bookings`` (what :meth:`export_cluster`
                 writes), which are re-created; a new data generation resumes the
@@ -171,10 +181,12 @@ class ServiceClient:
             tasks.state.generation.DataLost: Redis lost the service's data and
                 ``recover`` is not set.
         """
+        if dry_run:
+            return diff_snapshot(self.rt, parse_snapshot(document), allow_removal=allow_removal)
         if recover:
             return recover_partition(self.rt, document)
         self.rt.generation.ensure_ok()
-        return apply_snapshot(self.rt, document)
+        return apply_snapshot(self.rt, document, allow_removal=allow_removal)
 
     def export_cluster(self) -> dict[str, Any]:
         """The cluster as a recovery document: workers, the control plane's instances, gpusched's bookings.

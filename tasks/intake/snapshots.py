@@ -27,6 +27,10 @@ class InvalidField(ValueError):
         self.message = message
 
 
+#: The keys every snapshot must have (an empty list is a valid value; an absent key is not).
+REQUIRED_KEYS = ("workers", "model_instances")
+
+
 @dataclass(frozen=True, slots=True)
 class SnapshotRows:
     """A control-plane snapshot: worker rows and instance rows, validated, keyed."""
@@ -38,10 +42,19 @@ class SnapshotRows:
 def parse_snapshot(document: Mapping[str, Any]) -> SnapshotRows:
     """Validate a snapshot document ``{"workers": [...], "model_instances": [...]}``.
 
+    Both keys are required (:data:`REQUIRED_KEYS`): a snapshot is the whole
+    cluster, so a document that lacks one is truncated, not empty.
+
     Raises:
         pydantic.ValidationError: a row has a wrong type (the error names it).
-        InvalidField: duplicate worker ids or instance keys (naming the later row).
+        InvalidField: a required key is missing (naming it), duplicate worker
+            ids or instance keys (naming the later row).
     """
+    missing = [key for key in REQUIRED_KEYS if key not in document]
+    if missing:
+        needed = " and ".join(REQUIRED_KEYS)
+        raise InvalidField(missing[0], f"required key missing (a snapshot needs {needed}; "
+                           f"missing: {', '.join(missing)})")
     parsed = _SnapshotDocument.model_validate(document)
     seen_ids: set[int] = set()
     for position, worker in enumerate(parsed.workers):

@@ -82,6 +82,10 @@ class Settings(BaseSettings):
     unreachable_grace_s: float = Field(default=60.0, ge=0)
     ready_stable_s: float = Field(default=30.0, ge=0)
     max_unreachable_fraction: float = Field(default=0.5, gt=0, le=1)
+    max_removed_fraction: float = Field(
+        default=0.5, ge=0, le=1,
+        description="a snapshot removing more of the workers than this is refused unless confirmed",
+    )
 
     redis_socket_timeout_s: float = Field(default=30.0, gt=0)
     redis_socket_connect_timeout_s: float = Field(default=5.0, gt=0)

@@ -23,7 +23,7 @@ from typing import Any, cast
 from scheduler_core import Worker, canonical_json
 from tasks.audit.digests import sha256_hex
 from tasks.audit.events import EventMeta, dumps
-from tasks.intake.snapshots import SnapshotRows, parse_snapshot
+from tasks.intake.snapshots import InvalidField, SnapshotRows, parse_snapshot
 from tasks.state.ledger import (
     decode_amounts,
     encode_amounts,
@@ -46,6 +46,22 @@ class Applied:
     digest: str
     dropped: tuple[Released, ...]
     followup: str = ""
+
+
+class RemovalRefused(InvalidField):
+    """A snapshot would remove more workers than ``max_removed_fraction`` allows unconfirmed.
+
+    Nothing was written. ``removed`` of the ``stored`` workers are not in the
+    snapshot; confirm with ``allow_removal`` (``--allow-removal``) if that is meant.
+    """
+
+    def __init__(self, removed: int, stored: int, fraction: float) -> None:
+        super().__init__(
+            "workers",
+            f"the snapshot removes {removed} of the {stored} workers (more than max_removed_fraction "
+            f"{fraction:g}); nothing was applied: pass --allow-removal (allow_removal) if it is meant",
+        )
+        self.removed, self.stored = removed, stored
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,11 +135,17 @@ class ClusterStore:
         *,
         taken_over: Sequence[str] = (),
         meta: EventMeta | None = None,
+        allow_removal: bool = False,
     ) -> Applied:
         """Replace the cluster with a validated snapshot (see ``cluster_apply.lua``).
 
+        Args:
+            allow_removal: confirm a snapshot that removes more than
+                ``max_removed_fraction`` of the stored workers.
+
         Raises:
             pydantic.ValidationError / tasks.intake.snapshots.InvalidField: invalid rows (nothing is written).
+            RemovalRefused: too many workers would go and ``allow_removal`` is not set (nothing is written).
         """
         rows = document if isinstance(document, SnapshotRows) else parse_snapshot(document)
         text, digest = snapshot_document(rows)
@@ -131,7 +153,7 @@ class ClusterStore:
         args: list[Any] = [
             *(meta or self._partition.meta()).argv(), digest, text, self._partition.settings.changes_maxlen,
             encode_keys(taken_over), *self._health_args(), self._partition.lease_deadline_ms(),
-            len(rows.workers),
+            self._partition.settings.max_removed_fraction, "1" if allow_removal else "0", len(rows.workers),
         ]
         for worker in rows.workers:
             args.extend([worker.id, row_json(worker), encode_amounts(worker_capacity(worker))])
@@ -141,11 +163,13 @@ class ClusterStore:
             [
                 k.version, k.epoch, k.workers, k.worker_gpus, k.capacity, k.booked, k.instances,
                 k.instance_meta, k.claims, k.changes, k.events, k.snapshot(digest), k.health,
-                k.timers, k.followups, k.followup_jobs,
+                k.timers, k.followups, k.followup_jobs, k.vanished,
             ],
             args,
         )
-        return Applied(int(reply[0]), digest, _released(reply[1]), reply[2])
+        if reply[0] == "refused":
+            raise RemovalRefused(int(reply[1]), int(reply[2]), self._partition.settings.max_removed_fraction)
+        return Applied(int(reply[1]), digest, _released(reply[2]), reply[3])
 
     def _instance_args(self, rows: SnapshotRows) -> list[Any]:
         types = {w.id: worker_gpu_types(w) for w in rows.workers}
@@ -179,7 +203,7 @@ class ClusterStore:
             "worker_upsert",
             [
                 k.version, k.epoch, k.workers, k.worker_gpus, k.capacity, k.booked, k.changes,
-                k.events, k.health, k.timers, k.followups, k.followup_jobs,
+                k.events, k.health, k.timers, k.followups, k.followup_jobs, k.vanished,
             ],
             [
                 *(meta or self._partition.meta()).argv(), worker.id,
@@ -207,11 +231,11 @@ class ClusterStore:
             [
                 k.version, k.workers, k.worker_gpus, k.capacity, k.booked, k.instances,
                 k.instance_meta, k.claims, k.changes, k.events, k.health, k.timers,
-                k.followups, k.followup_jobs,
+                k.followups, k.followup_jobs, k.vanished,
             ],
             [
                 *(meta or self._partition.meta()).argv(), worker_id, self._partition.settings.changes_maxlen,
-                reason, self._partition.lease_deadline_ms(),
+                reason, self._partition.lease_deadline_ms(), self._partition.now_ms(),
             ],
         )
         if reply[0] != "removed":

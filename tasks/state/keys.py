@@ -117,6 +117,11 @@ class Keys:
         return f"{self.prefix}:cluster:worker_gpus"
 
     @property
+    def vanished(self) -> str:
+        """Hash worker id → when (ms) it left the cluster (removed, or missing from a snapshot)."""
+        return f"{self.prefix}:cluster:vanished"
+
+    @property
     def health(self) -> str:
         """Hash worker id → health JSON (``down_since_ms``, ``up_since_ms``)."""
         return f"{self.prefix}:cluster:health"

@@ -162,7 +162,8 @@ def recover(rt: Runtime, document: Mapping[str, Any]) -> dict[str, Any]:
     held = [meta.request_id for meta in rt.cluster.instance_meta().values()
             if meta.source == "gpusched" and meta.request_id]
     event = rt.partition.meta()
-    applied = rt.cluster.apply_snapshot(rows, taken_over=held, meta=event)
+    # the recovery states the whole cluster: removing workers a rolled-back state still lists is meant
+    applied = rt.cluster.apply_snapshot(rows, taken_over=held, meta=event, allow_removal=True)
     types = {worker.id: worker_gpu_types(worker) for worker in rows.workers}
     overbooked: list[dict[str, Any]] = []
     restored = 0

@@ -128,10 +128,12 @@ end
 -- (ARGV[1]): the job JSON in the jobs hash, the id in the follow-ups sorted set
 -- due at `due`, in case the caller dies before doing it. The caller chose the
 -- event id, so it runs the job at once (also when this script's reply was
--- lost and a retry found nothing left to change) and then deletes it.
-local function follow_up(f, due, reason, released, reschedule, wake)
-  redis.call('HSET', f.jobs, event_id, cjson.encode({reason = reason, released = released,
-    reschedule = reschedule, wake = wake}))
+-- lost and a retry found nothing left to change) and then deletes it. extra
+-- (optional) adds fields to the job.
+local function follow_up(f, due, reason, released, reschedule, wake, extra)
+  local job = {reason = reason, released = released, reschedule = reschedule, wake = wake}
+  for name, value in pairs(extra or {}) do job[name] = value end
+  redis.call('HSET', f.jobs, event_id, cjson.encode(job))
   redis.call('ZADD', f.due, due, event_id)
   return event_id
 end

@@ -21,6 +21,7 @@
 -- KEYS[10] timers sorted set        gpusched:timers
 -- KEYS[11] follow-ups sorted set    gpusched:followups
 -- KEYS[12] follow-up jobs hash       gpusched:followup_jobs
+-- KEYS[13] vanished workers hash     gpusched:cluster:vanished (a worker back is not vanished)
 --
 -- ARGV[1]  event id                 ARGV[2] event time (ISO)    ARGV[3] event source
 -- ARGV[4]  worker id
@@ -49,6 +50,7 @@ local health_key = KEYS[9]
 local timers_key = KEYS[10]
 local followups_key = KEYS[11]
 local followup_jobs_key = KEYS[12]
+local vanished_key = KEYS[13]
 
 local worker_id = ARGV[4]
 local expected_row = ARGV[5]
@@ -80,6 +82,7 @@ for _, pair in ipairs(decode_list(new_capacity)) do
 end
 redis.call('HSET', worker_gpus_key, worker_id, encode_list(gpu_keys))
 redis.call('HSET', workers_key, worker_id, new_row)
+redis.call('HDEL', vanished_key, worker_id)
 
 local v = tostring(redis.call('INCR', version_key))
 redis.call('XADD', changes_key, 'MAXLEN', '~', changes_maxlen, '*',

@@ -130,7 +130,8 @@ def _key_pattern(documented: str) -> str:
 
 
 def _exercise_every_script(h: Harness) -> None:
-    h.apply({"workers": [uniform_worker(1, "a", 1, RTX_4090), uniform_worker(2, "b", 1, RTX_4090)]})
+    h.apply({"workers": [uniform_worker(1, "a", 1, RTX_4090), uniform_worker(2, "b", 1, RTX_4090)],
+             "model_instances": []})
     h.submit({"request_id": "bad", "model": {"backend": "vLLM"}})
     claim = {"GPUSTACK_MODEL_VRAM_CLAIM": str(20 * (1 << 30))}
     for rid in ("r1", "r2", "r3"):
