@@ -147,6 +147,32 @@ def _cluster_apply(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Environment variable holding the password of each ACL role (``gpusched acl``).
+ACL_PASSWORD_ENV = {"service": "REDIS_SERVICE_PASSWORD", "control": "REDIS_CONTROL_PASSWORD",
+                    "submit": "REDIS_SUBMIT_PASSWORD"}
+
+
+def _acl(args: argparse.Namespace) -> int:
+    import os
+
+    from tasks.runtime.acl import acl_file
+    from tasks.runtime.settings import get_settings
+    from tasks.state.keys import Keys
+
+    passwords = {role: os.environ.get(name, "") for role, name in ACL_PASSWORD_ENV.items()}
+    missing = [ACL_PASSWORD_ENV[role] for role, password in passwords.items() if not password]
+    if missing:
+        raise CliError(f"set {', '.join(missing)} (the password of each Redis user)")
+    text = acl_file(passwords, Keys(get_settings().cluster))
+    if args.out is None:
+        print(text, end="")
+        return 0
+    descriptor = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as out:
+        out.write(text)
+    return 0
+
+
 def _cluster_export(args: argparse.Namespace) -> int:
     with _service_errors():
         document = _client().export_cluster()
@@ -243,6 +269,11 @@ def register(commands: Any, cluster_actions: Callable[[Any], None] | None = None
     event.add_argument("--pretty", action="store_true")
     if cluster_actions is not None:
         cluster_actions(actions)
+
+    acl = _add(commands, "acl", "print the Redis ACL users (service, control, submit) for redis-server "
+               "--aclfile, from the passwords in REDIS_<ROLE>_PASSWORD", _acl)
+    acl.add_argument("--out", default=None, metavar="FILE",
+                     help="write it here (mode 0644: it holds hashes, no password) instead of printing it")
 
     replay = _add(commands, "replay", "re-run recorded decisions and compare", _replay)
     replay.add_argument("--request-id", default=None, help="only this request's decisions")

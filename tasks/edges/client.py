@@ -22,6 +22,7 @@ from typing import Any
 import redis
 
 from tasks.audit.streams import read_new
+from tasks.intake.requests import normalize
 from tasks.intake.snapshots import parse_snapshot
 from tasks.intake.submit import Submission, submit_request
 from tasks.runtime.celery_app import TaskSender, client_app
@@ -86,8 +87,24 @@ class ServiceClient:
         return self.wait(submission.request_id, timeout=timeout, start_id=start, terminal=terminal)
 
     def _submit(self, request: Any) -> Submission:
-        self.rt.generation.ensure_ok()
+        self.rt.generation.ensure_ok(create=False)
+        if self.settings.submit_via == "queue":
+            return self._enqueue(request)
         return submit_request(self.rt, request)
+
+    def _enqueue(self, request: Any) -> Submission:
+        """``submit_via = "queue"`` (the submitter ACL user): validate here, let a worker record it.
+
+        An invalid request is answered here (its rejection is not published: this
+        user cannot write results); a valid one is pushed onto ``gpusched.requests``
+        as a raw request (``queued``), and a worker records, decides and publishes it.
+        """
+        normalized = normalize(request)
+        if normalized.rejection is not None:
+            return Submission(normalized.request_id, "rejected",
+                              result=json.loads(normalized.rejection.model_dump_json()))
+        self._sender.submit(request)
+        return Submission(normalized.request_id, "queued")
 
     # -------------------------------------------------------------------- wait
     def _last_result_id(self) -> str:
@@ -185,7 +202,7 @@ class ServiceClient:
             return diff_snapshot(self.rt, parse_snapshot(document), allow_removal=allow_removal)
         if recover:
             return recover_partition(self.rt, document)
-        self.rt.generation.ensure_ok()
+        self.rt.generation.ensure_ok(create=False)
         return apply_snapshot(self.rt, document, allow_removal=allow_removal)
 
     def export_cluster(self) -> dict[str, Any]:
@@ -202,7 +219,7 @@ class ServiceClient:
         Raises:
             tasks.state.generation.DataLost: Redis lost the service's data (no recovery ran).
         """
-        self.rt.generation.ensure_ok()
+        self.rt.generation.ensure_ok(create=False)
         if not queue:
             return handle_cluster_event(self.rt, event)
         task_id = self._sender.cluster_event(event)

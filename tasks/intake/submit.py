@@ -36,7 +36,10 @@ class Submission:
         request_id: the idempotency key.
         status: ``accepted`` (new), ``duplicate`` (known id, same request; no new
             decision), ``conflict`` (known id, different request: a client bug;
-            nothing changes) or ``rejected`` (invalid input; its result is published).
+            nothing changes), ``rejected`` (invalid input; its result is published —
+            not by a ``submit_via = "queue"`` client, which cannot write it) or
+            ``queued`` (``submit_via = "queue"``: pushed onto the requests queue; a
+            worker records it, answering duplicates and conflicts in its log).
         state: the record's state for a duplicate or a conflict.
         result: the rejected result for ``rejected``.
         digest: for a conflict, the digest of the request submitted now.

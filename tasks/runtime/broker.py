@@ -110,9 +110,26 @@ class RideOutQoS(kombu_redis.QoS):
 
 
 class RideOutChannel(kombu_redis.Channel):
-    """kombu's Redis channel with :class:`RideOutQoS`."""
+    """kombu's Redis channel with :class:`RideOutQoS`; a message says which queue it came from.
+
+    A message's ``delivery_info`` is whatever its publisher wrote, so a message
+    pushed onto ``gpusched.requests`` can claim any routing key. The consumer
+    overwrites its routing key with the queue it was actually taken from, so
+    the task sees where it came from (``request.delivery_info["routing_key"]``)
+    and :mod:`tasks.runtime.middleware.queue_guard` can refuse a task that has
+    no business on that queue.
+    """
 
     QoS = RideOutQoS
+
+    def basic_consume(self, queue: str, no_ack: bool, callback: Any, consumer_tag: str, **kwargs: Any) -> Any:
+        """Consume from ``queue``; every message carries ``queue`` as its routing key."""
+
+        def from_queue(message: Any) -> Any:
+            message.delivery_info["routing_key"] = queue
+            return callback(message)
+
+        return super().basic_consume(queue, no_ack, from_queue, consumer_tag, **kwargs)  # type: ignore[no-untyped-call]
 
 
 class Transport(kombu_redis.Transport):

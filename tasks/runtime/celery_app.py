@@ -60,6 +60,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     return {
         "broker_url": settings.redis_url,
         **broker_transport(settings.redis_url),
+        "broker_user": settings.redis_username,
+        "broker_password": settings.redis_password.get_secret_value() if settings.redis_password else None,
         "result_backend": None,
         "task_ignore_result": True,
         "task_serializer": "json",
@@ -85,7 +87,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_hijack_root_logger": False,
         "worker_concurrency": settings.worker_concurrency,
         "task_default_queue": keys.requests_queue,
-        "task_queues": declared_queues(keys),
+        "task_queues": declared_queues(keys, declare=settings.submit_via == "record"),
         "task_routes": {
             DECIDE: {"queue": keys.requests_queue},
             RESUME: {"queue": keys.commits_queue},
@@ -108,15 +110,23 @@ def broker_transport(url: str) -> dict[str, Any]:
     if scheme == "rediss":
         return {"broker_transport": TRANSPORT_PATH, "broker_use_ssl": {"ssl_cert_reqs": ssl.CERT_REQUIRED}}
     return {}
-def declared_queues(keys: Keys) -> list[Queue]:
+
+
+def declared_queues(keys: Keys, *, declare: bool = True) -> list[Queue]:
     """The partition's queues as a worker consumes them by default (no ``-Q``), in drain order.
 
     Each is declared as Celery declares a queue it routes to without a
     declaration (a direct exchange of the queue's name, routing key = name),
     so senders and consumers agree whichever side declared it first.
+
+    Args:
+        declare: false for a sender that may only push messages (the submitter
+            ACL user cannot write kombu's bindings): it relies on the workers
+            having declared the queues.
     """
     return [
-        Queue(name, Exchange(name, type="direct"), routing_key=name)  # type: ignore[no-untyped-call]
+        Queue(name, Exchange(name, type="direct"), routing_key=name,  # type: ignore[no-untyped-call]
+              no_declare=not declare)
         for name in keys.queues
     ]
 
@@ -148,6 +158,11 @@ class TaskSender:
         with structlog.contextvars.bound_contextvars(request_id=request_id):
             self._app.send_task(DECIDE, args=(request_id, seq, attempt), countdown=countdown or None)
 
+    def submit(self, request: Any) -> str:
+        """Send a raw request as ``gpusched.decide``'s argument (a worker records it); returns its id."""
+        with structlog.contextvars.bound_contextvars(request_id=_request_id(request)):
+            return str(self._app.send_task(DECIDE, args=(request,)).id)
+
     def resume(self, step: dict[str, Any]) -> None:
         """Send ``gpusched.resume(step)`` for a leftover step (the runtime's ``resume``)."""
         with structlog.contextvars.bound_contextvars(request_id=step.get("request_id")):
@@ -156,6 +171,11 @@ class TaskSender:
     def cluster_event(self, event: Any) -> str:
         """Send ``gpusched.cluster_event(event)``; returns the message id."""
         return str(self._app.send_task(CLUSTER_EVENT, args=(event,)).id)
+
+
+def _request_id(request: Any) -> str | None:
+    value = request.get("request_id") if isinstance(request, dict) else None
+    return value if isinstance(value, str) else None
 
 
 _WORKER_SENDER = TaskSender(app)

@@ -69,6 +69,7 @@ def redis_client(settings: Settings, *, blocking: bool = False, max_block_ms: in
     retry = Retry(NoBackoff(), 0) if blocking else Retry(ExponentialBackoff(cap=1.0, base=0.05), 3)
     return redis.Redis.from_url(
         settings.redis_url,
+        **redis_credentials(settings),
         decode_responses=True,
         protocol=2,
         socket_timeout=timeout,
@@ -76,6 +77,16 @@ def redis_client(settings: Settings, *, blocking: bool = False, max_block_ms: in
         health_check_interval=settings.redis_health_check_interval_s,
         retry=retry,
     )
+
+
+def redis_credentials(settings: Settings) -> dict[str, str]:
+    """``username``/``password`` from the settings, for a URL that carries none (the URL's win)."""
+    credentials: dict[str, str] = {}
+    if settings.redis_username:
+        credentials["username"] = settings.redis_username
+    if settings.redis_password is not None:
+        credentials["password"] = settings.redis_password.get_secret_value()
+    return credentials
 
 
 @contextmanager

@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import (
     BaseSettings,
     JsonConfigSettingsSource,
@@ -53,6 +53,17 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUSCHED_", extra="ignore", frozen=True)
 
     redis_url: str = "redis://localhost:6379/0"
+    redis_username: str | None = Field(
+        default=None, description="Redis ACL user (when the URL names none): the process's role"
+    )
+    redis_password: SecretStr | None = Field(
+        default=None, description="its password (when the URL holds none); never logged"
+    )
+    submit_via: Literal["record", "queue"] = Field(
+        default="record",
+        description="record: submit() records the request itself (service/control users); "
+        "queue: it only enqueues it and a worker records it (the submitter user)",
+    )
     cluster: str | None = Field(default=None, description="partition id; None = single cluster")
 
     visibility_timeout_s: int = Field(default=300, ge=2)

@@ -198,13 +198,17 @@ class DataGeneration:
             self.max_version = max(self.max_version, version)
         return status
 
-    def ensure_ok(self) -> GenerationStatus:
+    def ensure_ok(self, *, create: bool = True) -> GenerationStatus:
         """:meth:`check`, raising when the service must not decide.
+
+        Args:
+            create: write the first generation when there is none (workers);
+                a client passes False (it may lack the right to write it).
 
         Raises:
             DataLost: the verdict is ``halted``, ``wiped``, ``replaced`` or ``rolled_back``.
         """
-        status = self.check()
+        status = self.check(create=create)
         if not status.ok:
             raise DataLost(status)
         return status

@@ -4,6 +4,9 @@ Around every task message, outermost first (:data:`TASK_STACK`):
 
 * :mod:`~tasks.runtime.middleware.transient` — Redis/broker outages requeue
   the message after a back-off, never counted as a failure;
+* :mod:`~tasks.runtime.middleware.queue_guard` — each queue runs only its
+  own tasks (a ``cluster_event`` pushed onto the requests queue is
+  dead-lettered, never run);
 * :mod:`~tasks.runtime.middleware.data_guard` — a Redis that lost the
   service's data (wiped, rolled back) runs nothing: messages are requeued
   until a recovery;
@@ -37,6 +40,7 @@ from tasks.runtime.middleware.data_guard import RefuseWithoutData
 from tasks.runtime.middleware.delay_drainer import DelayDrainer
 from tasks.runtime.middleware.metrics_server import MetricsServer
 from tasks.runtime.middleware.node_heartbeat import NodeHeartbeat
+from tasks.runtime.middleware.queue_guard import OnlyItsOwnQueue
 from tasks.runtime.middleware.redelivery_guard import RedeliveryGuard
 from tasks.runtime.middleware.task_errors import RetryTaskErrors
 from tasks.runtime.middleware.transient import RequeueOnOutage
@@ -45,7 +49,7 @@ _GUARD = RedeliveryGuard()
 _DATA_GUARD = RefuseWithoutData()
 #: Around every task message, outermost first.
 TASK_STACK: tuple[Middleware, ...] = (
-    RequeueOnOutage(_GUARD.finished), _DATA_GUARD, _GUARD, RetryTaskErrors(),
+    RequeueOnOutage(_GUARD.finished), OnlyItsOwnQueue(), _DATA_GUARD, _GUARD, RetryTaskErrors(),
 )
 #: Boot and shutdown hooks of a worker node, in order.
 NODE_STACK: tuple[Middleware, ...] = (_DATA_GUARD, NodeHeartbeat(), DelayDrainer(), MetricsServer())

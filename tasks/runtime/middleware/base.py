@@ -33,6 +33,7 @@ class Delivery:
         counted: this delivery's start was counted by the redelivery guard
             (whoever requeues it must uncount it).
         started: ``time.monotonic()`` when the delivery started (the time limits run from it).
+        queue: the queue the message was taken from (None when run in process).
     """
 
     task_name: str
@@ -42,6 +43,7 @@ class Delivery:
     rt: Runtime
     counted: bool = False
     started: float = field(default_factory=time.monotonic)
+    queue: str | None = None
 
 
 class Middleware:
