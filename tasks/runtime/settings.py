@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     outbox_lease_s: float = Field(default=15.0, gt=0)
     stuck_after_s: float = Field(default=330.0, gt=0)
     drain_interval_s: float = Field(default=0.25, gt=0)
+    wake_recheck_s: float = Field(
+        default=1.0, gt=0, description="freed GPUs: check requests left parked for lack of slots again after"
+    )
     request_ttl_s: int = Field(default=7 * 24 * 3600, ge=60)
     results_maxlen: int = Field(default=1_000_000, ge=1000)
     changes_maxlen: int = Field(default=200_000, ge=1000)
