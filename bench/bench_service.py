@@ -277,8 +277,9 @@ def main(argv: list[str] | None = None) -> int:
     url = args.redis_url or (server.url if server else "")
     snapshot = cluster(args.cluster_workers, args.gpus)
     snapshot["model_instances"] = running_instances(args.cluster_workers, args.gpus, args.instances)
-    print(f"cluster {args.cluster_workers} workers x {args.gpus} GPUs, {args.instances} instances running, mix {args.mix} "
-          f"{MIXES[args.mix]}, {args.requests} requests/round, {args.inflight} in flight per process, "
+    print(f"cluster {args.cluster_workers} workers x {args.gpus} GPUs, {args.instances} instances running, "
+          f"mix {args.mix} {MIXES[args.mix]}, {args.requests} requests/round, "
+          f"{args.inflight} in flight per process, "
           f"decide lease {'off' if args.optimistic else 'on'}")
     print(f"{'procs':>5} {'decisions/s':>12} {'p50 ms':>8} {'p99 ms':>8} {'loaded p50':>11} "
           f"{'loaded p99':>11} {'core p50':>9}  statuses")

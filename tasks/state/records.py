@@ -51,10 +51,13 @@ class RecordOutcome:
 
     ``earlier`` is the decision another decider recorded first for the same
     attempt (continue with its step), None when the record moved on.
+    ``outdated``: refused because the snapshot it was decided on may no longer
+    be the one its version names (decide again on a fresh snapshot).
     """
 
     recorded: bool
     earlier: Recorded | None = None
+    outdated: bool = False
 
     def __bool__(self) -> bool:
         return self.recorded
@@ -134,14 +137,25 @@ class RequestRecords:
         result_digest: str,
         event_data: str,
         step_json: str = "",
+        *,
+        assumed: tuple[str, int] | None = None,
     ) -> ScriptCall[RecordOutcome]:
-        """Store the core's result and step, write ``sched.decision.made`` (first writer wins)."""
+        """Store the core's result and step, write ``sched.decision.made`` (first writer wins).
+
+        Args:
+            assumed: ``(request id, version)`` when the snapshot decided on assumed that
+                request's booking produced ``version`` (several decisions under one lease
+                hold); the decision is recorded only if it did and nothing came after it.
+        """
         p = self._partition
+        k = p.keys
+        record = k.request(request_id)
         args = [
             *p.meta().argv(), request_id, seq, attempt, version, result_json, result_digest,
-            event_data, p.now_ms(), step_json,
+            event_data, p.now_ms(), step_json, "" if assumed is None else assumed[1],
         ]
-        keys = [p.keys.request(request_id), p.keys.events]
+        keys = [record, k.events, k.decision_floor, k.version,
+                record if assumed is None else k.request(assumed[0])]
         return ScriptCall("record_decision", keys, args, _record_outcome)
 
     def record(self, request_id: str) -> dict[str, str]:
@@ -163,4 +177,4 @@ def _record_outcome(reply: Any) -> RecordOutcome:
         return RecordOutcome(True)
     if reply[0] == "duplicate":
         return RecordOutcome(False, Recorded(reply[1], reply[2]))
-    return RecordOutcome(False)
+    return RecordOutcome(False, outdated=reply[0] == "outdated")

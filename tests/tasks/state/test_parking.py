@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from service_builders import worker_row
-
 from builders import RTX_4090, instance
+from service_builders import worker_row
 
 from scheduler_core import DEFAULT_CHAIN, ModelInstance, ScheduleResult, Worker
 from tasks.state.parking import (

@@ -9,6 +9,8 @@ import pytest
 from builders import RTX_4090, model, uniform_worker
 from service_builders import small_request, uniform_cluster
 
+from tasks.audit.checkpoints import take_checkpoint
+from tasks.audit.retention import expire_parked
 from tasks.state.scripts import (
     SCRIPT_DIR,
     SCRIPT_NAMES,
@@ -154,6 +156,12 @@ def _exercise_every_script(h: Harness) -> None:
     h.clock.advance(h.settings.stuck_after_s + 61)
     h.drain()
     h.pump()
+    for rid in ("w1", "w2"):  # more than one GPU holds: w2 waits parked
+        h.submit({"request_id": rid, "model": model(env=claim)})
+    h.pump()
+    take_checkpoint(h.rt.partition)
+    h.clock.advance(h.settings.parked_ttl_s + 1)
+    assert expire_parked(h.rt)
 
 
 def test_every_script_caller_passes_the_keys_and_arguments_its_header_documents(
