@@ -51,8 +51,8 @@ class RecordOutcome:
 
     ``earlier`` is the decision another decider recorded first for the same
     attempt (continue with its step), None when the record moved on.
-    ``outdated``: refused because the snapshot it was decided on may no longer
-    be the one its version names (decide again on a fresh snapshot).
+    ``outdated``: refused because it read a version older than the newest audit
+    checkpoint (decide again on a fresh snapshot).
     """
 
     recorded: bool
@@ -137,26 +137,17 @@ class RequestRecords:
         result_digest: str,
         event_data: str,
         step_json: str = "",
-        *,
-        assumed: tuple[str, int] | None = None,
     ) -> ScriptCall[RecordOutcome]:
-        """Store the core's result and step, write ``sched.decision.made`` (first writer wins).
-
-        Args:
-            assumed: ``(request id, version)`` when the snapshot decided on assumed that
-                request's booking produced ``version`` (several decisions under one lease
-                hold); the decision is recorded only if it did and nothing came after it.
-        """
+        """Store the core's result and step, write ``sched.decision.made`` (first writer wins;
+        refused as outdated when it read a version below the decision floor)."""
         p = self._partition
         k = p.keys
-        record = k.request(request_id)
         args = [
             *p.meta().argv(), request_id, seq, attempt, version, result_json, result_digest,
-            event_data, p.now_ms(), step_json, "" if assumed is None else assumed[1],
+            event_data, p.now_ms(), step_json,
         ]
-        keys = [record, k.events, k.decision_floor, k.version,
-                record if assumed is None else k.request(assumed[0])]
-        return ScriptCall("record_decision", keys, args, _record_outcome)
+        return ScriptCall("record_decision", [k.request(request_id), k.events, k.decision_floor], args,
+                          _record_outcome)
 
     def record(self, request_id: str) -> dict[str, str]:
         """The request record (empty when unknown or expired)."""

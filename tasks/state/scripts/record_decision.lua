@@ -7,17 +7,12 @@
 --
 -- A decision is refused as outdated ({"outdated"}; nothing is written, the
 -- decider decides again on a fresh snapshot) when it read a cluster version
--- older than the newest audit checkpoint (so every decision logged after a
--- checkpoint can be replayed from it), or when it was decided on a snapshot
--- that assumed an earlier decision's booking (several decisions under one
--- lease hold) and that booking did not produce exactly the version assumed.
+-- older than the newest audit checkpoint, so every decision logged after a
+-- checkpoint can be replayed from it.
 --
 -- KEYS[1]  request record hash      gpusched:req:<request_id>
 -- KEYS[2]  audit stream             gpusched:events
 -- KEYS[3]  decision floor           gpusched:audit:floor
--- KEYS[4]  cluster version counter  gpusched:cluster:version
--- KEYS[5]  request record hash of the booking the snapshot assumed  gpusched:req:<request_id>
---          (KEYS[1] again when it assumed none)
 --
 -- ARGV[1]  event id                 ARGV[2] event time (ISO)    ARGV[3] event source
 -- ARGV[4]  request id
@@ -28,8 +23,6 @@
 -- ARGV[10] data JSON of the sched.decision.made event
 -- ARGV[11] now (ms)
 -- ARGV[12] step JSON (what reserve/park/publish continue with)
--- ARGV[13] the version that booking must have produced, "" when the snapshot was read
---          from Redis as it was
 --
 -- Returns {"ok", event_id}; {"outdated"}; {"duplicate", state, step_json} when a decision
 -- for this (seq, attempt) is already recorded (nothing is written);
@@ -38,8 +31,6 @@
 local record_key = KEYS[1]
 local events_key = KEYS[2]
 local floor_key = KEYS[3]
-local version_key = KEYS[4]
-local assumed_record_key = KEYS[5]
 
 local rid = ARGV[4]
 local seq = ARGV[5]
@@ -50,17 +41,12 @@ local result_digest = ARGV[9]
 local decision_data = ARGV[10]
 local now_ms = ARGV[11]
 local step_json = ARGV[12]
-local assumed_version = ARGV[13]
 
 local r = redis.call('HMGET', record_key, 'state', 'seq', 'attempt', 'step')
 if r[2] ~= seq or r[3] ~= attempt then return {'stale', r[1] or ''} end
 local state = r[1]
 if state == 'deciding' then
   if tonumber(cluster_version) < tonumber(redis.call('GET', floor_key) or '0') then
-    return {'outdated'}
-  end
-  if assumed_version ~= '' and (redis.call('GET', version_key) ~= assumed_version
-      or redis.call('HGET', assumed_record_key, 'booked_version') ~= assumed_version) then
     return {'outdated'}
   end
   redis.call('HSET', record_key, 'state', 'decided', 'result', result_json,
