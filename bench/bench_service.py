@@ -13,6 +13,12 @@ from the service's.
 
     .venv/bin/python bench/bench_service.py                 # 1, 2, 4 workers
     .venv/bin/python bench/bench_service.py --workers 2 --requests 300 --mix tp4
+    .venv/bin/python bench/bench_service.py --workers 2 --cluster-workers 2000 --instances 4000
+
+``--instances N`` starts the round with N control-plane instances already
+running (small one-GPU models spread over every worker by a seeded generator,
+:func:`running_instances`), so the core decides against N + the bench's own
+bookings.
 
 Needs ``redis-server`` on PATH (a private server on a free port is started)
 unless ``--redis-url`` names one (its database is flushed!).
