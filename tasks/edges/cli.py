@@ -15,7 +15,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from tasks.edges import cli_offline, cli_service
+from tasks.edges import cli_offline, cli_operate, cli_service
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,7 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpusched", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     cli_offline.register(commands)
-    cli_service.register(commands)  # imports Celery/Redis lazily, inside its handlers
+    # both import Celery/Redis lazily, inside their handlers
+    cli_service.register(commands, cluster_actions=cli_operate.register_cluster)
+    cli_operate.register(commands)  # cancel, describe, health (cluster show: under cluster)
     return parser
 
 

@@ -18,6 +18,9 @@ Configuration choices (see ``docs/service.md``):
 * Queues are drained in name order (``queue_order_strategy="sorted"``):
   ``.cluster`` before ``.commits`` before ``.requests``, so cluster events and
   leftover steps finish before new requests start.
+* Every queue is declared in the configuration (``task_queues``), so a plain
+  ``celery -A tasks.app worker`` (no ``-Q``) consumes the same three queues
+  as ``gpusched worker``.
 
 The module-level :data:`app` is the worker's, configured from the process
 settings. A client talking to a deployment sends through its own app
@@ -32,8 +35,10 @@ from typing import Any
 
 import structlog
 from celery import Celery, signals  # type: ignore[import-untyped]
+from kombu.entity import Exchange, Queue
 
 from tasks.runtime import logging as service_logging
+from tasks.runtime import metrics
 from tasks.runtime.context import Runtime, get_runtime
 from tasks.runtime.middleware import NODE_STACK, request_logging
 from tasks.runtime.settings import Settings, get_settings
@@ -73,6 +78,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_hijack_root_logger": False,
         "worker_concurrency": settings.worker_concurrency,
         "task_default_queue": keys.requests_queue,
+        "task_queues": declared_queues(keys),
         "task_routes": {
             DECIDE: {"queue": keys.requests_queue},
             RESUME: {"queue": keys.commits_queue},
@@ -80,6 +86,19 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             DRAIN_DELAYED: {"queue": keys.cluster_queue},
         },
     }
+
+
+def declared_queues(keys: Keys) -> list[Queue]:
+    """The partition's queues as a worker consumes them by default (no ``-Q``), in drain order.
+
+    Each is declared as Celery declares a queue it routes to without a
+    declaration (a direct exchange of the queue's name, routing key = name),
+    so senders and consumers agree whichever side declared it first.
+    """
+    return [
+        Queue(name, Exchange(name, type="direct"), routing_key=name)  # type: ignore[no-untyped-call]
+        for name in keys.queues
+    ]
 
 
 def client_app(settings: Settings) -> Celery:
@@ -149,6 +168,13 @@ def _before_task(
 @signals.task_postrun.connect  # type: ignore[untyped-decorator]
 def _after_task(**_: Any) -> None:
     request_logging.unbind_task()
+
+
+@signals.worker_init.connect  # type: ignore[untyped-decorator]
+def _worker_init(**_: Any) -> None:
+    # before the pool forks: every pool process then counts into the node's metrics directory
+    if get_settings().metrics_port:
+        metrics.prepare_multiprocess()
 
 
 @signals.worker_ready.connect  # type: ignore[untyped-decorator]

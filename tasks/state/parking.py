@@ -186,11 +186,13 @@ def fits_floor(entry: ParkedEntry, change: Change) -> bool:
 
 def budgeted(entry: ParkedEntry, changes: Sequence[Change]) -> bool:
     """Whether every freed GPU of ``changes`` is of a type the entry's floor names (so the
-    number of such requests the freed GPUs can take is bounded, see :func:`slots`)."""
+    number of such requests the freed GPUs can take is bounded, see :func:`slots`), and
+    every change carries its version (so the requests left waiting are checked again)."""
     if entry.floor is None or not changes:
         return False
     for change in changes:
-        if change.kind != ClusterChange.CAPACITY_FREED.value or change.shares is None:
+        # without its version the change could not be checked again later: wake, do not defer
+        if change.kind != ClusterChange.CAPACITY_FREED.value or change.shares is None or not change.version:
             return False
         if any(gpu_type is None or gpu_type not in entry.floor for gpu_type, _ in change.shares):
             return False

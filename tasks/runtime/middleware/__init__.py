@@ -16,6 +16,8 @@ shutdown):
   ``gpusched:nodes``;
 * :mod:`~tasks.runtime.middleware.delay_drainer` — the thread draining the
   outbox, follow-ups and timers;
+* :mod:`~tasks.runtime.middleware.metrics_server` — ``/metrics`` and
+  ``/healthz`` on ``metrics_port``;
 * :mod:`~tasks.runtime.middleware.audit_retention` — the thread running the
   audit retention pass (checkpoints, trimming, parked-request expiry).
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 from tasks.runtime.middleware.audit_retention import AuditRetention
 from tasks.runtime.middleware.base import Delivery, Middleware, run_task
 from tasks.runtime.middleware.delay_drainer import DelayDrainer
+from tasks.runtime.middleware.metrics_server import MetricsServer
 from tasks.runtime.middleware.node_heartbeat import NodeHeartbeat
 from tasks.runtime.middleware.redelivery_guard import RedeliveryGuard
 from tasks.runtime.middleware.task_errors import RetryTaskErrors
@@ -39,6 +42,6 @@ _GUARD = RedeliveryGuard()
 #: Around every task message, outermost first.
 TASK_STACK: tuple[Middleware, ...] = (RequeueOnOutage(_GUARD.finished), _GUARD, RetryTaskErrors())
 #: Boot and shutdown hooks of a worker node, in order.
-NODE_STACK: tuple[Middleware, ...] = (NodeHeartbeat(), DelayDrainer(), AuditRetention())
+NODE_STACK: tuple[Middleware, ...] = (NodeHeartbeat(), DelayDrainer(), MetricsServer(), AuditRetention())
 
 __all__ = ["NODE_STACK", "TASK_STACK", "Delivery", "Middleware", "run_task"]

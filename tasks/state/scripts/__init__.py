@@ -35,8 +35,10 @@ LIBRARY = "lib.lua"
 #: Every script the service runs.
 SCRIPT_NAMES = (
     "accept",
+    "announce_released",
     "ack_due",
     "begin",
+    "cancel",
     "checkpoint",
     "claim_due",
     "cluster_apply",
@@ -48,6 +50,7 @@ SCRIPT_NAMES = (
     "release_lease",
     "redrive",
     "reject",
+    "reschedule_notice",
     "release",
     "reserve",
     "wake",

@@ -149,9 +149,12 @@ def test_freed_slots_go_to_the_requests_parked_first_and_the_rest_wait() -> None
 
     waiting = {"a": parked(30, floor={"cuda": 0.8}), "b": parked(10, floor={"cuda": 0.8}),
                "c": parked(20, floor={"cuda": 0.8}), "d": parked(40)}
-    one = wake_plan(waiting, [_freed(("cuda", 1.0))], DEFAULT_CHAIN)
+    one = wake_plan(waiting, [_freed(("cuda", 1.0), version=9)], DEFAULT_CHAIN)
     assert (one.targets, one.deferred) == ([("b", 0), ("d", 0)], 2)  # d has no floor: always woken
-    two = wake_plan(waiting, [_freed(("cuda", 1.0), ("cuda", 0.95))], DEFAULT_CHAIN)
+    two = wake_plan(waiting, [_freed(("cuda", 1.0), ("cuda", 0.95), version=9)], DEFAULT_CHAIN)
     assert (two.targets, two.deferred) == ([("b", 0), ("c", 0), ("d", 0)], 1)
-    every = wake_plan(waiting, [_freed(("cuda", 1.0), ("rocm", 1.0))], DEFAULT_CHAIN)  # rocm: no floor
+    rocm = _freed(("cuda", 1.0), ("rocm", 1.0), version=9)  # no floor for rocm: cannot be bounded
+    every = wake_plan(waiting, [rocm], DEFAULT_CHAIN)
     assert (every.targets, every.deferred) == ([("a", 0), ("b", 0), ("c", 0), ("d", 0)], 0)
+    unversioned = wake_plan(waiting, [_freed(("cuda", 1.0))], DEFAULT_CHAIN)  # could not be re-checked
+    assert (unversioned.targets, unversioned.deferred) == ([("a", 0), ("b", 0), ("c", 0), ("d", 0)], 0)

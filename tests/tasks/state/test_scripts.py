@@ -11,6 +11,7 @@ from service_builders import small_request, uniform_cluster
 
 from tasks.audit.checkpoints import take_checkpoint
 from tasks.audit.retention import expire_parked
+from tasks.state.notices import announce_suspension, resume_if_recovered
 from tasks.state.scripts import (
     SCRIPT_DIR,
     SCRIPT_NAMES,
@@ -137,7 +138,7 @@ def _exercise_every_script(h: Harness) -> None:
         h.submit({"request_id": rid, "model": model(env=claim)})
     h.pump()
     h.event({"kind": "worker_state", "worker_id": 2, "state": "unreachable"})
-    h.event({"kind": "instance_deleted", "request_id": "r1"})
+    h.event({"kind": "instance_deleted", "instance_key": "req:r1"})
     h.event({"kind": "worker_removed", "worker_id": 2})
     h.rt.deliveries.dead_letter(
         request_id="r3",
@@ -151,11 +152,15 @@ def _exercise_every_script(h: Harness) -> None:
         seq=1,
     )
     h.submit({"request_id": "late", "model": model(env=claim)})
+    h.submit({"request_id": "withdrawn", "model": model(env=claim)})
+    h.event({"kind": "request_cancelled", "request_id": "withdrawn"})
     h.queue.clear()
     h.rt.delays.schedule_timer("grace:1", 0)
     h.clock.advance(h.settings.stuck_after_s + 61)
     h.drain()
     h.pump()
+    announce_suspension(h.rt, h.rt.mirror.sync().worker_list(), suspended=True)
+    assert resume_if_recovered(h.rt)  # the one worker left is ready
     for rid in ("w1", "w2"):  # more than one GPU holds: w2 waits parked
         h.submit({"request_id": rid, "model": model(env=claim)})
     h.pump()
