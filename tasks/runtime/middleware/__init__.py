@@ -25,7 +25,9 @@ shutdown):
 * :mod:`~tasks.runtime.middleware.delay_drainer` — the thread draining the
   outbox, follow-ups and timers;
 * :mod:`~tasks.runtime.middleware.metrics_server` — ``/metrics`` and
-  ``/healthz`` on ``metrics_port``.
+  ``/healthz`` on ``metrics_port``;
+* :mod:`~tasks.runtime.middleware.audit_retention` — the thread running the
+  audit retention pass (checkpoints, trimming, parked-request expiry).
 
 Dead-lettering itself (:mod:`~tasks.runtime.middleware.dead_letters`) is the
 action the guard and the retries share; :mod:`~tasks.runtime.middleware.request_logging`
@@ -35,6 +37,7 @@ prerun signals in :mod:`tasks.runtime.celery_app`).
 
 from __future__ import annotations
 
+from tasks.runtime.middleware.audit_retention import AuditRetention
 from tasks.runtime.middleware.base import Delivery, Middleware, run_task
 from tasks.runtime.middleware.data_guard import RefuseWithoutData
 from tasks.runtime.middleware.delay_drainer import DelayDrainer
@@ -52,6 +55,8 @@ TASK_STACK: tuple[Middleware, ...] = (
     RequeueOnOutage(_GUARD.finished), OnlyItsOwnQueue(), _DATA_GUARD, _GUARD, RetryTaskErrors(),
 )
 #: Boot and shutdown hooks of a worker node, in order.
-NODE_STACK: tuple[Middleware, ...] = (_DATA_GUARD, NodeHeartbeat(), DelayDrainer(), MetricsServer())
+NODE_STACK: tuple[Middleware, ...] = (
+    _DATA_GUARD, NodeHeartbeat(), DelayDrainer(), MetricsServer(), AuditRetention(),
+)
 
 __all__ = ["NODE_STACK", "TASK_STACK", "Delivery", "Middleware", "run_task"]
