@@ -47,8 +47,9 @@ from tasks.runtime import metrics
 from tasks.runtime.broker import TRANSPORT_PATH, shutting_down
 from tasks.runtime.context import Runtime, get_runtime
 from tasks.runtime.middleware import NODE_STACK, request_logging
+from tasks.runtime.middleware.queue_guard import accepted_tasks
 from tasks.runtime.settings import Settings, get_settings
-from tasks.runtime.task_contract import CLUSTER_EVENT, DECIDE, DRAIN_DELAYED, RESUME
+from tasks.runtime.task_contract import CLUSTER_EVENT, DECIDE, RESUME
 from tasks.state.keys import Keys
 
 app = Celery("gpusched", include=["tasks.runtime.worker_tasks"])
@@ -88,11 +89,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_concurrency": settings.worker_concurrency,
         "task_default_queue": keys.requests_queue,
         "task_queues": declared_queues(keys, declare=settings.submit_via == "record"),
+        # each task to the one queue that runs it (the queue guard refuses it anywhere else)
         "task_routes": {
-            DECIDE: {"queue": keys.requests_queue},
-            RESUME: {"queue": keys.commits_queue},
-            CLUSTER_EVENT: {"queue": keys.cluster_queue},
-            DRAIN_DELAYED: {"queue": keys.cluster_queue},
+            task: {"queue": queue} for queue, names in accepted_tasks(keys).items() for task in sorted(names)
         },
     }
 
