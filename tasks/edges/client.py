@@ -20,8 +20,13 @@ import time
 from typing import Any
 
 import redis
+from pydantic import ValidationError
 
+from scheduler_core import Worker
 from tasks.audit.streams import read_new
+from tasks.intake.cluster_events import SnapshotEvent, check_against_worker, event_worker_id, parse_event
+from tasks.intake.limits import IntakeLimits, InvalidField
+from tasks.intake.snapshots import check_snapshot_size, parse_snapshot
 from tasks.intake.submit import Submission, submit_request
 from tasks.runtime.celery_app import TaskSender, client_app
 from tasks.runtime.context import Runtime, build_runtime, redis_client
@@ -136,16 +141,50 @@ class ServiceClient:
         """Replace the cluster with a snapshot (in this process) and wake parked requests.
 
         Raises:
-            pydantic.ValidationError / ValueError: invalid rows (nothing changes).
+            pydantic.ValidationError / ValueError: invalid rows, or larger than
+                ``max_snapshot_bytes`` (nothing changes).
         """
+        check_snapshot_size(document, self.settings.max_snapshot_bytes)
         return apply_snapshot(self.rt, document)
 
-    def cluster_event(self, event: dict[str, Any], *, queue: bool = True) -> dict[str, Any]:
-        """Send a cluster event to ``gpusched.cluster_event`` (or apply it here)."""
+    def check_cluster_event(self, event: Any) -> InvalidField | None:
+        """What is wrong with ``event`` before it is queued, None when nothing is.
+
+        The door the worker applies (:func:`tasks.intake.cluster_events.parse_event`:
+        size, nesting, Unicode, shape, key alphabets; a snapshot's rows), and what only
+        the current cluster tells: the worker an event changes must exist (but for
+        ``worker_added``), a ``gpu_memory_changed`` must name its GPUs.
+        """
+        try:
+            parsed = parse_event(event, IntakeLimits.of(self.settings))
+            if isinstance(parsed, SnapshotEvent):
+                parse_snapshot(parsed.model_dump(mode="json"))
+            named = event_worker_id(parsed)
+            stored = self.rt.cluster.worker_row(named[1]) if named else None
+            check_against_worker(parsed, Worker.model_validate_json(stored) if stored else None)
+        except InvalidField as error:
+            return error
+        except ValidationError as error:  # a snapshot row of the wrong type
+            first = error.errors(include_url=False)[0]
+            return InvalidField(".".join(str(part) for part in first["loc"]), str(first["msg"]))
+        return None
+
+    def cluster_event(self, event: Any, *, queue: bool = True) -> dict[str, Any]:
+        """Validate a cluster event, then send it to ``gpusched.cluster_event`` (or apply it here).
+
+        Returns:
+            The summary: ``queued`` with the message id; the applied event's summary
+            with ``queue=False``; or ``rejected`` with ``field`` and ``error`` when
+            :meth:`check_cluster_event` refuses it (nothing is queued or applied).
+        """
+        problem = self.check_cluster_event(event)
+        kind = event.get("kind") if isinstance(event, dict) else None
+        if problem is not None:
+            return {"kind": kind, "status": "rejected", "field": problem.field, "error": problem.message}
         if not queue:
             return handle_cluster_event(self.rt, event)
         task_id = self._sender.cluster_event(event)
-        return {"kind": event.get("kind"), "status": "queued", "task_id": task_id}
+        return {"kind": kind, "status": "queued", "task_id": task_id}
 
     def close(self) -> None:
         """Close the Redis and broker connections."""
