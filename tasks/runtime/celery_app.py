@@ -18,6 +18,12 @@ Configuration choices (see ``docs/service.md``):
 * Queues are drained in name order (``queue_order_strategy="sorted"``):
   ``.cluster`` before ``.commits`` before ``.requests``, so cluster events and
   leftover steps finish before new requests start.
+* The broker door (:mod:`tasks.runtime.broker_door`, set as ``broker_transport``
+  and ``worker_consumer``): a message no task could use is dead-lettered, never
+  fatal to the consumer nor silently dropped. With an explicit transport kombu no
+  longer reads TLS from the ``rediss://`` scheme, so a ``rediss://`` URL sets
+  ``broker_use_ssl`` (certificates verified, as redis-py does for the state
+  clients; ``?ssl_cert_reqs=none`` in the URL opts out).
 
 The module-level :data:`app` is the worker's, configured from the process
 settings. A client talking to a deployment sends through its own app
@@ -28,7 +34,9 @@ several deployments can live in one process without reconfiguring a shared one.
 from __future__ import annotations
 
 import os
+import ssl
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import structlog
 from celery import Celery, signals  # type: ignore[import-untyped]
@@ -72,6 +80,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_cancel_long_running_tasks_on_connection_loss": True,
         "worker_hijack_root_logger": False,
         "worker_concurrency": settings.worker_concurrency,
+        "broker_transport": "tasks.runtime.broker_door:Transport",
+        "worker_consumer": "tasks.runtime.broker_door:DoorConsumer",
+        **broker_tls(settings.redis_url),
         "task_default_queue": keys.requests_queue,
         "task_routes": {
             DECIDE: {"queue": keys.requests_queue},
@@ -80,6 +91,14 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             DRAIN_DELAYED: {"queue": keys.cluster_queue},
         },
     }
+
+
+def broker_tls(url: str) -> dict[str, Any]:
+    """``broker_use_ssl`` for a ``rediss://`` URL without ``ssl_*`` options (verify certificates)."""
+    parts = urlsplit(url)
+    if parts.scheme != "rediss" or any(key.startswith("ssl_") for key in parse_qs(parts.query)):
+        return {}
+    return {"broker_use_ssl": {"ssl_cert_reqs": ssl.CERT_REQUIRED}}
 
 
 def client_app(settings: Settings) -> Celery:
