@@ -52,11 +52,24 @@ def _construct(cls: type[_M], **fields: Any) -> _M:
     costs ~3 µs per object; ``tests/engine/test_render.py`` pins the equivalence.
     """
     instance = cls.__new__(cls)
-    object.__setattr__(instance, "__dict__", fields)
-    object.__setattr__(instance, "__pydantic_fields_set__", set(fields))
-    object.__setattr__(instance, "__pydantic_extra__", None)
-    object.__setattr__(instance, "__pydantic_private__", None)
+    _set(instance, "__dict__", fields)
+    # Every field is passed, so the fields-set is the class's; one shared set per class
+    # (pydantic copies it before changing it: model_copy and __copy__ take a copy).
+    _set(instance, "__pydantic_fields_set__", _fields_set(cls))
+    _set(instance, "__pydantic_extra__", None)
+    _set(instance, "__pydantic_private__", None)
     return instance
+
+
+_set = object.__setattr__
+_FIELDS_SETS: dict[type[BaseModel], set[str]] = {}
+
+
+def _fields_set(cls: type[BaseModel]) -> set[str]:
+    known = _FIELDS_SETS.get(cls)
+    if known is None:
+        known = _FIELDS_SETS[cls] = set(cls.model_fields)
+    return known
 
 
 #: Memo of rendered claims keyed by their content.

@@ -1,13 +1,19 @@
 """Reuse of work within and across decisions: the only module that knows about it.
 
 The rules (filters, strategies, the fraction calculator, scoring) are pure and
-cache-free. Two things here make them cheap to run over large clusters, and
-neither changes a result (property tests compare decisions with and without):
+cache-free. Three things here make them cheap to run over large clusters, and
+none changes a result (property tests compare decisions with and without):
 
 * :class:`StageRunner` maps a per-worker rule over workers. Workers whose GPUs
   and allocatable memory are equal (a homogeneous fleet) get one evaluation
   per decision; with a :class:`SnapshotMemo` an unchanged worker's outcome is
   also reused from the previous decision with the same inputs.
+* :class:`Memoized` wraps a pure function of a hashable argument that a rule
+  needs many times with few distinct arguments (``policy: precise``'s per-rank
+  budget by GPU size and layout, its verdict by GPU set and layout):
+  :meth:`StageRunner.memoized` hands out one per decision, shared by every
+  strategy, and with a memo across decisions while its signature (every other
+  input of the function) is equal.
 * :class:`SnapshotMemo` is what a long-lived decider (the service's worker
   process) keeps across ``schedule()`` calls: validated worker views, orderings
   and groupings derived from a worker list, per-worker values (allocatable
@@ -22,7 +28,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from scheduler_core._schemas import ModelInstance
 from scheduler_core.accounting import Allocatable, occupied_workers
@@ -30,6 +36,8 @@ from scheduler_core.cluster import ClusterState
 from scheduler_core.workers import Gpu, WorkerView
 
 _T = TypeVar("_T")
+_K = TypeVar("_K", bound=Hashable)
+_V = TypeVar("_V")
 _I = TypeVar("_I", bound=Hashable, contravariant=True)
 _O = TypeVar("_O")
 _P = TypeVar("_P")
@@ -51,10 +59,13 @@ class WorkerRule(Protocol[_I, _O, _P_co]):
     outcome serves every worker of the same shape. ``attach`` turns that
     outcome into the worker's own result (its candidates), reading only the
     inputs, the worker and the outcome; so the result can be kept across
-    decisions while the worker is unchanged.
+    decisions while the worker is unchanged. ``reads_reported`` says whether
+    ``evaluate`` reads what a GPU reports of itself beyond its size (vendor,
+    memory in use); workers that differ only there then do not share an outcome.
     """
 
     name: str
+    reads_reported: bool
 
     def evaluate(self, inputs: _I, gpus: tuple[Gpu, ...], allocatable: Allocatable) -> _O:
         """The rule's outcome for one worker shape."""
@@ -84,6 +95,47 @@ class StageOutcomes:
         self.entries: dict[int, _StageEntry] = {}
 
 
+class Memoized(Generic[_K, _V]):
+    """``compute(argument)``, evaluated at most once per argument while this object lives.
+
+    ``compute`` must be a pure function of ``signature`` (whatever else it reads,
+    fixed when the object is made) and of its argument. Two objects are equal (and
+    hash alike) when their signatures are: that lets a rule carry one in its
+    hashable inputs without changing what the inputs mean. Not thread-safe.
+    """
+
+    __slots__ = ("_compute", "_hash", "_values", "signature")
+
+    #: Values kept at most; beyond it the table starts over.
+    LIMIT = 4096
+
+    def __init__(self, signature: Hashable, compute: Callable[[_K], _V]) -> None:
+        self.signature = signature
+        self._compute = compute
+        self._values: dict[_K, _V] = {}
+        self._hash = hash(signature)
+
+    def __call__(self, argument: _K) -> _V:
+        """The value for ``argument`` (computed on first use)."""
+        values = self._values
+        if argument in values:
+            return values[argument]
+        value = self._compute(argument)
+        if len(values) >= self.LIMIT:
+            values.clear()
+        values[argument] = value
+        return value
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, Memoized) and self.signature == other.signature)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"Memoized({self.signature!r})"
+
+
 class SnapshotMemo:
     """State remembered *across* decisions on a slowly changing cluster.
 
@@ -101,23 +153,28 @@ class SnapshotMemo:
       in the same order;
     * per-worker rule outcomes, keyed by the rule, its inputs and the GPU type,
       valid while the worker copy is the same object and the worker's
-      generation is unchanged.
+      generation is unchanged;
+    * :class:`Memoized` functions by name and signature (valid for as long as
+      the signature is equal: they read nothing else).
 
     Not thread-safe: one per thread.
     """
 
-    __slots__ = ("_derived", "_entries", "_instances", "_stages", "generations")
+    __slots__ = ("_derived", "_entries", "_functions", "_instances", "_stages", "generations")
 
     #: Entries kept at most per kind; beyond it that kind starts over (workers come and go).
     LIMIT = 200_000
     #: Stage tables kept at most (one per rule, distinct inputs and GPU type).
     STAGE_TABLES = 512
+    #: Memoized functions kept at most (each holds up to :attr:`Memoized.LIMIT` values).
+    FUNCTIONS = 32
 
     def __init__(self) -> None:
         self._entries: dict[int, _MemoEntry] = {}
         self._instances: tuple[ModelInstance, ...] = ()
         self._derived: dict[object, tuple[tuple[object, ...], object]] = {}
         self._stages: dict[tuple[object, ...], StageOutcomes] = {}
+        self._functions: dict[tuple[str, Hashable], Memoized[Any, Any]] = {}
         #: Per worker id, how many times its bound instances changed (absent: never).
         self.generations: dict[int, int] = {}
 
@@ -184,6 +241,16 @@ class SnapshotMemo:
         self._derived[slot] = (tuple(items), value)
         return value
 
+    def memoized(self, name: str, signature: Hashable, compute: Callable[[_K], _V]) -> Memoized[_K, _V]:
+        """The remembered :class:`Memoized` of ``name`` for an equal signature, else a new one."""
+        key = (name, signature)
+        found = self._functions.get(key)
+        if found is None:
+            if len(self._functions) >= self.FUNCTIONS:
+                self._functions.clear()
+            found = self._functions[key] = Memoized(signature, compute)
+        return found
+
     def stage_outcomes(self, key: tuple[object, ...]) -> StageOutcomes:
         """The per-worker outcome table of one rule (``key``: rule, inputs, GPU type)."""
         table = self._stages.get(key)
@@ -197,18 +264,34 @@ class SnapshotMemo:
 class StageRunner:
     """Maps per-worker rules over workers for one decision, sharing equal evaluations.
 
-    Workers with equal GPUs (index, type, total) and equal allocatable memory
-    get one evaluation. With a memo, an unchanged worker's outcome is reused
-    from an earlier decision with the same rule inputs and GPU type.
+    Workers with equal GPUs (index, type, vendor, total, reported usage) and
+    equal allocatable memory get one evaluation. With a memo, an unchanged
+    worker's outcome is reused from an earlier decision with the same rule
+    inputs and GPU type.
     """
 
-    __slots__ = ("_cluster", "_memo", "_shapes", "_shared")
+    __slots__ = ("_cluster", "_functions", "_memo", "_shapes", "_shared")
 
     def __init__(self, cluster: ClusterState, memo: SnapshotMemo | None = None) -> None:
         self._cluster = cluster
         self._memo = memo
         self._shared: dict[tuple[str, str | None], tuple[object, dict[object, object]]] = {}
-        self._shapes: dict[tuple[int, str | None], tuple[WorkerView, Hashable]] = {}
+        self._shapes: dict[tuple[int, str | None, bool], tuple[WorkerView, Hashable]] = {}
+        self._functions: dict[tuple[str, Hashable], Memoized[Any, Any]] = {}
+
+    def memoized(self, name: str, signature: Hashable, compute: Callable[[_K], _V]) -> Memoized[_K, _V]:
+        """One :class:`Memoized` per name and signature for this decision (every strategy gets
+        the same), taken from the memo when there is one.
+
+        ``compute`` must be a pure function of ``signature`` and its argument.
+        """
+        key = (name, signature)
+        found = self._functions.get(key)
+        if found is None:
+            memo = self._memo
+            found = Memoized(signature, compute) if memo is None else memo.memoized(name, signature, compute)
+            self._functions[key] = found
+        return found
 
     def run(
         self,
@@ -239,23 +322,32 @@ class StageRunner:
         self, rule: WorkerRule[_I, _O, _P], inputs: _I, gpu_type: str | None, worker: WorkerView
     ) -> _P:
         free = self._cluster.allocatable(worker, gpu_type)
-        shape = self._shape(worker, gpu_type, free)
+        shape = self._shape(worker, gpu_type, free, rule.reads_reported)
         table = self._table(rule.name, inputs, gpu_type)
         outcome = table.get(shape)
         if outcome is None:
             outcome = table[shape] = rule.evaluate(inputs, worker.gpus, free)
         return rule.attach(inputs, worker, outcome)  # type: ignore[arg-type]
 
-    def _shape(self, worker: WorkerView, gpu_type: str | None, free: Allocatable) -> Hashable:
-        """What a rule may read of the worker: its GPUs (reported usage included) and their
-        allocatable memory (once per decision)."""
-        key = (worker.id, gpu_type)
+    def _shape(
+        self, worker: WorkerView, gpu_type: str | None, free: Allocatable, reported: bool
+    ) -> Hashable:
+        """What a rule may read of the worker, once per decision: its GPUs and their
+        allocatable memory, plus what the GPUs report of themselves (vendor, memory in use)
+        for a rule that reads it. Leaving that out for the rules that do not read it lets
+        workers that differ only in reported usage share one evaluation."""
+        key = (worker.id, gpu_type, reported)
         known = self._shapes.get(key)
         if known is None or known[0] is not worker:
             vram = free.vram
-            gpus = tuple(
-                (g.index, g.type, g.total, 0 if g.index is None else vram.get(g.index, 0), g.used)
+            sizes = [
+                (g.index, g.type, g.total, 0 if g.index is None else vram.get(g.index, 0))
                 for g in worker.gpus
+            ]
+            gpus: tuple[tuple[object, ...], ...] = (
+                tuple((*size, g.vendor, g.used) for size, g in zip(sizes, worker.gpus, strict=True))
+                if reported
+                else tuple(sizes)
             )
             known = self._shapes[key] = (worker, (free.ram, gpus))
         return known[1]
@@ -272,17 +364,20 @@ class StageRunner:
 class Rule(Generic[_I, _O, _P]):
     """Adapts two pure module-level functions to :class:`WorkerRule` (with a name for reuse tables)."""
 
-    __slots__ = ("_attach", "_evaluate", "name")
+    __slots__ = ("_attach", "_evaluate", "name", "reads_reported")
 
     def __init__(
         self,
         name: str,
         evaluate: Callable[[_I, tuple[Gpu, ...], Allocatable], _O],
         attach: Callable[[_I, WorkerView, _O], _P],
+        *,
+        reads_reported: bool,
     ) -> None:
         self.name = name
         self._evaluate = evaluate
         self._attach = attach
+        self.reads_reported = reads_reported
 
     def evaluate(self, inputs: _I, gpus: tuple[Gpu, ...], allocatable: Allocatable) -> _O:
         """Call the evaluating function."""

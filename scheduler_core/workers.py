@@ -57,8 +57,10 @@ class WorkerView:
 
     def of_type(self, gpu_type: str | None) -> WorkerView:
         """This worker restricted to its GPUs of ``gpu_type`` (itself when all GPUs are of it)."""
-        gpus = tuple(g for g in self.gpus if g.type == gpu_type)
-        return self if len(gpus) == len(self.gpus) else replace(self, gpus=gpus)
+        gpus = self.gpus
+        if all(g.type == gpu_type for g in gpus):
+            return self
+        return replace(self, gpus=tuple(g for g in gpus if g.type == gpu_type))
 
     def with_gpus(self, gpus: Iterable[Gpu]) -> WorkerView:
         """A copy holding exactly ``gpus``."""
@@ -100,6 +102,10 @@ def worker_view(worker: Worker) -> WorkerView:
 
 def _check_text(view: WorkerView) -> None:
     """The strings a result can carry (name, addresses, GPU types and names) must be valid Unicode."""
+    texts = [view.name, view.ip or "", view.ifname or ""]
+    texts += [(gpu.type or "") + (gpu.name or "") for gpu in view.gpus]
+    if "".join(texts).isascii():  # the common case, checked at C speed
+        return
     for where, text in (("name", view.name), ("ip", view.ip), ("ifname", view.ifname)):
         if text is not None and not encodable(text):
             raise InvalidText(where)
@@ -110,7 +116,8 @@ def _check_text(view: WorkerView) -> None:
 
 
 def _check_gpu_identity(view: WorkerView) -> None:
-    if len(view.gpus) < 2:
+    indexed = [(gpu.type, gpu.index) for gpu in view.gpus if gpu.index is not None]
+    if len(set(indexed)) == len(indexed):
         return
     seen: set[tuple[str | None, int]] = set()
     for number, gpu in enumerate(view.gpus):

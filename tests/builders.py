@@ -19,6 +19,22 @@ ASCEND_910B = 68_719_476_736  # 65536 MiB
 MI300X = 206_141_652_992  # 196592 MiB
 
 
+#: Meta-Llama-3-8B's config.json (the keys placement reads, as published).
+LLAMA_3_8B: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 8192,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "rope_scaling": None,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 128256,
+}
+
+
 def gpu(
     index: int, total: int, *, type_: str = "cuda", vendor: str = "nvidia", **extra: Any
 ) -> dict[str, Any]:

@@ -3,13 +3,18 @@
 For a set of GPUs (each with its *usable* memory) and the tp/pp the candidate
 launches with:
 
-1. the fraction is SGLang's current default for these GPUs and tp/pp
+1. the fraction ``f`` is SGLang's current default for these GPUs and tp/pp
    (:func:`scheduler_core.precise.fraction.sizing`), or the user's; with GPU
-   sharing, the smallest fraction (3 decimals, rounded up) whose pool holds the
-   rank's weights, the runtime overhead, the KV floor and a headroom;
-2. every rank holds ``weights / (tp·pp)`` (dp replicas each hold a full copy),
-   the runtime overhead and ``floor_tokens × cell`` of KV in its pool, and the
-   pool plus SGLang's activation and graph reserve fits in the GPU's usable memory:
+   sharing, the smallest fraction (3 decimals, rounded up) that holds, with a
+   headroom, both right-hand sides of rule 2 below;
+2. rule 2 as issue 12 states it, on every chosen GPU (dp replicas each hold a
+   full copy; ``reserve`` is SGLang's activation and graph reserve, without the
+   10 GiB floor of the default fraction):
+
+       w_rank + reserve + floor·cell ≤ f × total_g
+
+   and, because SGLang's static pool holds the weights and the KV cache while its
+   activations live *beside* the pool, the physical form on usable memory:
 
        w_rank + overhead + floor·cell ≤ f × usable_min              (the pool)
        w_rank + overhead + floor·cell + reserve ≤ usable_g           (every GPU)
@@ -22,26 +27,29 @@ launches with:
    start taken as the smallest usable memory of the set:
    ``page_floor((f × usable_min − w_rank − overhead) // cell)``.
 
-``usable_g = min(allocatable by the ledger, total − reported used − margin)``.
-Pure and cache-free; every input is an argument.
+``f`` is the fraction SGLang sizes the pool with (the launch value times the ROCm
+aiter factor). ``usable_g = min(allocatable by the ledger, total − reported used −
+margin)``. Pure and cache-free; every input is an argument.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from scheduler_core._units import MIB
 from scheduler_core.accounting import Allocatable
 from scheduler_core.precise.facts import PreciseFacts
-from scheduler_core.precise.fraction import Device, Sizing, reserve_mib, sizing
+from scheduler_core.precise.fraction import Device, Sizing, sizing
 from scheduler_core.precise.kv import kv_tokens
 from scheduler_core.reasons import Reason
 from scheduler_core.workers import Gpu
 
 #: A GPU and its usable bytes.
 Slot = tuple[Gpu, int]
+#: What the fit reads of one GPU of a set: its total bytes, its SGLang platform, its usable bytes.
+Room = tuple[int, str, int]
 
 
 def platform(gpu: Gpu) -> str:
@@ -50,6 +58,12 @@ def platform(gpu: Gpu) -> str:
     if kind == "cann" or (gpu.vendor or "").lower() == "ascend":
         return "npu"
     return kind if kind in ("cuda", "rocm") else "other"
+
+
+def room(slot: Slot) -> Room:
+    """What the fit reads of a slot."""
+    gpu, free = slot
+    return gpu.total, platform(gpu), free
 
 
 def usable(gpu: Gpu, allocatable: Allocatable, margin: int) -> int:
@@ -83,6 +97,8 @@ class Miss:
     need: int  # bytes each GPU must provide
     fraction: float | None
     usable: int  # the smallest usable memory in the set
+    #: ``f × total`` of the smallest GPU when rule 2's inequality on the pool is what failed.
+    pool: int | None = None
 
 
 def _ceil_fraction(value: float) -> float:
@@ -96,88 +112,138 @@ def rank_weights(facts: PreciseFacts, tp: int, pp: int) -> int:
     return -(-facts.weight_bytes // max(tp * pp, 1))
 
 
-def floor_bytes(facts: PreciseFacts, tp: int, pp: int) -> int:
-    """KV bytes of the floor on the fullest rank (0 without an attention layout)."""
-    cell = facts.cell_bytes(tp, pp)
-    return 0 if cell is None else facts.floor_tokens * cell
-
-
 @dataclass(frozen=True, slots=True)
 class Budget:
     """What a rank needs on GPUs of one size and platform at one tp/pp (independent of usage)."""
 
     size: Sizing
     weights: int  # per rank
-    static: int  # weights + overhead + KV floor: what the pool must hold
+    static: int  # weights + overhead + KV floor: what the pool must hold of usable memory
     reserve: int  # SGLang's activation and graph reserve, bytes (without the 10 GiB floor)
+    rule_two: int  # weights + reserve + KV floor: what ``f × total`` must hold (issue 12, rule 2)
+    cell: int | None  # KV bytes per token on the fullest rank (None without an attention layout)
+
+
+#: What a budget depends on besides the facts: the smallest GPU of the set, tp and pp.
+BudgetKey = tuple[Device, int, int]
+#: The budgets of one request by :data:`BudgetKey` (``budget`` with the facts bound).
+Budgets = Callable[[BudgetKey], Budget]
+
+
+def budget_of(facts: PreciseFacts, key: BudgetKey) -> Budget:
+    """:func:`budget` with its key packed (what :data:`Budgets` computes)."""
+    return budget(facts, *key)
 
 
 def budget(facts: PreciseFacts, device: Device, tp: int, pp: int) -> Budget:
     """The rank's needs for GPUs like ``device`` (the smallest of a set) at ``tp``/``pp``."""
     size = sizing(device, facts.traits, facts.flags, tp, pp)
     weights = rank_weights(facts, tp, pp)
-    static = weights + facts.settings.runtime_overhead + floor_bytes(facts, tp, pp)
-    reserve = int(reserve_mib(device, facts.traits, facts.flags, tp, pp, floor=False) * MIB)
-    return Budget(size, weights, static, reserve)
+    cell = facts.cell_bytes(tp, pp)
+    floor = 0 if cell is None else facts.floor_tokens * cell
+    static = weights + facts.settings.runtime_overhead + floor
+    reserve = int(size.runtime_reserve_mib * MIB)
+    return Budget(size, weights, static, reserve, weights + reserve + floor, cell)
 
 
-def device_of(slots: Sequence[Slot]) -> Device:
+def device_of(rooms: Sequence[Room]) -> Device:
     """The device SGLang sizes a set by: the smallest total, the first GPU's platform."""
-    return Device(min(gpu.total for gpu, _ in slots) / MIB, platform(slots[0][0]))
+    return Device(min(total for total, _, _ in rooms) / MIB, rooms[0][1])
+
+
+#: A GPU set and the tp/pp run on it: what a verdict depends on besides the facts.
+VerdictKey = tuple[tuple[Room, ...], int, int]
+#: The verdicts of one request by :data:`VerdictKey` (:func:`verdict_of` with the facts bound).
+Verdicts = Callable[[VerdictKey], Fit | Miss]
+
+
+def verdict_of(facts: PreciseFacts, budgets: Budgets, key: VerdictKey) -> Fit | Miss:
+    """:func:`evaluate` for a packed key, the budget taken from ``budgets``."""
+    rooms, tp, pp = key
+    if facts.diffusion:
+        return _diffusion(facts, rooms)
+    return evaluate(facts, rooms, tp, pp, budgets((device_of(rooms), tp, pp)))
 
 
 def evaluate(
-    facts: PreciseFacts, slots: Sequence[Slot], tp: int, pp: int, needs: Budget | None = None
+    facts: PreciseFacts, rooms: Sequence[Room], tp: int, pp: int, needs: Budget | None = None
 ) -> Fit | Miss:
-    """The verdict for running tp×pp ranks (× dp replicas) on ``slots``, one rank per GPU.
+    """The verdict for running tp×pp ranks (× dp replicas) on ``rooms``, one rank per GPU.
 
-    ``needs`` is :func:`budget` for :func:`device_of` ``slots`` when the caller has it.
+    ``needs`` is :func:`budget` for :func:`device_of` ``rooms`` when the caller has it.
     """
     if facts.diffusion:
-        return _diffusion(facts, slots)
-    needs = needs or budget(facts, device_of(slots), tp, pp)
-    size, weights, static, reserve = needs.size, needs.weights, needs.static, needs.reserve
-    overhead = facts.settings.runtime_overhead
-    least = min(free for _, free in slots)
-    fraction, launch = size.fraction, size.launch
-    bookings = tuple(math.ceil(fraction * gpu.total) for gpu, _ in slots)
+        return _diffusion(facts, rooms)
+    needs = needs or budget(facts, device_of(rooms), tp, pp)
+    least = min(free for _, _, free in rooms)
+    smallest = min(total for total, _, _ in rooms)
+    fraction, launch = needs.size.fraction, needs.size.launch
+    bookings = tuple(math.ceil(fraction * total) for total, _, _ in rooms)
     if facts.sharing and facts.flags.user_fraction is None and least > 0:
-        headroom = max(facts.settings.headroom_min, int(facts.settings.headroom_ratio * (static - overhead)))
-        wanted = _ceil_fraction((static + headroom) / least / size.factor)
-        shared = tuple(math.ceil(wanted * size.factor * gpu.total) + reserve for gpu, _ in slots)
-        if max(shared) < max(bookings):  # sharing never books more than the default fraction
-            fraction, launch, bookings = wanted * size.factor, wanted, shared
-    if weights + overhead > fraction * least:
+        shared = _shared(facts, needs, rooms, least, smallest)
+        if max(shared[2]) < max(bookings):  # sharing never books more than the default fraction
+            fraction, launch, bookings = shared
+    miss = _miss(facts, needs, rooms, fraction, launch, bookings, least, smallest)
+    if miss is not None:
+        return miss
+    budget_bytes = fraction * least - needs.weights - facts.settings.runtime_overhead
+    return _with_tokens(facts, needs, launch, bookings, budget_bytes)
+
+
+def _shared(
+    facts: PreciseFacts, needs: Budget, rooms: Sequence[Room], least: int, smallest: int
+) -> tuple[float, float, tuple[int, ...]]:
+    """Rule 8: ``(pool fraction, launch fraction, bookings)`` of the smallest fraction that holds
+    the weights, the reserve, the KV floor and a headroom (rule 2 on totals) and the weights, the
+    overhead, the KV floor and the headroom (the pool on usable memory)."""
+    settings = facts.settings
+    held = needs.static - settings.runtime_overhead  # weights and KV floor
+    headroom = max(settings.headroom_min, int(settings.headroom_ratio * held))
+    wanted = max((needs.static + headroom) / least, (needs.rule_two + headroom) / smallest)
+    launch = _ceil_fraction(wanted / needs.size.factor)
+    fraction = launch * needs.size.factor
+    return fraction, launch, tuple(math.ceil(fraction * total) + needs.reserve for total, _, _ in rooms)
+
+
+def _miss(
+    facts: PreciseFacts,
+    needs: Budget,
+    rooms: Sequence[Room],
+    fraction: float,
+    launch: float,
+    bookings: tuple[int, ...],
+    least: int,
+    smallest: int,
+) -> Miss | None:
+    """The first rule a placement breaks at ``fraction`` (None: it holds)."""
+    static, reserve = needs.static, needs.reserve
+    if needs.weights + facts.settings.runtime_overhead > fraction * least:
         return Miss(Reason.WEIGHTS_DO_NOT_FIT, static + reserve, launch, least)
-    if static > fraction * least or any(static + reserve > free for _, free in slots):
+    if static > fraction * least or any(static + reserve > free for _, _, free in rooms):
         return Miss(Reason.KV_FLOOR_NOT_MET, static + reserve, launch, least)
-    if any(booked > free for booked, (_, free) in zip(bookings, slots, strict=True)):
+    if needs.rule_two > fraction * smallest:
+        return Miss(Reason.KV_FLOOR_NOT_MET, needs.rule_two, launch, least, int(fraction * smallest))
+    if any(booked > free for booked, (_, _, free) in zip(bookings, rooms, strict=True)):
         return Miss(Reason.INSUFFICIENT_VRAM, max(bookings), launch, least)
-    budget_bytes = fraction * least - weights - overhead
-    return _with_tokens(facts, launch, bookings, static + reserve, budget_bytes, tp, pp, size.page_size)
+    return None
 
 
 def _with_tokens(
-    facts: PreciseFacts,
-    fraction: float,
-    bookings: tuple[int, ...],
-    need: int,
-    budget: float,
-    tp: int,
-    pp: int,
-    page: int,
+    facts: PreciseFacts, needs: Budget, fraction: float, bookings: tuple[int, ...], budget: float
 ) -> Fit | Miss:
-    cell = facts.cell_bytes(tp, pp)
-    tokens = None if cell is None else kv_tokens(budget, cell, page)
+    """The fit with its predicted KV tokens (``budget``: the pool bytes left for the KV cache)."""
+    need = needs.static + needs.reserve
+    cell = needs.cell
+    tokens = None if cell is None else kv_tokens(budget, cell, needs.size.page_size)
     if tokens is not None and facts.min_kv_tokens is not None and tokens < facts.min_kv_tokens:
         return Miss(Reason.KV_TOKENS_BELOW_MINIMUM, need, fraction, int(budget))
     return Fit(fraction, bookings, tokens, need)
 
 
-def _diffusion(facts: PreciseFacts, slots: Sequence[Slot]) -> Fit | Miss:
+def _diffusion(facts: PreciseFacts, rooms: Sequence[Room]) -> Fit | Miss:
     """SGLang Diffusion: a full copy and the overhead on every GPU, which it then owns."""
     need = facts.weight_bytes + facts.settings.runtime_overhead
-    least = min(free for _, free in slots)
+    least = min(free for _, _, free in rooms)
     if need > least:
         return Miss(Reason.WEIGHTS_DO_NOT_FIT, need, None, least)
-    return Fit(None, tuple(free for _, free in slots), None, need)
+    return Fit(None, tuple(free for _, _, free in rooms), None, need)

@@ -135,6 +135,8 @@ class Sizing:
     ``launch`` is the value to pass as ``--mem-fraction-static`` (the user's, or the
     heuristic with the VLM factor); ``factor`` is what SGLang still multiplies any
     value by (ROCm aiter); ``fraction = launch × factor`` sizes the pool.
+    ``reserve_mib`` is what the default fraction leaves (with the 10 GiB floor),
+    ``runtime_reserve_mib`` the memory the runtime allocates beside the pool (without it).
     """
 
     chunked_prefill_size: int
@@ -143,6 +145,7 @@ class Sizing:
     launch: float
     factor: float
     page_size: int
+    runtime_reserve_mib: float
 
     @property
     def fraction(self) -> float:
@@ -226,15 +229,22 @@ def reserve_mib(
     a margin of the *default* fraction, not memory the runtime allocates.
     """
     chunk, bs = tier(device, tp, flags)
+    floored, runtime = _reserves(device, model, flags, tp, pp, chunk, bs)
+    return floored if floor else runtime
+
+
+def _reserves(
+    device: Device, model: ModelTraits, flags: RuntimeFlags, tp: int, pp: int, chunk: int, bs: int
+) -> tuple[float, float]:
+    """:func:`reserve_mib` with and without the floor, for the tier values ``chunk`` and ``bs``."""
     tokens = _activation_tokens(flags, chunk, bs)
     reserved = _BASE_RESERVE + tokens * _MIB_PER_ACTIVATION_TOKEN + tp * pp / 8 * 1024
     reserved += _graph_reserve(device, model, flags, chunk, bs)
-    if floor and device.gpu_mem_mib > _LARGE_GPU_MIB:
-        reserved = max(reserved, _LARGE_GPU_FLOOR)
+    floored = max(reserved, _LARGE_GPU_FLOOR) if device.gpu_mem_mib > _LARGE_GPU_MIB else reserved
     if not flags.cuda_graph_disabled and flags.disaggregation_mode != "prefill":
         if flags.moe_a2a_backend == "deepep":
-            reserved += _DEEPEP_RESERVE
-    return reserved
+            return floored + _DEEPEP_RESERVE, reserved + _DEEPEP_RESERVE
+    return floored, reserved
 
 
 def vlm_factor(vision_config: Mapping[str, Any]) -> float:
@@ -269,7 +279,7 @@ def sizing(device: Device, model: ModelTraits, flags: RuntimeFlags, tp: int, pp:
     (0.88 when the memory is unknown) with the VLM rule; then :func:`aiter_factor` applies.
     """
     chunk, bs = tier(device, tp, flags)
-    reserve = reserve_mib(device, model, flags, tp, pp)
+    reserve, runtime = _reserves(device, model, flags, tp, pp, chunk, bs)
     if flags.user_fraction is not None:
         fraction = flags.user_fraction
     elif device.gpu_mem_mib > 0:
@@ -278,4 +288,4 @@ def sizing(device: Device, model: ModelTraits, flags: RuntimeFlags, tp: int, pp:
         fraction = FALLBACK_FRACTION
     page = flags.page_size or (_NPU_PAGE_SIZE if device.platform == "npu" else 1)
     launch = vlm_adjusted(fraction, model, flags)
-    return Sizing(chunk, bs, reserve, launch, aiter_factor(device, model), max(page, 1))
+    return Sizing(chunk, bs, reserve, launch, aiter_factor(device, model), max(page, 1), runtime)

@@ -24,6 +24,11 @@ def requirement(facts: PreciseFacts, miss: Miss) -> str:
 def miss_line(facts: PreciseFacts, miss: Miss, where: str, gpus: int) -> str:
     """One failure line: the requirement, then what the best place provides and why it falls short."""
     head = requirement(facts, miss)
+    if miss.pool is not None:
+        return (
+            f"{head}; {where} holds {byte_to_gib(miss.pool)} GiB per GPU at that fraction of its total "
+            f"on {_gpus(gpus)}, too little for the weights, the reserve and the KV floor."
+        )
     if miss.reason is Reason.KV_TOKENS_BELOW_MINIMUM:
         return (
             f"{head}; {where} leaves {byte_to_gib(miss.usable)} GiB for the KV cache on {_gpus(gpus)}, "

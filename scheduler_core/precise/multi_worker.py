@@ -17,19 +17,21 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+from scheduler_core.accounting import Allocatable
 from scheduler_core.arguments import TpRule
+from scheduler_core.caching import Rule
 from scheduler_core.candidates import Candidate, Subordinate
 from scheduler_core.cluster import ram_not_enough
 from scheduler_core.events import Action, Level, list_message
 from scheduler_core.framework import Clears
 from scheduler_core.precise.facts import PreciseFacts
-from scheduler_core.precise.fit import Fit, Miss, Slot, evaluate
+from scheduler_core.precise.fit import Fit, Miss, Room, Verdicts, room
 from scheduler_core.precise.messages import miss_line
-from scheduler_core.precise.single_worker import claim_of, slots_of
-from scheduler_core.precise.windows import balanced, sorted_slots, windows
+from scheduler_core.precise.single_worker import claim_of, slots_of, verdicts_of
+from scheduler_core.precise.windows import balanced, sorted_slots, window_starts
 from scheduler_core.reasons import MORE_CAPACITY, Reason
 from scheduler_core.selection import Selection
-from scheduler_core.workers import WorkerView
+from scheduler_core.workers import Gpu, WorkerView
 
 #: Nodes a distributed candidate may span at most when the request sets no world size.
 MAX_AUTO_NODES = 8
@@ -66,61 +68,95 @@ def shapes(
 
 
 @dataclass(frozen=True, slots=True)
-class _Offer:
-    """A worker's tightest k-GPU window that holds a rank on its own."""
+class _OfferInputs:
+    """The offer rule's signature: one shape of one request."""
 
-    worker: WorkerView
-    window: tuple[Slot, ...]
+    facts: PreciseFacts
+    shape: Shape
+    ram_claim: int
+    verdicts: Verdicts
+
+
+@dataclass(frozen=True, slots=True)
+class _Window:
+    """A worker shape's tightest balanced k-GPU window that holds a rank on its own."""
+
+    indexes: tuple[int, ...]
+    rooms: tuple[Room, ...]
 
     @property
     def least(self) -> int:
-        return min(free for _, free in self.window)
+        """The smallest usable memory of the window (workers are ordered by it)."""
+        return min(free for _, _, free in self.rooms)
 
 
-#: Verdicts of one decision by GPU set signature (total, type, vendor, usable per GPU) and shape.
-_Seen = dict[tuple[object, ...], Fit | Miss]
+@dataclass(frozen=True, slots=True)
+class _Offer:
+    """A worker and its window."""
+
+    worker: WorkerView
+    window: _Window
 
 
-def _verdict(facts: PreciseFacts, window: Sequence[Slot], shape: Shape, seen: _Seen) -> Fit | Miss:
-    key = (shape, *((g.total, g.type, g.vendor, free) for g, free in window))
-    verdict = seen.get(key)
-    if verdict is None:
-        verdict = seen[key] = evaluate(facts, window, shape.tp, shape.pp)
-    return verdict
-
-
-def _offer(
-    facts: PreciseFacts, worker: WorkerView, slots: list[Slot], shape: Shape, seen: _Seen
-) -> _Offer | Miss | None:
+def _offer_window(
+    inputs: _OfferInputs, gpus: tuple[Gpu, ...], allocatable: Allocatable
+) -> _Window | Miss | None:
+    """The tightest fitting window, else the best miss (None: no RAM or no balanced window)."""
+    if ram_not_enough(inputs.ram_claim, allocatable):
+        return None
+    ordered = sorted_slots(slots_of(inputs.facts, gpus, allocatable))
+    rooms = tuple(room(slot) for slot in ordered)
+    shape, size = inputs.shape, inputs.shape.gpus_per_node
     best: Miss | None = None
-    for window in windows(slots, shape.gpus_per_node):
-        verdict = _verdict(facts, window, shape, seen)
+    for start in reversed(list(window_starts([free for _, _, free in rooms], size))):
+        window = rooms[start : start + size]
+        verdict = inputs.verdicts((window, shape.tp, shape.pp))
         if isinstance(verdict, Fit):
-            return _Offer(worker, window)
+            return _Window(tuple(gpu.index or 0 for gpu, _ in ordered[start : start + size]), window)
         if best is None or verdict.usable > best.usable:
             best = verdict
     return best
 
 
+def _attach_offer(
+    inputs: _OfferInputs, worker: WorkerView, outcome: _Window | Miss | None
+) -> _Offer | Miss | None:
+    """The worker's offer (its shape's window), or its shape's miss."""
+    del inputs
+    return _Offer(worker, outcome) if isinstance(outcome, _Window) else outcome
+
+
+_OFFER_RULE = Rule("precise_multi_worker_offer", _offer_window, _attach_offer, reads_reported=True)
+
+
 def _runs(offers: Sequence[_Offer], nodes: int) -> Iterator[tuple[_Offer, ...]]:
     for start in range(len(offers) - nodes + 1):
         run = tuple(offers[start : start + nodes])
-        if balanced([slot for offer in run for slot in offer.window]):
+        if balanced([free for offer in run for _, _, free in offer.window.rooms]):
             yield run
 
 
 def _candidate(selection: Selection, gpu_type: str | None, run: tuple[_Offer, ...], fit: Fit) -> Candidate:
-    """The leader is the lowest worker id; every node's claim carries the fraction."""
-    members = sorted(run, key=lambda offer: offer.worker.id)
+    """The leader is the lowest worker id; every node's claim carries the fraction.
+
+    ``fit.bookings`` follows the GPUs of ``run`` in run order."""
     bookings = iter(fit.bookings)
+    by_worker = {
+        offer.worker.id: tuple(next(bookings) for _ in offer.window.indexes) for offer in run
+    }
     claims = []
-    for offer in members:
-        indexes = tuple(gpu.index or 0 for gpu, _ in offer.window)
-        node_fit = Fit(fit.fraction, tuple(next(bookings) for _ in indexes), fit.kv_tokens, fit.need)
+    for offer in sorted(run, key=lambda offer: offer.worker.id):
+        indexes = offer.window.indexes
+        node_fit = Fit(fit.fraction, by_worker[offer.worker.id], fit.kv_tokens, fit.need)
         claims.append((offer.worker, indexes, claim_of(node_fit, indexes, selection.ram_rule)))
     leader, indexes, claim = claims[0]
     subordinates = tuple(Subordinate(w, gpu_type, ix, c) for w, ix, c in claims[1:])
     return Candidate(leader, gpu_type, indexes, claim, subordinates=subordinates, kv_tokens=fit.kv_tokens)
+
+
+def _memory_gpus(worker: WorkerView) -> int:
+    """The worker's GPUs a window may use (indexed, with memory): what :func:`slots_of` keeps."""
+    return sum(1 for gpu in worker.gpus if gpu.index is not None and gpu.total)
 
 
 class PreciseMultiWorker:
@@ -147,17 +183,15 @@ class PreciseMultiWorker:
         """The candidates of the first shape (fewest GPUs) that has any, over every GPU type."""
         facts = selection.precise
         assert facts is not None  # skip() guards it
-        by_type = {
-            gpu_type: [
-                (w, sorted_slots(slots_of(facts, w.gpus, selection.cluster.allocatable(w, gpu_type))))
+        verdicts = verdicts_of(selection, facts)
+        best: tuple[Miss, Shape] | None = None
+        for gpu_type, workers in selection.workers_by_type.items():
+            eligible = [
+                w
                 for w in workers
                 if not ram_not_enough(selection.ram_claim, selection.cluster.allocatable(w, gpu_type))
             ]
-            for gpu_type, workers in selection.workers_by_type.items()
-        }
-        best: tuple[Miss, Shape] | None = None
-        for gpu_type, slotted in by_type.items():
-            found, miss = self._of_type(selection, facts, gpu_type, slotted)
+            found, miss = self._of_type(selection, facts, verdicts, gpu_type, eligible)
             if found:
                 return found
             if miss is not None and (best is None or miss[0].usable > best[0].usable):
@@ -169,25 +203,26 @@ class PreciseMultiWorker:
         self,
         selection: Selection,
         facts: PreciseFacts,
+        verdicts: Verdicts,
         gpu_type: str | None,
-        slotted: list[tuple[WorkerView, list[Slot]]],
+        workers: list[WorkerView],
     ) -> tuple[list[Candidate], tuple[Miss, Shape] | None]:
-        widest = max((len(slots) for _, slots in slotted), default=0)
+        widest = max((_memory_gpus(w) for w in workers), default=0)
         best: tuple[Miss, Shape] | None = None
         limit = facts.settings.max_shape_candidates
-        seen: _Seen = {}
-        for shape in shapes(facts, selection.gpu_count, len(slotted), widest, selection.tp_rule):
+        for shape in shapes(facts, selection.gpu_count, len(workers), widest, selection.tp_rule):
+            inputs = _OfferInputs(facts, shape, selection.ram_claim, verdicts)
             offers: list[_Offer] = []
-            for worker, slots in slotted:
-                offer = _offer(facts, worker, slots, shape, seen)
+            for _, offer in selection.runner.run(_OFFER_RULE, inputs, gpu_type, workers):
                 if isinstance(offer, _Offer):
                     offers.append(offer)
                 elif offer is not None and (best is None or offer.usable > best[0].usable):
                     best = (offer, shape)
-            offers.sort(key=lambda o: (o.least, o.worker.id))
+            offers.sort(key=lambda o: (o.window.least, o.worker.id))
             found: list[Candidate] = []
             for run in _runs(offers, shape.nodes):
-                verdict = _verdict(facts, [slot for offer in run for slot in offer.window], shape, seen)
+                rooms = tuple(r for offer in run for r in offer.window.rooms)
+                verdict = verdicts((rooms, shape.tp, shape.pp))
                 if isinstance(verdict, Fit):
                     found.append(_candidate(selection, gpu_type, run, verdict))
                     if len(found) >= limit:

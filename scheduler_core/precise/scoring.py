@@ -27,10 +27,28 @@ from scheduler_core.workers import WorkerView
 _FILL_WEIGHT, _WHOLE_WEIGHT = 0.7, 0.3
 
 
+#: A node of a candidate: (worker id, GPU type).
+_NodeKey = tuple[int, str | None]
+#: A node's state: all its GPUs idle, usable bytes by GPU index.
+_Node = tuple[bool, dict[int, int]]
+
+
 def _nodes(candidate: Candidate) -> list[tuple[WorkerView, tuple[int, ...], dict[int, int]]]:
     nodes = [(candidate.worker, candidate.gpu_indexes, dict(candidate.claim.vram))]
     nodes += [(s.worker, s.gpu_indexes, dict(s.claim.vram)) for s in candidate.subordinates]
     return nodes
+
+
+def _node_state(worker: WorkerView, gpu_type: str | None, selection: Selection, margin: int) -> _Node:
+    """Whether every GPU of the worker is idle, and each GPU's usable memory."""
+    free = selection.cluster.allocatable(worker, gpu_type)
+    idle = all(
+        g.index is not None
+        and free.vram.get(g.index, 0) >= g.total - worker.reserved_vram
+        and (g.used is None or g.used <= margin)
+        for g in worker.gpus
+    )
+    return idle, {g.index: usable(g, free, margin) for g in worker.gpus if g.index is not None}
 
 
 class PreciseScorer:
@@ -42,37 +60,12 @@ class PreciseScorer:
     def score(self, candidates: Sequence[Candidate], selection: Selection) -> list[float]:
         """Each candidate's score, in candidate order."""
         margin = selection.precise.settings.free_margin if selection.precise else 0
-        idle: dict[tuple[int, str | None], bool] = {}
-        return [self._score(c, selection, margin, idle) for c in candidates]
-
-    def _score(
-        self,
-        candidate: Candidate,
-        selection: Selection,
-        margin: int,
-        idle: dict[tuple[int, str | None], bool],
-    ) -> float:
-        booked = room = 0
-        broken = 0
-        nodes = _nodes(candidate)
-        for worker, indexes, claims in nodes:
-            free = selection.cluster.allocatable(worker, candidate.gpu_type)
-            by_index = {g.index: g for g in worker.gpus}
-            for index in indexes:
-                booked += claims.get(index, 0)
-                room += usable(by_index[index], free, margin)
-            key = (worker.id, candidate.gpu_type)
-            if key not in idle:
-                idle[key] = all(
-                    g.index is not None
-                    and free.vram.get(g.index, 0) >= g.total - worker.reserved_vram
-                    and (g.used is None or g.used <= margin)
-                    for g in worker.gpus
-                )
-            if idle[key] and len(indexes) < len(worker.gpus):
-                broken += 1
-        fill = min(booked / room, 1.0) if room > 0 else 0.0
-        return MAX_SCORE * (_FILL_WEIGHT * fill + _WHOLE_WEIGHT * (1 - broken / len(nodes)))
+        workers: dict[_NodeKey, WorkerView] = {}
+        for candidate in candidates:
+            for worker, _, _ in _nodes(candidate):
+                workers.setdefault((worker.id, candidate.gpu_type), worker)
+        states = {key: _node_state(w, key[1], selection, margin) for key, w in workers.items()}
+        return [_score(c, states) for c in candidates]
 
     def pick(self, candidates: Sequence[Candidate], scores: Sequence[float]) -> int | None:
         """The best candidate: score, then fewer GPUs, lower worker id, lower first GPU index."""
@@ -85,3 +78,19 @@ class PreciseScorer:
             return (-round(scores[i], 6), gpus, c.worker.id, min(c.gpu_indexes, default=0))
 
         return min(range(len(candidates)), key=key)
+
+
+def _score(candidate: Candidate, states: dict[_NodeKey, _Node]) -> float:
+    """The candidate's score from the states of its nodes."""
+    booked = room = 0
+    broken = 0
+    nodes = _nodes(candidate)
+    for worker, indexes, claims in nodes:
+        idle, usable_by_index = states[(worker.id, candidate.gpu_type)]
+        for index in indexes:
+            booked += claims.get(index, 0)
+            room += usable_by_index[index]
+        if idle and len(indexes) < len(worker.gpus):
+            broken += 1
+    fill = min(booked / room, 1.0) if room > 0 else 0.0
+    return MAX_SCORE * (_FILL_WEIGHT * fill + _WHOLE_WEIGHT * (1 - broken / len(nodes)))

@@ -9,8 +9,8 @@ model reports the best miss: the one with the most usable memory.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import ClassVar
 
 from scheduler_core.accounting import Allocatable
@@ -22,10 +22,9 @@ from scheduler_core.estimate import RamClaimRule
 from scheduler_core.events import Action, Level, list_message
 from scheduler_core.framework import Clears
 from scheduler_core.precise.facts import PreciseFacts
-from scheduler_core.precise.fit import Budget, Fit, Miss, Slot, budget, device_of, evaluate, usable
-from scheduler_core.precise.fraction import Device
+from scheduler_core.precise.fit import Fit, Miss, Slot, Verdicts, budget_of, room, usable, verdict_of
 from scheduler_core.precise.messages import miss_line
-from scheduler_core.precise.windows import layouts, sorted_slots, windows
+from scheduler_core.precise.windows import layouts, sorted_slots, window_starts
 from scheduler_core.reasons import MORE_CAPACITY, Reason
 from scheduler_core.selection import Selection
 from scheduler_core.workers import Gpu, WorkerView
@@ -41,9 +40,9 @@ class _Inputs:
     tp_rule: TpRule
     ram_claim: int
     ram_rule: RamClaimRule
-    #: The rank's needs per (GPU size, tp, pp) for every size and layout of the type's
-    #: workers (computed once per decision, not once per worker).
-    budgets: tuple[tuple[tuple[Device, int, int], Budget], ...] = ()
+    #: The verdict for a GPU set and tp/pp: a pure function of ``facts`` (the caching layer
+    #: hands in one that decides each distinct set once, see :func:`verdicts_of`).
+    verdicts: Verdicts
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,18 +64,20 @@ def _evaluate(inputs: _Inputs, gpus: tuple[Gpu, ...], allocatable: Allocatable) 
     if ram_not_enough(inputs.ram_claim, allocatable):
         return _Outcome((), None, 0)
     ordered = sorted_slots(slots_of(inputs.facts, gpus, allocatable))
+    rooms = tuple(room(slot) for slot in ordered)
+    frees = [free for _, _, free in rooms]
+    indexes = [gpu.index or 0 for gpu, _ in ordered]
     # On a worker whose GPUs are all of one size every check is monotone in usable memory:
     # once the roomiest remaining window misses, every tighter one misses too.
-    uniform = len({gpu.total for gpu, _ in ordered}) <= 1
+    uniform = len({(total, kind) for total, kind, _ in rooms}) <= 1
     best: tuple[Miss, int] | None = None
     limit = inputs.facts.settings.max_window_candidates
-    known = dict(inputs.budgets)
     for count, tp, pp in layouts(inputs.facts, inputs.gpu_count, len(ordered), inputs.tp_rule):
         fits: list[tuple[tuple[int, ...], Fit]] = []
-        for window in reversed(list(windows(ordered, count))):
-            verdict = evaluate(inputs.facts, window, tp, pp, known.get((device_of(window), tp, pp)))
+        for start in window_starts(frees, count):
+            verdict = inputs.verdicts((rooms[start : start + count], tp, pp))
             if isinstance(verdict, Fit):
-                fits.append((tuple(gpu.index or 0 for gpu, _ in window), verdict))
+                fits.append((tuple(indexes[start : start + count]), verdict))
                 continue
             if best is None or verdict.usable > best[0].usable:
                 best = (verdict, count)
@@ -110,7 +111,7 @@ def _attach(inputs: _Inputs, worker: WorkerView, outcome: _Outcome) -> _WorkerRe
     return _WorkerResult(candidates, outcome.miss, outcome.gpus)
 
 
-_RULE = Rule("precise_single_worker", _evaluate, _attach)
+_RULE = Rule("precise_single_worker", _evaluate, _attach, reads_reported=True)
 
 
 class PreciseSingleWorker:
@@ -136,6 +137,7 @@ class PreciseSingleWorker:
         assert facts is not None  # skip() guards it
         candidates: list[Candidate] = []
         best: tuple[Miss, int, WorkerView] | None = None
+        verdicts = verdicts_of(selection, facts)
         for gpu_type, workers in selection.workers_by_type.items():
             inputs = _Inputs(
                 facts,
@@ -144,6 +146,7 @@ class PreciseSingleWorker:
                 selection.tp_rule,
                 selection.ram_claim,
                 selection.ram_rule,
+                verdicts,
             )
             for worker, result in selection.runner.run(_RULE, inputs, gpu_type, workers):
                 candidates.extend(result.candidates)
@@ -154,21 +157,13 @@ class PreciseSingleWorker:
         return candidates
 
 
-def _budgets(
-    facts: PreciseFacts, workers: Sequence[WorkerView], gpu_count: int | None, tp_rule: TpRule
-) -> tuple[tuple[tuple[Device, int, int], Budget], ...]:
-    """:func:`budget` for every GPU size (and platform) and every layout the workers allow."""
-    devices = sorted(
-        {device_of([(gpu, 0)]) for w in workers for gpu in w.gpus if gpu.total},
-        key=lambda d: (d.gpu_mem_mib, d.platform),
-    )
-    widest = max((len(w.gpus) for w in workers), default=0)
-    found = []
-    for count, tp, pp in layouts(facts, gpu_count, widest, tp_rule):
-        del count
-        for device in devices:
-            found.append(((device, tp, pp), budget(facts, device, tp, pp)))
-    return tuple(found)
+def verdicts_of(selection: Selection, facts: PreciseFacts) -> Verdicts:
+    """The request's verdicts for this decision, shared by both precise strategies: each distinct
+    GPU set (totals, platform, usable memory) and tp/pp is decided once, each budget (GPU size
+    and tp/pp) computed once (with a memo, also across decisions for the same facts)."""
+    runner = selection.runner
+    budgets = runner.memoized("precise_budget", facts, partial(budget_of, facts))
+    return runner.memoized("precise_verdict", facts, partial(verdict_of, facts, budgets))
 
 
 def _record(selection: Selection, facts: PreciseFacts, best: tuple[Miss, int, WorkerView] | None) -> None:

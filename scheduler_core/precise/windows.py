@@ -22,18 +22,29 @@ def sorted_slots(slots: Sequence[Slot]) -> list[Slot]:
     return sorted(slots, key=lambda slot: (slot[1], slot[0].index or 0))
 
 
-def balanced(slots: Sequence[Slot]) -> bool:
+def balanced(frees: Sequence[int]) -> bool:
     """``min(usable) ≥ 0.9 × max(usable)`` (and something usable at all)."""
-    frees = [free for _, free in slots]
-    return min(frees) > 0 and min(frees) >= MEMORY_BALANCE_RATIO * max(frees)
+    least = min(frees)
+    return least > 0 and least >= MEMORY_BALANCE_RATIO * max(frees)
 
 
 def windows(ordered: Sequence[Slot], size: int) -> Iterator[tuple[Slot, ...]]:
-    """Every balanced run of ``size`` consecutive slots of ``ordered`` (sorted by usable)."""
-    for start in range(len(ordered) - size + 1):
-        window = tuple(ordered[start : start + size])
-        if balanced(window):
-            yield window
+    """Every balanced run of ``size`` consecutive slots of ``ordered`` (sorted by usable), tightest first."""
+    frees = [free for _, free in ordered]
+    for start in reversed(list(window_starts(frees, size))):
+        yield tuple(ordered[start : start + size])
+
+
+def window_starts(frees: Sequence[int], size: int) -> Iterator[int]:
+    """Where every balanced run of ``size`` consecutive values of ``frees`` starts, roomiest first.
+
+    ``frees`` is ascending (:func:`sorted_slots` order), so a run's least and largest
+    values are its ends and :func:`balanced` needs no scan.
+    """
+    for start in range(len(frees) - size, -1, -1):
+        least = frees[start]
+        if least > 0 and least >= MEMORY_BALANCE_RATIO * frees[start + size - 1]:
+            yield start
 
 
 def layouts(

@@ -88,7 +88,7 @@ def _candidates(inputs: _Inputs, worker: WorkerView, outcome: _WorkerOutcome) ->
     return _WorkerCandidates(candidates, outcome.message)
 
 
-_RULE = Rule("single_worker_single_gpu", _fits, _candidates)
+_RULE = Rule("single_worker_single_gpu", _fits, _candidates, reads_reported=False)
 
 
 class SingleWorkerSingleGpu:

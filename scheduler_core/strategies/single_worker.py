@@ -118,7 +118,7 @@ def _candidate(inputs: _Inputs, worker: WorkerView, outcome: _WorkerOutcome) -> 
     return _WorkerCandidate(outcome.tracked, Candidate(worker, inputs.gpu_type, tuple(claims), claim))
 
 
-_RULE = Rule("single_worker_multi_gpu", _best_group, _candidate)
+_RULE = Rule("single_worker_multi_gpu", _best_group, _candidate, reads_reported=False)
 
 
 class SingleWorkerMultiGpu:

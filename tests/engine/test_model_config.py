@@ -6,6 +6,7 @@ import copy
 from typing import Any
 
 import pytest
+from builders import LLAMA_3_8B
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,19 +20,6 @@ def params(config: dict[str, Any] | None) -> ModelParameters:
 
 
 
-LLAMA_3_8B: dict[str, Any] = {
-    "architectures": ["LlamaForCausalLM"],
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "max_position_embeddings": 8192,
-    "model_type": "llama",
-    "num_attention_heads": 32,
-    "num_hidden_layers": 32,
-    "num_key_value_heads": 8,
-    "rope_scaling": None,
-    "torch_dtype": "bfloat16",
-    "vocab_size": 128256,
-}
 
 # --------------------------------------------------------------------------- plain LLMs
 

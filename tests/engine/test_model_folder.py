@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import struct
 from pathlib import Path
-from typing import Any
 
 import pytest
+from builders import LLAMA_3_8B
 
 from scheduler_core.model_config import model_parameters_from_config
 from scheduler_core.model_folder import LocalModelFacts, ModelFolderError, read_local_model
@@ -36,19 +36,6 @@ def write_index(folder: Path, total_size: object) -> Path:
     )
 
 
-LLAMA_3_8B: dict[str, Any] = {
-    "architectures": ["LlamaForCausalLM"],
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "max_position_embeddings": 8192,
-    "model_type": "llama",
-    "num_attention_heads": 32,
-    "num_hidden_layers": 32,
-    "num_key_value_heads": 8,
-    "rope_scaling": None,
-    "torch_dtype": "bfloat16",
-    "vocab_size": 128256,
-}
 
 # --------------------------------------------------------------------------- local folders
 

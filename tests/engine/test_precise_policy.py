@@ -6,12 +6,24 @@ from __future__ import annotations
 import json
 import math
 
-from builders import GIB, H100, MIB, RTX_4090, gpu, instance, model, request, uniform_worker, worker
+from builders import (
+    GIB,
+    H100,
+    MIB,
+    RTX_4090,
+    RTX_4090_SMALL,
+    gpu,
+    instance,
+    model,
+    request,
+    uniform_worker,
+    worker,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler_core import schedule
-from scheduler_core.precise.fit import device_of
+from scheduler_core.precise.fit import device_of, room
 from scheduler_core.precise.fraction import Device, ModelTraits, RuntimeFlags, reserve_mib, sizing
 from scheduler_core.precise.windows import windows
 from scheduler_core.workers import Gpu
@@ -118,31 +130,47 @@ def test_rescheduling_does_not_compete_with_its_own_claim():
 
 
 def test_sharing_right_sizes_the_fraction_so_small_models_share_a_gpu():
-    """0.5B (0.99 GB) on an H100 with sharing: pool = 0.92 GiB weights + 1 GiB + 8,192 × 12,288 B
-    (0.09 GiB) + 0.5 GiB headroom ≈ 2.55 GiB of 79 GiB usable → fraction 0.033; booking =
-    0.033 × 80 GiB + the 13,904 MiB reserve minus its 464 MiB... (no floor) ≈ 16.2 GiB, so a second
-    one fits beside it, and their bookings stay within the GPU."""
+    """0.5B (988,097,536 B) on an H100 (81920 MiB) with sharing. Rule 2 on the total binds:
+    weights + the 13,904 MiB reserve + 8,192 × 12,288 B of KV floor + 512 MiB headroom
+    = 16,205,032,448 B = 0.18865 × total → fraction 0.189 (the pool on usable memory needs only
+    (0.92 + 1 + 0.09 + 0.5) GiB / 79 GiB = 0.032). Booking = ⌈0.189 × total⌉ + reserve
+    = 16,234,976,379 + 14,579,400,704 = 30,814,377,083 B (28.70 GiB, against 0.83 × 80 GiB = 66.4 GiB
+    without sharing): a second one fits in the 80 − 28.70 − 1 GiB left, a third does not."""
     row = model(name="tiny", hf_config=QWEN_05B, weight_bytes=988_097_536)
-    workers = [worker(1, "h100", [gpu(0, H100, memory={"total": H100, "used": 0})])]
-    first = _precise(row, workers, gpu_sharing=True)
-    chosen = first.candidates[first.selected]
-    fraction = chosen.computed_resource_claim.vram_utilization
-    assert fraction is not None and fraction < 0.05
-    booked = chosen.computed_resource_claim.vram["0"]
+
+    def h100(used):
+        return [worker(1, "h100", [gpu(0, H100, memory={"total": H100, "used": used})])]
+
+    first = _precise(row, h100(0), gpu_sharing=True)
+    claim = first.candidates[first.selected].computed_resource_claim
+    assert claim.vram_utilization == 0.189
+    assert first.launch.backend_parameters == ["--mem-fraction-static", "0.189"]
+    booked = claim.vram["0"]
+    assert booked == math.ceil(0.189 * H100) + 13_904 * MIB == 30_814_377_083
     held = [instance(1, 1, {0: booked})]
-    second = _precise(
-        row,
-        [worker(1, "h100", [gpu(0, H100, memory={"total": H100, "used": booked})])],
-        held,
-        gpu_sharing=True,
-    )
+    second = _precise(row, h100(booked), held, gpu_sharing=True)
     assert second.status == "scheduled"
-    assert booked + second.candidates[second.selected].computed_resource_claim.vram["0"] <= H100
+    assert second.candidates[second.selected].computed_resource_claim.vram["0"] == booked
+    both = [*held, instance(2, 1, {0: booked})]
+    assert _precise(row, h100(2 * booked), both, gpu_sharing=True).status == "unschedulable"
     # without sharing the same GPU holds only one
-    unshared = _precise(
-        row, [worker(1, "h100", [gpu(0, H100, memory={"total": H100, "used": booked})])], held
-    )
-    assert unshared.status == "unschedulable"
+    assert _precise(row, h100(booked), held).status == "unschedulable"
+
+
+def test_rule_two_on_the_total_refuses_what_the_usable_pool_would_hold():
+    """16.5 GiB of weights on a 4090 (fraction 0.835, total 24,810 MiB, usable 23.23 GiB): the pool on
+    usable memory holds 16.5 + 1 + 0.4375 GiB of KV floor ≤ 0.835 × 23.23 = 19.40 GiB, and with the
+    4,096 MiB reserve beside it 21.94 ≤ 23.23 GiB; but rule 2 as the issue states it, weights + reserve
+    + KV floor = 16.5 + 4 + 0.4375 = 20.94 GiB ≤ 0.835 × total = 21,722,667,417 B = 20.23 GiB, fails."""
+    row = model(name="big", hf_config=QWEN_7B, weight_bytes=int(16.5 * GIB))
+    result = _precise(row, [uniform_worker(2, "rtx", 1, RTX_4090)])
+    assert result.status == "unschedulable"
+    event = next(e for e in result.events if e.reason == "kv_floor_not_met")
+    assert "needs 20.94 GiB per GPU at fraction 0.835 with a 8,192-token KV floor" in event.message
+    assert "holds 20.23 GiB per GPU at that fraction of its total on 1 GPU" in event.message
+    # 15.5 GiB: 15.5 + 4 + 0.4375 = 19.94 GiB ≤ 20.23 GiB
+    smaller = model(name="big", hf_config=QWEN_7B, weight_bytes=int(15.5 * GIB))
+    assert _precise(smaller, [uniform_worker(2, "rtx", 1, RTX_4090)]).status == "scheduled"
 
 
 def test_sliding_window_finds_sets_fixed_groups_miss():
@@ -176,6 +204,22 @@ def test_multi_worker_uses_partly_used_nodes_with_the_requested_tp():
     assert chosen.gpu_indexes == [2, 3]
     assert [s.gpu_indexes for s in chosen.subordinate_workers] == [[2, 3]]
     assert result.launch.nodes is not None and len(result.launch.nodes) == 2
+
+
+def test_multi_worker_books_each_node_by_its_own_gpus():
+    """tp 2 over two one-GPU workers of different sizes: w1 a 24,810 MiB 4090, w2 a 24,564 MiB one.
+    The fraction comes from the smaller (24,564 MiB, tp 2: reserve 512 + 2048 × 1.5 + 2/8 × 1024
+    + 2 × 24 + 42 × 8 = 4,224 MiB → round(20,340 / 24,564, 3) = 0.828); each node books ⌈0.828 × its
+    own total⌉, although the set is ordered by usable memory (w2 first) and the leader is w1."""
+    row = _qwen(backend_parameters=["--tp-size", "2"])
+    workers = [uniform_worker(1, "w1", 1, RTX_4090), uniform_worker(2, "w2", 1, RTX_4090_SMALL)]
+    result = _precise(row, workers)
+    chosen = result.candidates[result.selected]
+    assert (chosen.worker_name, chosen.computed_resource_claim.vram_utilization) == ("w1", 0.828)
+    assert chosen.computed_resource_claim.vram == {"0": math.ceil(0.828 * RTX_4090)}
+    (follower,) = chosen.subordinate_workers
+    assert follower.worker_name == "w2"
+    assert follower.computed_resource_claim.vram == {"0": math.ceil(0.828 * RTX_4090_SMALL)}
 
 
 def test_gpustack_ignores_the_precise_fields():
@@ -256,30 +300,34 @@ def _check_rule_two(row, result, workers, held, sharing):
             slots.append((Gpu("cuda", index, total, "nvidia", None, used), free))
             booked.append(claim.vram[str(index)])
     launch = chosen.computed_resource_claim.vram_utilization
-    device = device_of(slots)
+    device = device_of([room(slot) for slot in slots])
     traits = ModelTraits(False, False, None, 32768)
     size = sizing(device, traits, RuntimeFlags(), tp, pp)
     least = min(free for _, free in slots)
     weights = -(-row["weight_bytes"] // (tp * pp))
     # Qwen-7B layout: 4 KV heads of 128 (+128 for V), 28 layers, bf16; split by tp, layers by pp
     cell = max(1, 4 // tp) * 256 * -(-28 // pp) * 2
-    static = weights + GIB + 8192 * cell
-    reserve = (
+    reserve = int(
         reserve_mib(Device(device.gpu_mem_mib, "cuda"), traits, RuntimeFlags(), tp, pp, floor=False) * MIB
     )
+    floor = 8192 * cell
     effective = launch * size.factor
-    assert static <= effective * least + 1  # the pool holds weights, overhead and the KV floor
-    for (_, free), amount in zip(slots, booked, strict=True):
-        assert static + reserve <= free  # ... and beside it SGLang's activation and graph reserve
+    for (gpu_, free), amount in zip(slots, booked, strict=True):
+        # rule 2 as issue 12 states it, on every chosen GPU (leader and followers)
+        assert weights + reserve + floor <= gpu_.total * effective
+        # the physical checks: the pool on usable memory holds weights, overhead and the KV floor,
+        # and beside it SGLang's activation and graph reserve fits
+        assert weights + GIB + floor <= effective * least + 1
+        assert weights + GIB + floor + reserve <= free
         assert amount <= free  # the booking fits what is usable
         if sharing and launch < size.launch:
-            assert amount >= math.ceil(effective * slots[0][0].total)  # the pool bound is booked
+            assert amount == math.ceil(effective * gpu_.total) + reserve  # the reserve is booked too
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     _clusters(),
-    st.sampled_from([0.99, 6.4, 15.2, 29.5, 65.0]),
+    st.sampled_from([0.99, 6.4, 15.2, 17.2, 29.5, 65.0]),
     st.booleans(),
     st.sampled_from([[], ["--tp-size", "2"]]),
 )

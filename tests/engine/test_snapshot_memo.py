@@ -125,6 +125,40 @@ def test_memo_matches_fresh_decisions_on_a_moving_cluster(seed: int) -> None:
             _change_cluster(rng, workers, placed)
 
 
+def _with_outside_use(rng: random.Random, row: dict[str, Any]) -> dict[str, Any]:
+    """The row with some GPUs reporting memory used by other processes (read by ``policy: precise``)."""
+    for device in row["status"]["gpu_devices"]:
+        if rng.random() < 0.3:
+            device["memory"]["used"] = rng.choice([2, 9, 20]) * GIB
+    return row
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1), sharing=st.booleans())
+def test_precise_memo_matches_fresh_decisions_on_a_moving_cluster(seed: int, sharing: bool) -> None:
+    """The same walk under ``policy: precise`` (with and without GPU sharing): the per-worker
+    outcomes, the offers of the distributed shapes and the memoized budgets and verdicts the
+    memo keeps never change a decision."""
+    rng = random.Random(seed)
+    rows = [_with_outside_use(rng, _worker_row(rng, i)) for i in range(1, rng.randint(3, 10))]
+    workers = [Worker.model_validate(row) for row in rows]
+    placed: list[ModelInstance] = []
+    memo = SnapshotMemo()
+    for step in range(12):
+        row = _model_row(rng, workers)
+        raw = {"request_id": f"r{step}", "model": row, "policy": "precise", "gpu_sharing": sharing}
+        request = ScheduleRequest.model_validate(raw).model_copy(
+            update={"workers": list(workers), "model_instances": list(placed)}
+        )
+        remembered = schedule(request, memo=memo)
+        fresh = schedule(request)
+        assert remembered.model_dump_json() == fresh.model_dump_json(), f"step {step}"
+        if remembered.status == "scheduled" and rng.random() < 0.8:
+            placed.append(_booked(remembered, step, row["id"]))
+        if rng.random() < 0.5:
+            _change_cluster(rng, workers, placed)
+
+
 def test_memo_reuses_outcomes_of_unchanged_workers() -> None:
     """After a booking only the booked worker is evaluated again (the others come from the memo)."""
     rows = [Worker.model_validate(worker(i, f"w{i}", [gpu(g, H100) for g in range(4)])) for i in (1, 2, 3)]
@@ -153,6 +187,32 @@ def test_memo_reuses_outcomes_of_unchanged_workers() -> None:
     ).model_dump_json()
     changed = {key[-1] for key, entry in outcomes().items() if stage_entries.get(key) is not entry}
     assert changed == {booked.worker_id}
+
+
+def test_memoized_computes_each_argument_once_and_is_shared_per_signature() -> None:
+    """``Memoized`` evaluates an argument once, compares by signature, and a runner hands out
+    one per name and signature: per decision, and across decisions through the memo."""
+    from scheduler_core.caching import Memoized, StageRunner
+    from scheduler_core.cluster import ClusterState
+
+    calls: list[int] = []
+
+    def square(value: int) -> int:
+        calls.append(value)
+        return value * value
+
+    squares = Memoized(("model", 1), square)
+    assert [squares(3), squares(3), squares(4)] == [9, 9, 16] and calls == [3, 4]
+    assert squares == Memoized(("model", 1), abs) and hash(squares) == hash(Memoized(("model", 1), abs))
+    assert squares != Memoized(("model", 2), square)
+    cluster = ClusterState([], [])
+    alone = StageRunner(cluster)
+    assert alone.memoized("square", 1, square) is alone.memoized("square", 1, square)
+    assert StageRunner(cluster).memoized("square", 1, square) is not alone.memoized("square", 1, square)
+    memo = SnapshotMemo()
+    kept = StageRunner(cluster, memo).memoized("square", 1, square)
+    assert StageRunner(cluster, memo).memoized("square", 1, square) is kept
+    assert StageRunner(cluster, memo).memoized("square", 2, square) is not kept
 
 
 @settings(max_examples=200, deadline=None)
