@@ -30,15 +30,25 @@ from tasks.intake.snapshots import check_snapshot_size, parse_snapshot
 from tasks.intake.submit import Submission, submit_request
 from tasks.runtime.celery_app import TaskSender, client_app
 from tasks.runtime.context import Runtime, build_runtime, redis_client
+from tasks.runtime.middleware.node_heartbeat import HEARTBEAT_DRAIN_PASSES
 from tasks.runtime.settings import Settings, get_settings
 from tasks.state.cluster_changes import apply_snapshot, handle_cluster_event
 
 #: Longest block of one blocking read in :meth:`ServiceClient.wait` (its socket timeout follows).
 WAIT_BLOCK_MS = 1000
+#: How long :meth:`ServiceClient.wait` lets the cluster go without a live worker before it gives up
+#: (a worker that is starting registers itself when ready).
+NO_WORKER_GRACE_S = 5.0
+#: A node whose heartbeat is older than this many heartbeat periods counts as dead.
+STALE_HEARTBEATS = 3
 
 
 class WaitTimeout(TimeoutError):
     """No result arrived within the timeout (the request is still accepted)."""
+
+
+class NoLiveWorker(WaitTimeout):
+    """Waiting is pointless: no worker node has a recent heartbeat (the request is still accepted)."""
 
 
 class ServiceClient:
@@ -107,12 +117,44 @@ class ServiceClient:
         value: dict[str, Any] = json.loads(text)
         return value
 
+    def live_workers(self) -> list[str]:
+        """Worker nodes with a recent heartbeat in ``gpusched:nodes`` (see
+        :mod:`tasks.runtime.middleware.node_heartbeat`): seen within
+        :data:`STALE_HEARTBEATS` heartbeat periods."""
+        period_ms = self.settings.drain_interval_s * HEARTBEAT_DRAIN_PASSES * 1000
+        oldest = self.rt.partition.now_ms() - STALE_HEARTBEATS * period_ms
+        alive: list[str] = []
+        for node, raw in sorted(self.rt.client.hgetall(self.rt.keys.nodes).items()):
+            try:
+                seen = float(json.loads(raw).get("seen_ms", 0))
+            except (ValueError, TypeError, AttributeError):
+                continue
+            if seen >= oldest:
+                alive.append(str(node))
+        return alive
+
+    def _check_workers(self, request_id: str, since: float | None) -> float | None:
+        """When the cluster has had no live worker since ``since``; raise past the grace."""
+        if self.live_workers():
+            return None
+        now = time.monotonic()
+        if since is not None and now - since >= NO_WORKER_GRACE_S:
+            period = self.settings.drain_interval_s * HEARTBEAT_DRAIN_PASSES
+            raise NoLiveWorker(
+                f"no gpusched worker is alive (no heartbeat in {self.rt.keys.nodes} within the last "
+                f"{STALE_HEARTBEATS * period:g} s); {request_id} is accepted and will be decided "
+                "when a worker runs"
+            )
+        return since if since is not None else now
+
     def wait(
         self, request_id: str, *, timeout: float = 30.0, start_id: str = "0-0", terminal: bool = False
     ) -> dict[str, Any]:
         """Block until a result for ``request_id`` is on the results stream.
 
         Raises:
+            NoLiveWorker: no worker node had a heartbeat for :data:`NO_WORKER_GRACE_S`
+                while waiting (a subclass of :class:`WaitTimeout`).
             WaitTimeout: nothing arrived within ``timeout`` seconds.
         """
         stored = self.stored_result(request_id, terminal=terminal)
@@ -120,7 +162,9 @@ class ServiceClient:
             return stored
         deadline = time.monotonic() + timeout
         cursor = start_id
+        without_worker: float | None = None
         while (remaining := deadline - time.monotonic()) > 0:
+            without_worker = self._check_workers(request_id, without_worker)
             block = max(1, min(int(remaining * 1000), WAIT_BLOCK_MS))
             try:
                 entries = read_new(self._blocking, self.rt.keys.results, cursor, count=500,
@@ -217,4 +261,4 @@ def submit(
     return default_client().submit(request, wait=wait, timeout=timeout, terminal=terminal)
 
 
-__all__ = ["ServiceClient", "Submission", "WaitTimeout", "default_client", "submit"]
+__all__ = ["NoLiveWorker", "ServiceClient", "Submission", "WaitTimeout", "default_client", "submit"]

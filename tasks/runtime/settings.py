@@ -33,6 +33,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
@@ -52,6 +53,8 @@ ENV_PREFIX = "GPUSCHED_"
 NON_SETTING_ENV = frozenset({CONFIG_DIR_ENV})
 #: The package that ships ``configs/`` (``service.json``, ``chain.json``, the diffusion data).
 CONFIG_PACKAGE = "gpusched_configs"
+#: URL schemes of a Redis server (redis-py and kombu's Redis transport both take them).
+REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
 #: Cluster ids become Redis hash tags and queue names: keep them to a safe alphabet.
 CLUSTER_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 MIB = 1 << 20
@@ -133,8 +136,6 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _timing_rules(self) -> Settings:
-        if self.cluster is not None and not CLUSTER_ID_PATTERN.match(self.cluster):
-            raise ValueError(f"cluster id {self.cluster!r} must match {CLUSTER_ID_PATTERN.pattern}")
         if self.task_time_limit_s >= self.visibility_timeout_s:
             raise ValueError("task_time_limit_s must stay below visibility_timeout_s")
         if self.task_soft_time_limit_s >= self.task_time_limit_s:
@@ -144,6 +145,27 @@ class Settings(BaseSettings):
         if self.stuck_after_s <= self.visibility_timeout_s:
             raise ValueError("stuck_after_s must exceed visibility_timeout_s (the broker redelivers first)")
         return self
+
+    @field_validator("cluster")
+    @classmethod
+    def _cluster_id(cls, cluster: str | None) -> str | None:
+        """Cluster ids become Redis hash tags and queue names."""
+        if cluster is not None and not CLUSTER_ID_PATTERN.match(cluster):
+            raise ValueError(f"cluster id {cluster!r} must match {CLUSTER_ID_PATTERN.pattern}")
+        return cluster
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, url: str) -> str:
+        """A URL redis-py and kombu both take (the message never repeats it: it may hold a password)."""
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018  (parsing the port is the check)
+        except ValueError:
+            raise ValueError("is not a valid URL (redis://[:password@]host[:port][/db])") from None
+        if parts.scheme not in REDIS_SCHEMES:
+            raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        return url
 
     @field_validator("model_roots")
     @classmethod
