@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 from typing_extensions import TypedDict
 
 #: Worker states GPUStack knows (``WorkerStateEnum``); only ``ready`` is schedulable.
@@ -26,6 +34,9 @@ WORKER_STATES = frozenset(
         "maintenance",
     }
 )
+
+#: The pattern a worker's (lower-cased) state must match.
+_WORKER_STATE = "^(" + "|".join(sorted(WORKER_STATES)) + ")$"
 
 #: Model categories GPUStack knows (``CategoryEnum``).
 MODEL_CATEGORIES = frozenset(
@@ -102,35 +113,15 @@ class Worker(_Row):
     ifname: str | None = None
     cluster_id: Id | None = None
     labels: dict[str, str] = Field(default_factory=dict)
-    state: str = "not_ready"
+    #: Lower-cased, then one of :data:`WORKER_STATES` (checked natively: thousands of rows).
+    state: Annotated[str, StringConstraints(to_lower=True, pattern=_WORKER_STATE)] = "not_ready"
     system_reserved: SystemReserved | None = None
     status: WorkerStatus | None = None
-    # Memo of the core's immutable view of this (frozen) row; never serialised.
-    _view: Any = PrivateAttr(default=None)
-
-    def view_cache(self) -> Any:
-        """The memoised core view of this row, if one was built."""
-        # Read the private store directly: ``self._view`` goes through pydantic's
-        # __getattr__ (~1.7 µs), which adds up over thousands of workers per decision.
-        private = self.__pydantic_private__
-        return private.get("_view") if private else None
-
-    def remember_view(self, view: Any) -> None:
-        """Memoise the core view (the row itself is frozen, so the view never goes stale)."""
-        self._view = view
 
     @field_validator("labels", mode="before")
     @classmethod
     def _null_labels(cls, value: Any) -> Any:
         return {} if value is None else value
-
-    @field_validator("state")
-    @classmethod
-    def _known_state(cls, value: str) -> str:
-        state = value.lower()
-        if state not in WORKER_STATES:
-            raise ValueError(f"unknown worker state {value!r}")
-        return state
 
 
 # --------------------------------------------------------------------------- models
@@ -422,7 +413,8 @@ class ScheduleResult(_Out):
     """The scheduling decision (Contract 1)."""
 
     request_id: str
-    status: Literal["scheduled", "unschedulable", "rejected"]
+    #: ``cancelled``: the service's terminal status for a withdrawn request (never from ``schedule()``).
+    status: Literal["scheduled", "unschedulable", "rejected", "cancelled"]
     policy: str = "gpustack"
     candidates: list[CandidateOut] = Field(default_factory=list)
     #: How many candidates the selector produced (more than listed when the chain caps them).

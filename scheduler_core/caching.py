@@ -36,6 +36,7 @@ from scheduler_core.cluster import ClusterState
 from scheduler_core.workers import Gpu, WorkerView
 
 _T = TypeVar("_T")
+_R = TypeVar("_R")
 _K = TypeVar("_K", bound=Hashable)
 _V = TypeVar("_V")
 _I = TypeVar("_I", bound=Hashable, contravariant=True)
@@ -160,7 +161,7 @@ class SnapshotMemo:
     Not thread-safe: one per thread.
     """
 
-    __slots__ = ("_derived", "_entries", "_functions", "_instances", "_stages", "generations")
+    __slots__ = ("_derived", "_entries", "_functions", "_instances", "_stages", "_views", "generations")
 
     #: Entries kept at most per kind; beyond it that kind starts over (workers come and go).
     LIMIT = 200_000
@@ -174,6 +175,8 @@ class SnapshotMemo:
         self._instances: tuple[ModelInstance, ...] = ()
         self._derived: dict[object, tuple[tuple[object, ...], object]] = {}
         self._stages: dict[tuple[object, ...], StageOutcomes] = {}
+        #: Views of worker rows by row identity (the row is kept, so its id stays its own).
+        self._views: dict[int, tuple[object, WorkerView]] = {}
         self._functions: dict[tuple[str, Hashable], Memoized[Any, Any]] = {}
         #: Per worker id, how many times its bound instances changed (absent: never).
         self.generations: dict[int, int] = {}
@@ -224,6 +227,18 @@ class SnapshotMemo:
                 self._entries.clear()
             entry = self._entries[worker_id] = (view, generation, {})
         entry[2][key] = value
+
+    def view_of(self, row: _R, build: Callable[[_R], WorkerView]) -> WorkerView:
+        """``build(row)``, kept while the (frozen) row is the same object: a worker row
+        that did not change keeps its view when the worker list around it changes."""
+        entry = self._views.get(id(row))
+        if entry is not None and entry[0] is row:
+            return entry[1]
+        view = build(row)
+        if len(self._views) >= self.LIMIT:
+            self._views.clear()
+        self._views[id(row)] = (row, view)
+        return view
 
     def derived(self, slot: object, items: Sequence[object], compute: Callable[[], _T]) -> _T:
         """``compute()``, reused while ``items`` holds the same objects as when it ran.

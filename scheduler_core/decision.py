@@ -182,10 +182,10 @@ def _views(request: ScheduleRequest, memo: SnapshotMemo | None) -> list[WorkerVi
     workers = request.workers
     if workers is None:
         raise RequestError("workers", "workers are required when no cluster state is held")
-    return _reused(memo, "views", workers, lambda: _validated_views(workers))
+    return _reused(memo, "views", workers, lambda: _validated_views(workers, memo))
 
 
-def _validated_views(workers: Sequence[Worker]) -> list[WorkerView]:
+def _validated_views(workers: Sequence[Worker], memo: SnapshotMemo | None) -> list[WorkerView]:
     seen_ids: set[int] = set()
     seen_names: set[str] = set()
     views: list[WorkerView] = []
@@ -195,7 +195,7 @@ def _validated_views(workers: Sequence[Worker]) -> list[WorkerView]:
         seen_ids.add(worker.id)
         seen_names.add(worker.name)
         try:
-            views.append(worker_view(worker))
+            views.append(worker_view(worker) if memo is None else memo.view_of(worker, worker_view))
         except DuplicateGpu as error:
             raise RequestError(f"workers.{position}.status.gpu_devices.{error.number}", str(error)) from None
         except InvalidText as error:

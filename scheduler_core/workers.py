@@ -84,19 +84,15 @@ class InvalidText(ValueError):
 
 
 def worker_view(worker: Worker) -> WorkerView:
-    """The :class:`WorkerView` of a validated worker row, memoised on the (frozen) row.
+    """The :class:`WorkerView` of a validated worker row (a caller may keep it: rows are frozen).
 
     Raises:
         DuplicateGpu: two GPUs share a (type, index), which identifies a GPU on its worker.
         InvalidText: a string placement writes out is not valid Unicode.
     """
-    cached = worker.view_cache()
-    if isinstance(cached, WorkerView):
-        return cached
     view = build_view(worker)
     _check_gpu_identity(view)
     _check_text(view)
-    worker.remember_view(view)
     return view
 
 

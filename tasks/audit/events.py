@@ -42,6 +42,7 @@ SCHEMA_VERSION = 1
 EVENT_TYPES: dict[str, str] = {
     "sched.request.received": "a request was accepted (data: request, digest)",
     "sched.request.duplicate": "a request id was submitted again; no new decision",
+    "sched.request.conflict": "a known request id was submitted with another request (data: digests)",
     "sched.decision.made": "the core decided (data: inputs digest, chain, outcome summary)",
     "sched.reservation.booked": "claims booked atomically; cluster change (data: instance)",
     "sched.reservation.conflicted": "the cluster moved under the decision (data: GPUs short)",
@@ -52,6 +53,7 @@ EVENT_TYPES: dict[str, str] = {
     "sched.request.woken": "a cluster change may unblock the parked request",
     "sched.request.redriven": "the outbox watchdog sent a request's step again (data: redrives)",
     "sched.request.dead_lettered": "the redelivery guard gave up on a message",
+    "sched.request.cancelled": "a request was withdrawn (data: state before, by, released booking)",
     "sched.cluster.applied": "a snapshot replaced the cluster; cluster change (data: digest)",
     "sched.worker.upserted": "a worker was added or changed; cluster change (data: row)",
     "sched.worker.removed": "a worker left, releasing its instances; cluster change",
@@ -60,6 +62,7 @@ EVENT_TYPES: dict[str, str] = {
     "sched.instance.lost": "a control-plane instance was lost; it must be resubmitted",
     "sched.worker.health": "a worker's readiness changed (hysteresis clocks)",
     "sched.reschedule.suspended": "too many workers down at once: rescheduling postponed",
+    "sched.reschedule.resumed": "rescheduling off lost workers goes on again (data: down, workers)",
     "sched.cluster.event_rejected": "a cluster event was invalid (data: error, field)",
     "sched.ledger.overbooked": "a worker shrank below what is booked on it",
 }

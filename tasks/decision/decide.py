@@ -31,7 +31,7 @@ decision first; it goes on as a ``gpusched.resume`` message (:func:`resume`).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tasks.audit.decision_event import decision_event_data
@@ -44,6 +44,7 @@ from tasks.decision.publish import after_final, final_call, publish
 from tasks.decision.reserve import after_reserve, reserve, reserve_call
 from tasks.decision.step import PUBLISH, RESERVE, Step, resumed_step
 from tasks.intake.submit import accept_raw
+from tasks.runtime import metrics
 from tasks.runtime.context import Runtime
 from tasks.state.mirror import Changes
 from tasks.state.records import Begun, Recorded, RecordOutcome
@@ -56,11 +57,13 @@ class Progress:
 
     ``step`` is what the next stage continues with (None: nothing left for this
     message); ``outcome`` is the publish or park outcome when this message
-    finished the request itself.
+    finished the request itself; ``created_ms`` is when the request was
+    accepted (0 when this message did not decide it).
     """
 
     step: Step | None
     outcome: str | None = None
+    created_ms: int = field(default=0, compare=False)  # for the latency metric, not the outcome
 
 
 def decide(rt: Runtime, ref: Any, seq: int, attempt: int, task_id: str) -> Step | None:
@@ -119,7 +122,7 @@ def _decide(rt: Runtime, ref: Any, seq: int, attempt: int, task_id: str, *, fini
         if begun.status != "ok" or begun.request_json is None:
             return Progress(None)
         step, record = _decision(rt, ref, seq, attempt, begun.request_json, begun.epoch, changes)
-        return _advance(rt, step, lease, finish=finish, record=record)
+        return replace(_advance(rt, step, lease, finish=finish, record=record), created_ms=begun.created_ms)
     finally:
         if lease is not None and lease.may_hold:  # also when a reply was lost or an error came first
             rt.partition.call(lease.release_call())
@@ -165,6 +168,7 @@ def _decision(
     started = time.perf_counter()
     fold = rt.mirror.sync(changes)
     request, result = run_core(rt.chain, request_json, ref, fold, rt.memo)
+    metrics.count_decision(result.status)
     step = next_step(ref, seq, attempt, epoch, fold, request.model if request else None, result)
     text, step.result_digest = result_digest(result)
     elapsed_ms = round((time.perf_counter() - started) * 1000, 3)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from tasks.audit.events import dumps
 from tasks.decision.enqueue import enqueue
 from tasks.decision.step import PARK, PUBLISH, Step
+from tasks.runtime import metrics
 from tasks.runtime.context import Runtime
 from tasks.state.parking import CONFLICT_REASON, ParkedEntry, parked_json
 from tasks.state.partition import OutcomeReply
@@ -81,5 +82,6 @@ def _park_call(rt: Runtime, step: Step) -> ScriptCall[OutcomeReply]:
 def _after_park(rt: Runtime, step: Step, reply: OutcomeReply) -> str:
     outcome, detail = reply
     if outcome == "requeued" and detail is not None:
+        metrics.count_wakeups(1)  # the cluster changed while it was being decided
         enqueue(rt, step.request_id, int(detail), 0)
     return outcome

@@ -15,6 +15,7 @@ from tasks.audit.events import dumps
 from tasks.decision.enqueue import enqueue
 from tasks.decision.notices import exhausted_notice
 from tasks.decision.step import PARK, PUBLISH, RESERVE, Step
+from tasks.runtime import metrics
 from tasks.runtime.context import Runtime
 from tasks.state.cluster_store import Booking, Reserved
 from tasks.state.parking import CONFLICT_REASON
@@ -59,6 +60,8 @@ def after_reserve(rt: Runtime, step: Step, outcome: Reserved) -> Step | None:
     if outcome.status in ("booked", "duplicate"):
         step.action = PUBLISH
         return step
+    if outcome.status in ("conflict", "exhausted"):
+        metrics.count_conflict()
     if outcome.status == "conflict" and outcome.next_attempt is not None:
         delay = jitter_s(rt, step.request_id, step.seq, step.attempt + 1)
         enqueue(rt, step.request_id, step.seq, outcome.next_attempt, countdown=delay)

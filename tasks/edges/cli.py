@@ -3,7 +3,8 @@
 Subcommands are registered by small modules so offline commands never import
 Celery or Redis: ``schedule``/``tune`` run in process on embedded defaults;
 the service commands (``submit``, ``worker``, ``cluster``, ``replay``) live in
-:mod:`tasks.edges.cli_service`.
+:mod:`tasks.edges.cli_service`, the operator's (``cancel``, ``describe``,
+``cluster show``, ``health``) in :mod:`tasks.edges.cli_operate`.
 
 Exit codes: 0 success (including ``unschedulable``); 2 bad input, a rejected
 request, invalid settings or bad usage; 1 a service failure (Redis unreachable,
@@ -19,7 +20,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from tasks.edges import cli_offline, cli_service
+from tasks.edges import cli_offline, cli_operate, cli_service
 from tasks.edges.cli_support import EXIT_BAD_INPUT, EXIT_FAILURE, CliError, Parser, error_line, one_line
 
 
@@ -39,7 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print the installed version and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     cli_offline.register(commands)
-    cli_service.register(commands)  # imports Celery/Redis lazily, inside its handlers
+    # both import Celery/Redis lazily, inside their handlers
+    cli_service.register(commands, cluster_actions=cli_operate.register_cluster)
+    cli_operate.register(commands)  # cancel, describe, health (cluster show: under cluster)
     return parser
 
 

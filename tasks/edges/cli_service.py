@@ -110,9 +110,17 @@ def _submit(args: argparse.Namespace) -> int:
             value = outcome.to_dict() if isinstance(outcome, Submission) else outcome
             _print(value, args.pretty)
             rejected.extend(_rejection_line(value))
+            rejected.extend(_conflict_line(value))
     if rejected:
         raise CliError("rejected: " + "; ".join(rejected))
     return 0
+
+
+def _conflict_line(value: dict[str, Any]) -> list[str]:
+    if value.get("status") != "conflict":
+        return []
+    return [f"{value.get('request_id')}: request_id already holds a different request "
+            f"(stored digest {value.get('stored_digest')}, submitted {value.get('digest')})"]
 
 
 def _rejection_line(value: dict[str, Any]) -> list[str]:
@@ -217,8 +225,17 @@ def _add(commands: Any, name: str, help_text: str, handler: Callable[[argparse.N
     return parser
 
 
-def register(commands: Any) -> None:
-    """Add the service subcommands to the ``gpusched`` subparsers."""
+#: The one-line handling of Redis outages and of bad settings, for the other command modules.
+service_errors = _service_errors
+service_client = _client
+
+
+def register(commands: Any, cluster_actions: Callable[[Any], None] | None = None) -> None:
+    """Add the service subcommands to the ``gpusched`` subparsers.
+
+    Args:
+        cluster_actions: adds more ``gpusched cluster`` actions to its subparsers.
+    """
     submit = _add(commands, "submit", "put REQUEST.json on gpusched.requests (Contract 3)", _submit,
                   "Validate and record requests, and queue their decisions. Exit 0 accepted, "
                   "scheduled or unschedulable; 2 rejected or unreadable; 1 Redis unreachable, a "
@@ -268,6 +285,8 @@ def register(commands: Any) -> None:
     event.add_argument("file", metavar="FILE.json", help="an event or a list of events; - for stdin")
     event.add_argument("--local", action="store_true", help="apply here instead of via the queue")
     event.add_argument("--pretty", action="store_true", help="indent the JSON output")
+    if cluster_actions is not None:
+        cluster_actions(actions)
 
     replay = _add(commands, "replay", "re-run recorded decisions and compare", _replay,
                   "Re-run recorded decisions from the event log and compare their digests. Exit 0 "

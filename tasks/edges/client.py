@@ -32,6 +32,7 @@ from tasks.runtime.celery_app import TaskSender, client_app
 from tasks.runtime.context import Runtime, build_runtime, redis_client
 from tasks.runtime.middleware.node_heartbeat import HEARTBEAT_DRAIN_PASSES
 from tasks.runtime.settings import Settings, get_settings
+from tasks.state.cancels import cancel_request
 from tasks.state.cluster_changes import apply_snapshot, handle_cluster_event
 
 #: Longest block of one blocking read in :meth:`ServiceClient.wait` (its socket timeout follows).
@@ -179,6 +180,24 @@ class ServiceClient:
                     value: dict[str, Any] = json.loads(fields["result"])
                     return value
         raise WaitTimeout(f"no result for {request_id} within {timeout:g} s")
+
+    # ------------------------------------------------------------------ cancel
+    def cancel(self, request_id: str) -> dict[str, Any]:
+        """Withdraw a request, exactly once, whatever step it is at (in this process).
+
+        A request not placed yet (queued, parked, retrying, or with a decision
+        in flight) gets its one terminal result, status ``cancelled``, and never
+        books; a booking its decision made meanwhile is released. A request
+        whose placement was published has its booking released (a ``released``
+        notice on the results stream). A booking moved to ``<id>~<n>`` is
+        followed. Idempotent (see :func:`tasks.state.cancels.cancel_request`).
+
+        Returns:
+            ``{"request_id", "status", ...}``; ``status`` is ``cancelled``,
+            ``released``, ``already_cancelled``, ``finished`` (nothing held) or
+            ``unknown``.
+        """
+        return cancel_request(self.rt, request_id, by="client")
 
     # ----------------------------------------------------------------- cluster
     def apply_cluster(self, document: dict[str, Any]) -> dict[str, Any]:

@@ -153,7 +153,11 @@ def start_redis(
 
 @dataclass
 class WorkerProcess:
-    """A ``celery -A tasks.app worker`` subprocess (prefork pool by default)."""
+    """A ``celery -A tasks.app worker`` subprocess (prefork pool by default).
+
+    ``queues``: None for the partition's queues (``--queues``), ``()`` for no
+    ``--queues`` option (what the app declares), else the queues named.
+    """
 
     env: dict[str, str]
     name: str
@@ -169,15 +173,19 @@ class WorkerProcess:
         """Launch the worker (returns at once; see :meth:`wait_ready`)."""
         from tasks.state.keys import Keys
 
-        queues = ",".join(self.queues or Keys(self.env.get("GPUSCHED_CLUSTER") or None).queues)
+        partition = Keys(self.env.get("GPUSCHED_CLUSTER") or None)
+        queues = self.queues if self.queues is not None else partition.queues
+        # queues == (): no --queues at all, the app's own declaration (a plain celery worker)
+        selected = ["--queues", ",".join(queues)] if queues else []
         args = [
             sys.executable, "-m", "celery", "-A", "tasks.app", "worker",
-            "--queues", queues, "--pool", self.pool, "--concurrency", str(self.concurrency),
+            *selected, "--pool", self.pool, "--concurrency", str(self.concurrency),
             "--hostname", f"{self.name}@%h", "--loglevel", self.loglevel,
             "--without-gossip", "--without-mingle", *self.extra,
         ]
         log = open(self.log_path, "ab")
-        env = {**os.environ, **self.env, "GPUSCHED_LOG_FORMAT": "json"}
+        # several local workers share one host: no metrics port unless the caller names one
+        env = {**os.environ, "GPUSCHED_METRICS_PORT": "0", **self.env, "GPUSCHED_LOG_FORMAT": "json"}
         self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
         log.close()
         return self

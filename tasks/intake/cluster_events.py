@@ -12,6 +12,7 @@ worker_state         ``worker_id``, ``state`` (ready, not_ready, unreachable, ..
 gpu_memory_changed   ``worker_id``, ``gpus``: [{type, index, total}]
 worker_labels        ``worker_id``, ``labels``
 instance_deleted     one of ``instance_key``, ``instance_id``, ``request_id``
+request_cancelled    ``request_id`` (same as ``gpusched cancel``)
 snapshot             ``workers``, ``model_instances`` (same as ``cluster apply``)
 ==================== ====================================================
 
@@ -42,7 +43,7 @@ from tasks.state.rows import booked_instance_key
 #: Every ``kind`` value.
 KINDS = frozenset(
     {"worker_added", "worker_updated", "worker_removed", "worker_state", "gpu_memory_changed",
-     "worker_labels", "instance_deleted", "snapshot"}
+     "worker_labels", "instance_deleted", "request_cancelled", "snapshot"}
 )
 
 
@@ -128,6 +129,13 @@ class InstanceDeletedEvent(_Event):
         raise InvalidField("instance_key", "instance_deleted needs instance_key, instance_id or request_id")
 
 
+class RequestCancelledEvent(_Event):
+    """A request is withdrawn (queued, parked, retrying or in flight; a placement is released)."""
+
+    kind: Literal["request_cancelled"]
+    request_id: str = Field(min_length=1)
+
+
 class SnapshotEvent(_Event):
     """A whole snapshot (what ``gpusched cluster apply`` sends)."""
 
@@ -143,6 +151,7 @@ ClusterEvent = Annotated[
     | GpuMemoryEvent
     | WorkerLabelsEvent
     | InstanceDeletedEvent
+    | RequestCancelledEvent
     | SnapshotEvent,
     Field(discriminator="kind"),
 ]

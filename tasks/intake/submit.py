@@ -35,16 +35,21 @@ class Submission:
 
     Attributes:
         request_id: the idempotency key.
-        status: ``accepted`` (new), ``duplicate`` (known id; no new decision) or
-            ``rejected`` (invalid input; its result is published).
-        state: the record's state for a duplicate.
+        status: ``accepted`` (new), ``duplicate`` (known id, same request; no new
+            decision), ``conflict`` (known id, different request: a client bug;
+            nothing changes) or ``rejected`` (invalid input; its result is published).
+        state: the record's state for a duplicate or a conflict.
         result: the rejected result for ``rejected``.
+        digest: for a conflict, the digest of the request submitted now.
+        stored_digest: for a conflict, the digest of the request the id holds.
     """
 
     request_id: str
     status: str
     state: str = ""
     result: dict[str, Any] | None = None
+    digest: str = ""
+    stored_digest: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (printed by ``gpusched submit``)."""
@@ -53,11 +58,19 @@ class Submission:
             data["state"] = self.state
         if self.result is not None:
             data["result"] = self.result
+        if self.status == "conflict":
+            data["digest"] = self.digest
+            data["stored_digest"] = self.stored_digest
         return data
 
 
 def submit_request(rt: Runtime, request: Any) -> Submission:
     """Validate, record and enqueue one request (the body of ``ServiceClient.submit``).
+
+    A known ``request_id`` is never decided again: the same request answers
+    ``duplicate``, a different one ``conflict`` with both digests (and a
+    ``sched.request.conflict`` event), so a control-plane bug that reuses an
+    id is visible instead of silently answered with the first request's result.
 
     Raises:
         redis.RedisError: Redis failed before or while the request was recorded.
@@ -68,16 +81,22 @@ def submit_request(rt: Runtime, request: Any) -> Submission:
     """
     normalized = normalize(request, IntakeLimits.of(rt.settings))
     if normalized.rejection is not None:
-        outcome, _ = publish_rejection(rt, normalized)
+        outcome, detail = publish_rejection(rt, normalized)
         if outcome == "published":
             return Submission(normalized.request_id, "rejected",
                               result=json.loads(normalized.rejection.model_dump_json()))
-        return Submission(normalized.request_id, "duplicate",
-                          state=rt.records.record(normalized.request_id).get("state", ""))
+        state = rt.records.record(normalized.request_id).get("state", "")
+        if outcome == "conflict":
+            return Submission(normalized.request_id, "conflict", state=state,
+                              digest=normalized.digest, stored_digest=detail or "")
+        return Submission(normalized.request_id, "duplicate", state=state)
     accepted = rt.records.accept(
         normalized.request_id, normalized.request_json, normalized.digest,
         pinned=normalized.pinned, outbox_due_ms=rt.partition.lease_deadline_ms(),
     )
+    if accepted.conflict:  # the caller gets both digests; the audit log has its event
+        return Submission(normalized.request_id, "conflict", state=accepted.state,
+                          digest=normalized.digest, stored_digest=accepted.stored_digest)
     if not accepted.accepted:
         return Submission(normalized.request_id, "duplicate", state=accepted.state)
     try:
@@ -106,8 +125,11 @@ def accept_raw(rt: Runtime, raw: Any, task_id: str) -> str | None:
         normalized.request_id, normalized.request_json, normalized.digest,
         intake_task=task_id, pinned=normalized.pinned, outbox_due_ms=watchdog,
     )
-    if accepted.accepted or accepted.intake_task == task_id:
+    if accepted.accepted or (accepted.intake_task == task_id and not accepted.conflict):
         return normalized.request_id
+    if accepted.conflict:
+        log.warning("request_id_conflict", request_id=normalized.request_id,
+                    digest=normalized.digest, stored_digest=accepted.stored_digest)
     return None
 
 

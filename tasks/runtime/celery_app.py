@@ -24,6 +24,9 @@ Configuration choices (see ``docs/service.md``):
   longer reads TLS from the ``rediss://`` scheme, so a ``rediss://`` URL sets
   ``broker_use_ssl`` (certificates verified, as redis-py does for the state
   clients; ``?ssl_cert_reqs=none`` in the URL opts out).
+* Every queue is declared in the configuration (``task_queues``), so a plain
+  ``celery -A tasks.app worker`` (no ``-Q``) consumes the same three queues
+  as ``gpusched worker``.
 
 The module-level :data:`app` is the worker's, configured from the process
 settings. A client talking to a deployment sends through its own app
@@ -40,8 +43,10 @@ from urllib.parse import parse_qs, urlsplit
 
 import structlog
 from celery import Celery, signals  # type: ignore[import-untyped]
+from kombu.entity import Exchange, Queue
 
 from tasks.runtime import logging as service_logging
+from tasks.runtime import metrics
 from tasks.runtime.context import Runtime, get_runtime
 from tasks.runtime.middleware import NODE_STACK, request_logging
 from tasks.runtime.settings import Settings, get_settings
@@ -84,6 +89,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_consumer": "tasks.runtime.broker_door:DoorConsumer",
         **broker_tls(settings.redis_url),
         "task_default_queue": keys.requests_queue,
+        "task_queues": declared_queues(keys),
         "task_routes": {
             DECIDE: {"queue": keys.requests_queue},
             RESUME: {"queue": keys.commits_queue},
@@ -99,6 +105,19 @@ def broker_tls(url: str) -> dict[str, Any]:
     if parts.scheme != "rediss" or any(key.startswith("ssl_") for key in parse_qs(parts.query)):
         return {}
     return {"broker_use_ssl": {"ssl_cert_reqs": ssl.CERT_REQUIRED}}
+
+
+def declared_queues(keys: Keys) -> list[Queue]:
+    """The partition's queues as a worker consumes them by default (no ``-Q``), in drain order.
+
+    Each is declared as Celery declares a queue it routes to without a
+    declaration (a direct exchange of the queue's name, routing key = name),
+    so senders and consumers agree whichever side declared it first.
+    """
+    return [
+        Queue(name, Exchange(name, type="direct"), routing_key=name)  # type: ignore[no-untyped-call]
+        for name in keys.queues
+    ]
 
 
 def client_app(settings: Settings) -> Celery:
@@ -168,6 +187,13 @@ def _before_task(
 @signals.task_postrun.connect  # type: ignore[untyped-decorator]
 def _after_task(**_: Any) -> None:
     request_logging.unbind_task()
+
+
+@signals.worker_init.connect  # type: ignore[untyped-decorator]
+def _worker_init(**_: Any) -> None:
+    # before the pool forks: every pool process then counts into the node's metrics directory
+    if get_settings().metrics_port:
+        metrics.prepare_multiprocess()
 
 
 @signals.worker_ready.connect  # type: ignore[untyped-decorator]

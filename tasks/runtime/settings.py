@@ -134,6 +134,13 @@ class Settings(BaseSettings):
     chain_file: str = "chain.json"
     worker_concurrency: int = Field(default=1, ge=1)
 
+    metrics_port: int = Field(default=9464, ge=0, le=65535,
+                              description="each worker node's /metrics and /healthz; 0 = off")
+    metrics_host: str = Field(default="0.0.0.0", description="address the metrics port binds")
+    health_stale_after_s: float = Field(
+        default=30.0, gt=0, description="a heartbeat or drainer pass older than this is unhealthy"
+    )
+
     @model_validator(mode="after")
     def _timing_rules(self) -> Settings:
         if self.task_time_limit_s >= self.visibility_timeout_s:

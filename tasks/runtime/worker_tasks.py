@@ -17,6 +17,7 @@ raises :class:`celery.exceptions.Ignore`, which acknowledges the message.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from celery import Task  # type: ignore[import-untyped]
@@ -24,6 +25,7 @@ from celery.exceptions import Ignore  # type: ignore[import-untyped]
 
 from tasks.decision import decide as decision
 from tasks.decision.step import Step
+from tasks.runtime import metrics
 from tasks.runtime.celery_app import app, worker_runtime
 from tasks.runtime.context import Runtime
 from tasks.runtime.drainer import drain_once
@@ -54,7 +56,11 @@ class MiddlewareTask(Task):  # type: ignore[misc]
 def decide(self: MiddlewareTask, request: Any, seq: int = 0, attempt: int = 0) -> str:
     """Decide a placement for a request id (or a raw Contract 1 request), book and publish it."""
     rt = runtime()
+    started = time.perf_counter()
     progress = decision.decide_and_finish(rt, request, seq, attempt, str(self.request.id))
+    metrics.observe_decision(time.perf_counter() - started)
+    if progress.outcome == "published" and progress.created_ms:
+        metrics.observe_submit_to_result((rt.partition.now_ms() - progress.created_ms) / 1000)
     if progress.step is not None:
         rt.resume(progress.step.to_dict())
         return "resumed"

@@ -23,6 +23,7 @@ from tasks.intake.cluster_events import (
     GpuMemory,
     GpuMemoryEvent,
     InstanceDeletedEvent,
+    RequestCancelledEvent,
     SnapshotEvent,
     WorkerLabelsEvent,
     WorkerRemovedEvent,
@@ -33,7 +34,9 @@ from tasks.intake.cluster_events import (
 from tasks.intake.limits import IntakeLimits
 from tasks.intake.snapshots import InvalidField, SnapshotRows, parse_snapshot
 from tasks.runtime.context import Runtime
+from tasks.state.cancels import CANCELLED, RELEASED, cancel_request
 from tasks.state.followups import run_followup
+from tasks.state.notices import resume_if_recovered
 from tasks.state.parking import worker_changes
 from tasks.state.rows import row_json
 
@@ -61,11 +64,16 @@ def handle_cluster_event(rt: Runtime, raw: Any) -> dict[str, Any]:
         return _reject(rt, raw, error)
     if rows is not None:
         return apply_snapshot(rt, rows)
+    if isinstance(event, RequestCancelledEvent):
+        return {"kind": event.kind, **cancel_request(rt, event.request_id, by="cluster_event")}
+    if isinstance(event, InstanceDeletedEvent) and event.request_id and not event.instance_key \
+            and event.instance_id is None:
+        return delete_request_instance(rt, event.request_id)
     if key is not None:
         return delete_instance(rt, key)
     if isinstance(event, WorkerRemovedEvent):
         return remove_worker(rt, event.worker_id, "worker_removed")
-    assert not isinstance(event, SnapshotEvent | InstanceDeletedEvent)
+    assert not isinstance(event, SnapshotEvent | InstanceDeletedEvent | RequestCancelledEvent)
     try:
         return update_worker(rt, event)
     except InvalidField as error:  # the event does not fit the worker: nothing was written
@@ -107,6 +115,7 @@ def apply_snapshot(rt: Runtime, document: Mapping[str, Any] | SnapshotRows) -> d
     meta = rt.partition.meta()
     applied = rt.cluster.apply_snapshot(document, meta=meta)
     done = run_followup(rt, meta.event_id)
+    resume_if_recovered(rt)
     return {"kind": "snapshot", "status": "applied", "version": applied.version,
             "digest": applied.digest, **done}
 
@@ -116,6 +125,7 @@ def remove_worker(rt: Runtime, worker_id: int, reason: str) -> dict[str, Any]:
     meta = rt.partition.meta()
     version, _ = rt.cluster.remove_worker(worker_id, reason, meta=meta)
     done = run_followup(rt, meta.event_id)
+    resume_if_recovered(rt)
     if version is None:
         return {"kind": "worker_removed", "status": "absent", **done}
     return {"kind": "worker_removed", "status": "removed", "version": version, **done}
@@ -129,6 +139,18 @@ def delete_instance(rt: Runtime, key: str) -> dict[str, Any]:
     if version is None:
         return {"kind": "instance_deleted", "status": "absent", **done}
     return {"kind": "instance_deleted", "status": "released", "version": version, **done}
+
+
+def delete_request_instance(rt: Runtime, request_id: str) -> dict[str, Any]:
+    """The instance of a gpusched request is gone: release its booking, or withdraw the request
+    if it is not placed yet (queued, parked, retrying: it must never book afterwards)."""
+    outcome = cancel_request(rt, request_id, by="instance_deleted")
+    status = outcome["status"] if outcome["status"] in (CANCELLED, RELEASED) else "absent"
+    summary = {"kind": "instance_deleted", "status": status, "woken": outcome.get("woken", []),
+               "rescheduled": [], "request_id": request_id}
+    if "version" in outcome:
+        summary["version"] = outcome["version"]
+    return summary
 
 
 def update_worker(rt: Runtime, event: WorkerEvent) -> dict[str, Any]:
@@ -155,6 +177,7 @@ def update_worker(rt: Runtime, event: WorkerEvent) -> dict[str, Any]:
         )
         if change.status == "ok":
             done = run_followup(rt, meta.event_id)
+            resume_if_recovered(rt)
             return {"kind": event.kind, "status": "applied", "version": change.version, **done}
     raise RuntimeError(f"worker {worker_id} kept changing during the update")
 

@@ -3,6 +3,8 @@
 The Lua script that applies a cluster change records its follow-up work under
 the change's event id (``gpusched:followups``, ``gpusched:followup_jobs``):
 
+* announce each released placement on the results stream (``released``,
+  :mod:`tasks.state.notices`), before its replacement exists;
 * reschedule the gpusched bookings it released (a new request per booking,
   :func:`reschedule_released`);
 * expire the records of released requests (the dedupe window starts);
@@ -28,7 +30,9 @@ from scheduler_core import canonical_json
 from tasks.audit.digests import sha256_hex
 from tasks.audit.events import append_event, dumps
 from tasks.decision.enqueue import enqueue
+from tasks.runtime import metrics
 from tasks.runtime.context import Runtime
+from tasks.state.notices import announce_released
 from tasks.state.parking import Change, describe, wake_targets
 from tasks.state.rows import Released, json_list, released_items
 
@@ -45,6 +49,8 @@ def run_followup(rt: Runtime, followup_id: str) -> dict[str, list[str]]:
     if raw is not None:
         job = json.loads(raw)
         released = released_items(job.get("released"))
+        # before any rescheduling: the old placement's "released" precedes its replacement's result
+        announce_released(rt, released, str(job.get("reason")), rescheduling=bool(job.get("reschedule")))
         if job.get("reschedule"):
             rescheduled = reschedule_released(rt, released, str(job.get("reason")))
         _expire_records(rt, released)
@@ -84,6 +90,7 @@ def wake(rt: Runtime, facts: Any) -> list[str]:
     targets = wake_targets(rt.parked.entries(), changes, rt.chain.chain)
     due = rt.partition.lease_deadline_ms()
     woken = rt.parked.wake(targets, describe(changes), due)
+    metrics.count_wakeups(len(woken))
     for request_id, seq in woken:
         enqueue(rt, request_id, seq, 0)
     return [request_id for request_id, _ in woken]
@@ -121,19 +128,29 @@ def _reschedule_one(rt: Runtime, item: Released, reason: str) -> str | None:
         state, replaces = rt.client.hmget(rt.keys.request(new_id), "state", "reschedule_of")
         if state is not None:
             if replaces == origin:
-                return new_id  # an earlier run of this follow-up got this far
+                return _moved(rt, old_id, new_id)  # an earlier run of this follow-up got this far
             continue  # the id is taken by another request
         request = _json_with_id(record["request"], new_id)
         accepted = rt.records.accept(
             new_id, request, sha256_hex(request), pinned=item.meta.pinned, reschedule_of=origin,
-            rescheduled_data=moved, outbox_due_ms=rt.partition.lease_deadline_ms(),
+            rescheduled_data=moved, replaces=old_id, outbox_due_ms=rt.partition.lease_deadline_ms(),
         )
         if accepted.accepted:
+            _moved(rt, old_id, new_id)
+            metrics.count_reschedule()
             enqueue(rt, new_id, 0, 0)
             return new_id
         if accepted.reschedule_of == origin:
-            return new_id
+            return _moved(rt, old_id, new_id)
     raise AssertionError("unreachable: the successor ids are endless")
+
+
+def _moved(rt: Runtime, old_id: str, new_id: str) -> str:
+    """Note on the old record which request replaced its booking (a cancel follows it)."""
+    key = rt.keys.request(old_id)
+    if rt.client.exists(key):  # never recreate an expired record as a stub
+        rt.client.hset(key, "moved_to", new_id)
+    return new_id
 
 
 def _successor_ids(request_id: str) -> Iterator[str]:

@@ -135,6 +135,11 @@ class Keys:
         """Hash instance key → ``gpu_key=bytes;...`` claims it holds."""
         return f"{self.prefix}:ledger:claims"
 
+    @property
+    def reschedule_suspended(self) -> str:
+        """String set while rescheduling is suspended (too many workers down): the notice JSON."""
+        return f"{self.prefix}:reschedule:suspended"
+
     def snapshot(self, digest: str) -> str:
         """Content-addressed cluster snapshot stored once by ``cluster apply``."""
         return f"{self.prefix}:snapshot:{digest}"

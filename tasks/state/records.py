@@ -29,12 +29,18 @@ from tasks.state.scripts import ScriptCall
 
 @dataclass(frozen=True, slots=True)
 class Accepted:
-    """Outcome of :meth:`RequestRecords.accept` (for a duplicate: what the known record says)."""
+    """Outcome of :meth:`RequestRecords.accept` (for a known id: what the known record says).
+
+    ``conflict`` is true when the known id holds a different request
+    (``stored_digest`` is its digest); a duplicate holds the same one.
+    """
 
     accepted: bool
     state: str = ""
     intake_task: str = ""
     reschedule_of: str = ""
+    conflict: bool = False
+    stored_digest: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,14 +70,16 @@ class RecordOutcome:
 class Begun:
     """Outcome of a ``begin`` call.
 
-    ``ok`` carries the request JSON and the wake epoch; ``resume`` the
-    decision already recorded for this attempt (continue with it).
+    ``ok`` carries the request JSON, the wake epoch and when the request was
+    accepted (ms); ``resume`` the decision already recorded for this attempt
+    (continue with it).
     """
 
     status: str
     request_json: str | None = None
     epoch: int = 0
     recorded: Recorded | None = None
+    created_ms: int = 0
 
 
 class RequestRecords:
@@ -90,15 +98,21 @@ class RequestRecords:
         pinned: bool = False,
         reschedule_of: str = "",
         rescheduled_data: str = "",
+        replaces: str = "",
         outbox_due_ms: int | None = None,
     ) -> Accepted:
         """Create the record of a new request (idempotent on ``request_id``; see ``accept.lua``).
+
+        A known id is never overwritten: the same request answers a duplicate,
+        a different one (another digest) a conflict.
 
         Args:
             reschedule_of: ``<instance key>@<booked version>`` of the booking
                 this request replaces ("" for a submitted request).
             rescheduled_data: data of the ``sched.instance.rescheduled`` event
                 written with the record ("" for none).
+            replaces: the request whose booking this one reschedules ("" for
+                none); its results entries carry it as ``reschedule_of``.
             outbox_due_ms: when the watchdog drives the request if no message does.
         """
         p = self._partition
@@ -111,12 +125,12 @@ class RequestRecords:
             [
                 *p.meta().argv(), request_id, request_json, digest, intake_task,
                 p.now_ms(), data, "" if outbox_due_ms is None else outbox_due_ms,
-                "1" if pinned else "0", reschedule_of, rescheduled_data,
+                "1" if pinned else "0", reschedule_of, rescheduled_data, replaces,
             ],
         )
         if reply[0] == "accepted":
             return Accepted(True)
-        return Accepted(False, reply[1], reply[2], reply[3])
+        return Accepted(False, reply[1], reply[2], reply[3], reply[0] == "conflict", reply[4])
 
     def begin_call(self, request_id: str, seq: int, attempt: int, task_id: str) -> ScriptCall[Begun]:
         """Claim decision ``(seq, attempt)`` (see ``begin.lua``)."""
@@ -152,7 +166,7 @@ class RequestRecords:
 
 def _begun(reply: Any) -> Begun:
     if reply[0] == "ok":
-        return Begun("ok", reply[1], int(reply[2]))
+        return Begun("ok", reply[1], int(reply[2]), created_ms=int(reply[3] or 0))
     if reply[0] == "resume":
         return Begun("resume", recorded=Recorded(reply[1], reply[2]))
     return Begun(reply[0])

@@ -55,7 +55,13 @@ class PublishedResults:
         result_digest: str,
         error: dict[str, Any] | None,
     ) -> OutcomeReply:
-        """Publish the edge rejection of an invalid request, only if the id is new (``reject.lua``)."""
+        """Publish the edge rejection of an invalid request, only if the id is new (``reject.lua``).
+
+        Returns:
+            ``("published", results entry id)``; ``("duplicate", state)`` when the
+            id is known with the same request; ``("conflict", stored digest)``
+            when it is known with a different one.
+        """
         p = self._partition
         s = p.settings
         received = dumps(
@@ -70,4 +76,6 @@ class PublishedResults:
                 s.request_ttl_s, p.now_ms(),
             ],
         )
+        if reply[0] == "conflict":
+            return "conflict", reply[2]
         return outcome_reply(reply)

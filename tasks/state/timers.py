@@ -12,7 +12,9 @@ worker has been ready for ``ready_stable_s`` without interruption
 restarting the grace period on every blip, and no flap moves anything before
 the grace period. When more than ``max_unreachable_fraction`` of the workers
 are down at once (a network partition, GPUStack #5935), rescheduling is
-postponed. Pinned instances (manual GPU selection) are never moved off their
+postponed; the results stream says so once (``reschedule_suspended``) and
+again when it resumes (``reschedule_resumed``, :mod:`tasks.state.notices`).
+Pinned instances (manual GPU selection) are never moved off their
 GPUs: they keep their claims and wait; a removed worker's instances (pinned
 or not) get a new request, which for a pinned model waits parked until its
 GPUs return. Instances the control plane booked itself cannot be rescheduled
@@ -37,8 +39,10 @@ from pydantic import BaseModel
 from scheduler_core import Worker
 from tasks.audit.events import append_event
 from tasks.decision.enqueue import enqueue
+from tasks.runtime import metrics
 from tasks.runtime.context import Runtime
 from tasks.state.followups import run_followup
+from tasks.state.notices import announce_suspension, down_share, rescheduling_suspended, resume_if_recovered
 
 
 class Health(BaseModel):
@@ -74,6 +78,7 @@ def _fire_retry(rt: Runtime, member: str, target: str) -> dict[str, Any]:
     request_id, _, seq = target.rpartition("|")
     due = rt.partition.lease_deadline_ms()
     woken = rt.parked.wake([(request_id, int(seq))], {"by": [{"kind": "conflict_backoff"}]}, due)
+    metrics.count_wakeups(len(woken))
     for woken_id, new_seq in woken:
         enqueue(rt, woken_id, new_seq, 0)
     return {"timer": member, "action": "woken" if woken else "stale"}
@@ -107,16 +112,19 @@ def _fire_grace(
     grace_ms = int(rt.settings.unreachable_grace_s * 1000)
     member = f"grace:{worker.id}"
     if worker.state == "ready" or health.down_since_ms is None:
+        resume_if_recovered(rt)
         return {"timer": member, "action": "recovered"}
     if now < health.down_since_ms + grace_ms:
         rt.delays.schedule_timer(member, health.down_since_ms + grace_ms)
         return {"timer": member, "action": "rearmed"}
-    down = sum(1 for w in workers if w.state != "ready")
-    if workers and down / len(workers) > rt.settings.max_unreachable_fraction:
+    down, total = down_share(workers)
+    if rescheduling_suspended(rt, workers):
         rt.delays.schedule_timer(member, now + grace_ms)
         append_event(rt.client, rt.keys.events, "sched.reschedule.suspended",
-                     {"worker_id": worker.id, "down": down, "workers": len(workers)})
+                     {"worker_id": worker.id, "down": down, "workers": total})
+        announce_suspension(rt, workers, suspended=True)  # once per suspension, on the results stream
         return {"timer": member, "action": "suspended"}
+    resume_if_recovered(rt)
     return {"timer": member, "action": "rescheduled", "requests": lose_worker(rt, worker.id)}
 
 

@@ -144,14 +144,21 @@ class Deployment:
         values = {**FAST, **self.overrides, "redis_url": self.url}
         return {f"GPUSCHED_{k.upper()}": _env_value(v) for k, v in values.items()}
 
-    def start_workers(self, count: int, *, ready: bool = True) -> list[WorkerProcess]:
-        """Start ``count`` worker processes (prefork, one pool process each)."""
+    def start_workers(
+        self, count: int, *, ready: bool = True, plain: bool = False, env: dict[str, str] | None = None
+    ) -> list[WorkerProcess]:
+        """Start ``count`` worker processes (prefork, one pool process each).
+
+        ``plain``: a bare ``celery -A tasks.app worker`` (no ``--queues``);
+        ``env``: extra environment variables for these workers.
+        """
         started = [
             WorkerProcess(
-                self.env,
+                {**self.env, **(env or {})},
                 f"w{len(self.workers) + i}",
                 self.logs / f"worker-{len(self.workers) + i}.log",
                 loglevel="INFO",
+                queues=() if plain else None,
             ).start()
             for i in range(count)
         ]

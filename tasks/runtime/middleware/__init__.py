@@ -15,7 +15,9 @@ shutdown):
 * :mod:`~tasks.runtime.middleware.node_heartbeat` — the node's entry in
   ``gpusched:nodes``;
 * :mod:`~tasks.runtime.middleware.delay_drainer` — the thread draining the
-  outbox, follow-ups and timers.
+  outbox, follow-ups and timers;
+* :mod:`~tasks.runtime.middleware.metrics_server` — ``/metrics`` and
+  ``/healthz`` on ``metrics_port``.
 
 Dead-lettering itself (:mod:`~tasks.runtime.middleware.dead_letters`) is the
 action the guard and the retries share; :mod:`~tasks.runtime.middleware.request_logging`
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 from tasks.runtime.middleware.base import Delivery, Middleware, run_task
 from tasks.runtime.middleware.delay_drainer import DelayDrainer
+from tasks.runtime.middleware.metrics_server import MetricsServer
 from tasks.runtime.middleware.node_heartbeat import NodeHeartbeat
 from tasks.runtime.middleware.redelivery_guard import RedeliveryGuard
 from tasks.runtime.middleware.task_errors import RetryTaskErrors
@@ -36,6 +39,6 @@ _GUARD = RedeliveryGuard()
 #: Around every task message, outermost first.
 TASK_STACK: tuple[Middleware, ...] = (RequeueOnOutage(_GUARD.finished), _GUARD, RetryTaskErrors())
 #: Boot and shutdown hooks of a worker node, in order.
-NODE_STACK: tuple[Middleware, ...] = (NodeHeartbeat(), DelayDrainer())
+NODE_STACK: tuple[Middleware, ...] = (NodeHeartbeat(), DelayDrainer(), MetricsServer())
 
 __all__ = ["NODE_STACK", "TASK_STACK", "Delivery", "Middleware", "run_task"]

@@ -13,6 +13,7 @@ from typing import NoReturn
 from celery.exceptions import Ignore  # type: ignore[import-untyped]
 
 from scheduler_core import ErrorOut, ScheduleResult
+from tasks.runtime import metrics
 from tasks.runtime.logging import get_logger
 from tasks.runtime.middleware.base import Delivery
 from tasks.runtime.task_contract import DrivenRequest, driven_request
@@ -49,6 +50,7 @@ def give_up(delivery: Delivery, reason: str, detail: str, count: int) -> NoRetur
         intake_task=delivery.task_id if raw else "",
         request_json=json.dumps(driven.raw, sort_keys=True, default=str) if raw else "",
     )
+    metrics.count_dead_letter(reason)
     log.error("dead_lettered", reason=reason, detail=detail, request_id=driven.request_id,
               result_id=result_id)
     raise Ignore()

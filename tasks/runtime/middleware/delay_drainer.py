@@ -7,6 +7,7 @@ several nodes draining at once is harmless.
 
 from __future__ import annotations
 
+from tasks.runtime import liveness
 from tasks.runtime.drainer import drain_once
 from tasks.runtime.middleware.base import Middleware, RuntimeFactory
 from tasks.runtime.periodic import PeriodicThread
@@ -21,10 +22,16 @@ class DelayDrainer(Middleware):
     def after_worker_boot(self, node: str, runtime: RuntimeFactory) -> None:
         """Start draining every ``drain_interval_s``."""
         interval = runtime().settings.drain_interval_s
-        self._thread = PeriodicThread("gpusched-drainer", interval, lambda: drain_once(runtime()))
+        self._thread = PeriodicThread("gpusched-drainer", interval, lambda: _pass(runtime))
         self._thread.start()
 
     def before_worker_shutdown(self, node: str, runtime: RuntimeFactory) -> None:
         """Stop after the current pass."""
         if self._thread is not None:
             self._thread.stop()
+
+
+def _pass(runtime: RuntimeFactory) -> None:
+    """One drainer pass; marked live only when it finished (see :mod:`tasks.runtime.liveness`)."""
+    drain_once(runtime())
+    liveness.mark(liveness.DRAINER)

@@ -1,9 +1,11 @@
 """Worker nodes announce themselves in ``gpusched:nodes`` and keep a heartbeat there.
 
-On boot a node writes ``{pid, ready_ms, seen_ms}`` under its name (what
-:meth:`tasks.edges.localrun.WorkerProcess.wait_ready` waits for), refreshes
-``seen_ms`` every :data:`HEARTBEAT_DRAIN_PASSES` drainer periods, and removes
-itself on a warm shutdown.
+On boot a node writes ``{pid, ready_ms, seen_ms, drained_ms}`` under its name
+(what :meth:`tasks.edges.localrun.WorkerProcess.wait_ready` waits for),
+refreshes it every :data:`HEARTBEAT_DRAIN_PASSES` drainer periods, and removes
+itself on a warm shutdown. ``drained_ms`` is when its drainer last finished a
+pass (:mod:`tasks.runtime.liveness`), so ``gpusched health`` can tell a node
+whose drainer stopped.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 
+from tasks.runtime import liveness
 from tasks.runtime.context import Runtime
 from tasks.runtime.logging import get_logger
 from tasks.runtime.middleware.base import Middleware, RuntimeFactory
@@ -51,6 +54,10 @@ class NodeHeartbeat(Middleware):
 
 
 def beat(rt: Runtime, node: str, ready_ms: int) -> None:
-    """Write the node's heartbeat (pid, ready time, now)."""
-    value = {"pid": os.getpid(), "ready_ms": ready_ms, "seen_ms": rt.partition.now_ms()}
+    """Write the node's heartbeat (pid, ready time, now, the drainer's last finished pass)."""
+    drained = liveness.last_pass(liveness.DRAINER)
+    value = {
+        "pid": os.getpid(), "ready_ms": ready_ms, "seen_ms": rt.partition.now_ms(),
+        "drained_ms": int(drained * 1000) if drained is not None else None,
+    }
     rt.client.hset(rt.keys.nodes, node, json.dumps(value))

@@ -35,8 +35,10 @@ LIBRARY = "lib.lua"
 #: Every script the service runs.
 SCRIPT_NAMES = (
     "accept",
+    "announce_released",
     "ack_due",
     "begin",
+    "cancel",
     "claim_due",
     "cluster_apply",
     "dead_letter",
@@ -46,6 +48,7 @@ SCRIPT_NAMES = (
     "release_lease",
     "redrive",
     "reject",
+    "reschedule_notice",
     "release",
     "reserve",
     "wake",

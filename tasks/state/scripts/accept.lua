@@ -15,11 +15,16 @@
 -- ARGV[11] "1" when the request pins GPUs (manual gpu_ids), else "0"
 -- ARGV[12] the booking this request reschedules, "<instance key>@<booked version>", "" for none
 -- ARGV[13] data JSON of the sched.instance.rescheduled event written with it, "" for none
+-- ARGV[14] the request whose booking this request reschedules, "" for none (its
+--          results entries carry it as reschedule_of)
 --
 -- Returns {"accepted", event_id} for a new request, or
--- {"duplicate", state, intake_task_id, reschedule_of} when the id is known
--- (then a sched.request.duplicate event is written unless the caller is the
--- same intake task, i.e. a redelivery of the accepting message).
+-- {"duplicate", state, intake_task_id, reschedule_of, stored_digest} when the
+-- id is known with the same request (then a sched.request.duplicate event is
+-- written unless the caller is the same intake task, i.e. a redelivery of the
+-- accepting message), or {"conflict", state, intake_task_id, reschedule_of,
+-- stored_digest} when the id is known with a different request digest (a
+-- sched.request.conflict event is written; nothing else changes).
 
 local record_key = KEYS[1]
 local events_key = KEYS[2]
@@ -35,21 +40,28 @@ local outbox_due_ms = ARGV[10]
 local pinned = ARGV[11]
 local reschedule_of = ARGV[12]
 local rescheduled_data = ARGV[13]
+local replaces = ARGV[14]
 
 if redis.call('EXISTS', record_key) == 1 then
-  local r = redis.call('HMGET', record_key, 'state', 'intake_task', 'reschedule_of')
+  local r = redis.call('HMGET', record_key, 'state', 'intake_task', 'reschedule_of', 'digest')
   local intake = r[2] or ''
+  local stored = r[4] or ''
+  if stored ~= '' and stored ~= request_digest then
+    emit(events_key, 'sched.request.conflict', request_id, '',
+      cjson.encode({state = r[1] or '', digest = request_digest, stored_digest = stored}), 0)
+    return {'conflict', r[1] or '', intake, r[3] or '', stored}
+  end
   if intake_task == '' or intake_task ~= intake then
     emit(events_key, 'sched.request.duplicate', request_id, '',
       cjson.encode({state = r[1] or '', digest = request_digest}), 0)
   end
-  return {'duplicate', r[1] or '', intake, r[3] or ''}
+  return {'duplicate', r[1] or '', intake, r[3] or '', stored}
 end
 
 redis.call('HSET', record_key, 'state', 'queued', 'seq', '0', 'attempt', '0',
   'request', request_json, 'digest', request_digest, 'intake_task', intake_task,
   'created_ms', now_ms, 'updated_ms', now_ms, 'pinned', pinned,
-  'reschedule_of', reschedule_of)
+  'reschedule_of', reschedule_of, 'replaces', replaces)
 local id = emit(events_key, 'sched.request.received', request_id, '', received_data, 0)
 if rescheduled_data ~= '' then
   emit(events_key, 'sched.instance.rescheduled', request_id, '', rescheduled_data, 1)

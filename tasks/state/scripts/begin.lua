@@ -8,7 +8,7 @@
 -- ARGV[3]  task id of the deciding message
 -- ARGV[4]  now (ms)
 --
--- Returns {"ok", request_json, wake_epoch} and sets state=deciding when the
+-- Returns {"ok", request_json, wake_epoch, created_ms} and sets state=deciding when the
 -- record is at this (seq, attempt) and waiting for (or in) its decision;
 -- {"resume", state, step_json} when this (seq, attempt) is already decided
 -- (state decided or booked): the caller continues with the recorded step
@@ -25,7 +25,7 @@ local attempt = ARGV[2]
 local task_id = ARGV[3]
 local now_ms = ARGV[4]
 
-local r = redis.call('HMGET', record_key, 'state', 'seq', 'attempt', 'request', 'step')
+local r = redis.call('HMGET', record_key, 'state', 'seq', 'attempt', 'request', 'step', 'created_ms')
 if not r[1] then return {'missing'} end
 local state = r[1]
 if r[2] ~= seq or r[3] ~= attempt then
@@ -34,7 +34,7 @@ end
 if state == 'queued' or state == 'retrying' or state == 'woken' or state == 'deciding' then
   redis.call('HSET', record_key, 'state', 'deciding', 'decider', task_id, 'updated_ms', now_ms)
   local epoch = redis.call('GET', epoch_key) or '0'
-  return {'ok', r[4], epoch}
+  return {'ok', r[4], epoch, r[6] or '0'}
 end
 if (state == 'decided' or state == 'booked') and r[5] and r[5] ~= '' then
   return {'resume', state, r[5]}

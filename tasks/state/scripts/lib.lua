@@ -38,6 +38,20 @@ local function release_instance(booked, instances, metas, claims, key)
   return cjson.decode(meta)
 end
 
+-- The fields of a results-stream entry for request rid: a rescheduled request's
+-- entries also carry reschedule_of, the request whose booking it replaces
+-- (the record's "replaces").
+local function result_fields(record, rid, result, status, terminal, seq)
+  local fields = {'request_id', rid, 'result', result, 'status', status, 'terminal', terminal,
+    'seq', seq}
+  local replaces = redis.call('HGET', record, 'replaces')
+  if replaces and replaces ~= '' then
+    fields[#fields + 1] = 'reschedule_of'
+    fields[#fields + 1] = replaces
+  end
+  return fields
+end
+
 -- The one way a request reaches state "done": append its terminal result to
 -- the results stream, finish the record, drop its parked entry and its outbox
 -- watchdog, and log sched.result.published (event id suffix n). k holds the
@@ -46,7 +60,7 @@ end
 -- ttl seconds. Returns the results entry id.
 local function finish(k, rid, status, result, digest, seq, attempt, maxlen, ttl, now, n)
   local id = redis.call('XADD', k.results, 'MAXLEN', '~', maxlen, '*',
-    'request_id', rid, 'result', result, 'status', status, 'terminal', '1', 'seq', seq)
+    unpack(result_fields(k.record, rid, result, status, '1', seq)))
   redis.call('HSET', k.record, 'state', 'done', 'status', status, 'result', result,
     'result_id', id, 'result_digest', digest, 'seq', seq, 'updated_ms', now)
   if status ~= 'scheduled' then redis.call('EXPIRE', k.record, ttl) end

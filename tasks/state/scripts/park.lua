@@ -87,8 +87,7 @@ if r[4] ~= '1' and announce == '1' then
   local result = notice_json
   if result == '' then result = r[5] or '' end
   notice = redis.call('XADD', results_key, 'MAXLEN', '~', results_maxlen, '*',
-    'request_id', rid, 'result', result, 'status', 'unschedulable', 'terminal', '0',
-    'seq', seq)
+    unpack(result_fields(record_key, rid, result, 'unschedulable', '0', seq)))
   redis.call('HSET', record_key, 'announced', '1', 'notice', result)
 end
 if retry_member ~= '' then

@@ -18,8 +18,10 @@
 -- ARGV[11] results stream MAXLEN (approximate)
 -- ARGV[12] record TTL (s)           ARGV[13] now (ms)
 --
--- Returns {"published", results_entry_id} or {"duplicate", state} when the
--- id is known (nothing is written).
+-- Returns {"published", results_entry_id}; {"duplicate", state, stored_digest}
+-- when the id is known with the same request (nothing is written); or
+-- {"conflict", state, stored_digest} when it is known with a different one
+-- (only a sched.request.conflict event is written).
 
 local record_key = KEYS[1]
 local results_key = KEYS[2]
@@ -39,7 +41,14 @@ local record_ttl_s = ARGV[12]
 local now_ms = ARGV[13]
 
 if redis.call('EXISTS', record_key) == 1 then
-  return {'duplicate', redis.call('HGET', record_key, 'state') or ''}
+  local known = redis.call('HMGET', record_key, 'state', 'digest')
+  local stored = known[2] or ''
+  if stored ~= '' and stored ~= request_digest then
+    emit(events_key, 'sched.request.conflict', rid, '',
+      cjson.encode({state = known[1] or '', digest = request_digest, stored_digest = stored}), 0)
+    return {'conflict', known[1] or '', stored}
+  end
+  return {'duplicate', known[1] or '', stored}
 end
 redis.call('HSET', record_key, 'request', request_json, 'digest', request_digest, 'seq', '0',
   'attempt', '0', 'created_ms', now_ms)

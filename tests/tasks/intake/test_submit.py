@@ -9,6 +9,7 @@ from kombu.exceptions import OperationalError
 from service_builders import small_request, uniform_cluster
 
 from tasks.decision.decide import decide
+from tasks.intake.requests import normalize
 from tasks.testing import Harness
 
 
@@ -36,6 +37,45 @@ def test_the_same_request_id_yields_one_decision() -> None:
     assert len(h.queue) == 1
     h.pump()
     assert len(h.events(["sched.decision.made"])) == 1 and len(h.results()) == 1
+
+
+def test_the_same_request_id_with_another_body_is_a_conflict_naming_both_digests() -> None:
+    h = Harness()
+    h.apply(uniform_cluster())
+    first = small_request("r")
+    assert h.submit(first).status == "accepted"
+    other = small_request("r", name="another-model")
+    conflict = h.submit(other)
+    stored, submitted = normalize(first).digest, normalize(other).digest
+    assert stored != submitted
+    assert conflict.to_dict() == {
+        "request_id": "r", "status": "conflict", "state": "queued",
+        "digest": submitted, "stored_digest": stored,
+    }
+    assert [e.data for e in h.events(["sched.request.conflict"])] == [
+        {"state": "queued", "digest": submitted, "stored_digest": stored}
+    ]
+    assert h.submit(first).status == "duplicate"  # the same body again is still a duplicate
+    h.pump()
+    assert len(h.events(["sched.decision.made"])) == 1
+    assert h.record("r")["request"] == normalize(first).request_json  # the first request was decided
+
+
+def test_an_invalid_body_under_a_known_id_is_a_conflict_not_a_rejection() -> None:
+    h = Harness()
+    h.apply(uniform_cluster())
+    assert h.submit(small_request("r")).status == "accepted"
+    answer = h.submit({"request_id": "r", "model": {"name": "m", "replicas": -1}})
+    assert answer.status == "conflict" and answer.stored_digest == normalize(small_request("r")).digest
+    assert h.results() == []  # no rejection was published for the known request
+
+
+def test_a_raw_request_conflicting_with_a_known_id_is_not_decided() -> None:
+    h = Harness()
+    h.apply(uniform_cluster())
+    assert h.submit(small_request("r")).status == "accepted"
+    assert decide(h.rt, small_request("r", name="other"), 0, 0, "task-9") is None
+    assert len(h.events(["sched.request.conflict"])) == 1 and h.events(["sched.decision.made"]) == []
 
 
 def test_a_raw_request_on_the_queue_is_accepted_and_decided() -> None:

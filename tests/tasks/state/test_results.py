@@ -26,7 +26,8 @@ def test_publish_is_exactly_once(h: Harness) -> None:
 def test_edge_rejection_never_overwrites_an_inflight_request(h: Harness) -> None:
     accept(h)
     outcome = reject(h, "r1", "{}")
-    assert outcome[0] == "duplicate"
+    assert outcome == ("conflict", "digest")  # another request (digest "rd") under a known id
+    assert h.record("r1")["state"] == "queued" and h.results() == []
     fresh = reject(h, "r2", '{"status":"rejected"}')
     assert fresh[0] == "published"
     assert h.record("r2")["state"] == "done"

@@ -9,6 +9,7 @@ import pytest
 from builders import RTX_4090, model, uniform_worker
 from service_builders import small_request, uniform_cluster
 
+from tasks.state.notices import announce_suspension, resume_if_recovered
 from tasks.state.scripts import (
     SCRIPT_DIR,
     SCRIPT_NAMES,
@@ -135,7 +136,7 @@ def _exercise_every_script(h: Harness) -> None:
         h.submit({"request_id": rid, "model": model(env=claim)})
     h.pump()
     h.event({"kind": "worker_state", "worker_id": 2, "state": "unreachable"})
-    h.event({"kind": "instance_deleted", "request_id": "r1"})
+    h.event({"kind": "instance_deleted", "instance_key": "req:r1"})
     h.event({"kind": "worker_removed", "worker_id": 2})
     h.rt.deliveries.dead_letter(
         request_id="r3",
@@ -149,11 +150,15 @@ def _exercise_every_script(h: Harness) -> None:
         seq=1,
     )
     h.submit({"request_id": "late", "model": model(env=claim)})
+    h.submit({"request_id": "withdrawn", "model": model(env=claim)})
+    h.event({"kind": "request_cancelled", "request_id": "withdrawn"})
     h.queue.clear()
     h.rt.delays.schedule_timer("grace:1", 0)
     h.clock.advance(h.settings.stuck_after_s + 61)
     h.drain()
     h.pump()
+    announce_suspension(h.rt, h.rt.mirror.sync().worker_list(), suspended=True)
+    assert resume_if_recovered(h.rt)  # the one worker left is ready
 
 
 def test_every_script_caller_passes_the_keys_and_arguments_its_header_documents(

@@ -1,0 +1,108 @@
+"""Health checks: can this worker node, or the deployment, do its job right now?
+
+A check is a function ``(Runtime) -> Check``; a list of them is run in order
+by :func:`run_checks`, and the first failing one says why. Two lists:
+
+* :data:`NODE_CHECKS`, behind a worker node's ``/healthz``
+  (:mod:`tasks.runtime.middleware.metrics_server`): Redis answers, and this
+  node's drainer thread finished a pass within ``health_stale_after_s``;
+* :data:`DEPLOYMENT_CHECKS`, behind ``gpusched health``: Redis answers, and at
+  least one worker node has a fresh heartbeat and a drainer that finished a
+  pass within ``health_stale_after_s`` (any node's drainer serves the whole
+  partition).
+
+A check of the data generation (a wiped or rolled-back Redis, issue 10) plugs
+in as one more function in both lists.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import redis
+
+from tasks.runtime import liveness
+from tasks.runtime.context import Runtime
+
+#: When this process's node booted (a drainer gets ``health_stale_after_s`` to finish its first pass).
+BOOTED = "node_boot"
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One check's verdict: ``detail`` says what was found (why, when not ``ok``)."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+HealthCheck = Callable[[Runtime], Check]
+
+
+def redis_reachable(rt: Runtime) -> Check:
+    """Redis answers a PING (its error class and message otherwise; never the URL, it may hold a password)."""
+    started = time.perf_counter()
+    try:
+        rt.client.ping()
+    except (redis.RedisError, OSError) as error:
+        return Check("redis", False, f"Redis does not answer ({type(error).__name__}: {error})")
+    return Check("redis", True, f"PING answered in {(time.perf_counter() - started) * 1000:.1f} ms")
+
+
+def drainer_alive(rt: Runtime) -> Check:
+    """This node's drainer finished a pass within ``health_stale_after_s`` (or the node is younger)."""
+    stale = rt.settings.health_stale_after_s
+    now = time.time()
+    last = liveness.last_pass(liveness.DRAINER)
+    if last is not None and now - last <= stale:
+        return Check("drainer", True, f"last pass {now - last:.1f} s ago")
+    booted = liveness.last_pass(BOOTED)
+    if last is None and booted is not None and now - booted <= stale:
+        return Check("drainer", True, "starting: no pass finished yet")
+    since = "never" if last is None else f"{now - last:.0f} s ago"
+    return Check("drainer", False, f"the drainer last finished a pass {since} (limit {stale:g} s)")
+
+
+def worker_nodes_live(rt: Runtime) -> Check:
+    """At least one worker node beats and drains within ``health_stale_after_s``."""
+    stale_ms = rt.settings.health_stale_after_s * 1000
+    now_ms = time.time() * 1000
+    nodes = {name: json.loads(raw) for name, raw in rt.client.hgetall(rt.keys.nodes).items()}
+    live = {name for name, beat in nodes.items() if now_ms - float(beat.get("seen_ms") or 0) <= stale_ms}
+    draining = {name for name in live if now_ms - float(nodes[name].get("drained_ms") or 0) <= stale_ms}
+    stale = len(nodes) - len(live)
+    summary = f"{len(live)} worker node(s) live, {len(draining)} draining, {stale} stale"
+    if not live:
+        return Check("workers", False, f"no live worker node ({summary})")
+    if not draining:
+        return Check("workers", False, f"no worker node's drainer finished a recent pass ({summary})")
+    return Check("workers", True, summary)
+
+
+#: Behind a worker node's ``/healthz``.
+NODE_CHECKS: tuple[HealthCheck, ...] = (redis_reachable, drainer_alive)
+#: Behind ``gpusched health``.
+DEPLOYMENT_CHECKS: tuple[HealthCheck, ...] = (redis_reachable, worker_nodes_live)
+
+
+def run_checks(rt: Runtime, checks: Sequence[HealthCheck]) -> list[Check]:
+    """Run ``checks`` in order; once Redis is unreachable, the checks that read it are not run."""
+    verdicts: list[Check] = []
+    for check in checks:
+        try:
+            verdict = check(rt)
+        except (redis.RedisError, OSError) as error:
+            verdict = Check(check.__name__, False, f"Redis error ({type(error).__name__}: {error})")
+        verdicts.append(verdict)
+        if verdict.name == "redis" and not verdict.ok:
+            break
+    return verdicts
+
+
+def first_failure(verdicts: Sequence[Check]) -> Check | None:
+    """The first failing check (None: healthy)."""
+    return next((verdict for verdict in verdicts if not verdict.ok), None)

@@ -1,0 +1,85 @@
+"""``gpusched cluster show``: per-worker and per-GPU memory, markers, filters, the parked queue."""
+
+from __future__ import annotations
+
+from builders import GIB, H100, RTX_4090, gpu, worker
+from service_builders import cluster_of, small_request, worker_row
+
+from tasks.edges.cli_operate import WORKER_ORDERS
+from tasks.edges.cluster_view import Filters, cluster_view, render_cluster, sort_workers
+from tasks.testing import Harness
+
+TWENTY_GIB = {"GPUSTACK_MODEL_VRAM_CLAIM": str(20 * GIB)}
+
+
+def _cluster() -> Harness:
+    h = Harness()
+    h.apply(cluster_of(
+        worker_row(1, "node-a", count=2, reserved_vram=GIB),
+        worker(2, "node-b", [gpu(0, H100, name="H100")]),
+        worker_row(3, "other", state="unreachable"),
+    ))
+    h.submit(small_request("placed", env=TWENTY_GIB, worker_selector={"os": "linux"}))
+    h.submit(small_request("wait-1", worker_selector={"gpu": "nowhere"}))
+    h.submit(small_request("wait-2", worker_selector={"gpu": "nowhere"}))
+    h.pump()
+    return h
+
+
+def test_each_gpu_shows_total_allocatable_booked_and_free() -> None:
+    h = _cluster()
+    view = cluster_view(h.rt)
+    by_id = {w["id"]: w for w in view["workers"]}
+    assert [w["id"] for w in view["workers"]] == [1, 2, 3]
+    a0 = by_id[1]["gpus"][0]
+    assert (a0["total"], a0["allocatable"]) == (RTX_4090, RTX_4090 - GIB)  # reserved VRAM is not bookable
+    ((key, claim),) = h.rt.cluster.claims()["req:placed"].items()
+    booked = [g for w in view["workers"] for g in w["gpus"] if g["booked"]]
+    free = booked[0]["allocatable"] - claim
+    assert [(g["key"], g["booked"], g["free"]) for g in booked] == [(key, claim, free)]
+    assert view["summary"] == {
+        "workers": 3, "ready": 2, "not_ready": 1, "gpus": 4, "overbooked_gpus": 0,
+        "total": 3 * RTX_4090 + H100, "allocatable": 3 * RTX_4090 + H100 - 2 * GIB, "booked": claim,
+        "free": 3 * RTX_4090 + H100 - 2 * GIB - claim,
+    }
+    assert view["parked"] == [
+        {"reason": "label_mismatch", "count": 2, "oldest_s": 0, "examples": ["wait-1", "wait-2"]}
+    ]
+
+
+def test_not_ready_workers_are_marked_with_their_outage_and_filters_narrow_the_view() -> None:
+    h = _cluster()
+    h.clock.advance(300)
+    view = cluster_view(h.rt)
+    text = render_cluster(view, width=100)
+    assert "!other" in text and "unreachable for 5m" in text
+    assert [w["id"] for w in cluster_view(h.rt, Filters(worker="node-*"))["workers"]] == [1, 2]
+    assert [w["id"] for w in cluster_view(h.rt, Filters(worker="2"))["workers"]] == [2]
+    assert [w["id"] for w in cluster_view(h.rt, Filters(gpu_type="h100"))["workers"]] == [2]
+    assert [w["id"] for w in cluster_view(h.rt, Filters(state="down"))["workers"]] == [3]
+    assert cluster_view(h.rt, Filters(gpu_type="rocm"))["summary"]["gpus"] == 0
+
+
+def test_sorting_and_a_limit_keep_two_thousand_workers_on_one_screen_width() -> None:
+    h = Harness()
+    h.apply(cluster_of(*(worker_row(w, f"worker-with-a-rather-long-name-{w:04d}", count=8)
+                         for w in range(1, 2001))))
+    view = cluster_view(h.rt)
+    assert view["summary"]["gpus"] == 16_000
+    text = render_cluster(view, gpus=False, width=100)
+    lines = text.splitlines()
+    assert all(len(line) <= 100 for line in lines)
+    assert sum(1 for line in lines if "8xcuda" in line) == 2000  # one line per worker, nothing wraps
+    limited = render_cluster(view, sort="name", limit=10, width=100).splitlines()
+    assert sum(1 for line in limited if "8xcuda" in line) == 10
+    assert any("1990 more workers" in line for line in limited)
+    per_gpu = render_cluster(view, gpus=True, limit=1, width=100).splitlines()
+    assert sum(1 for line in per_gpu if "cuda:" in line) == 8
+
+
+def test_every_cli_sort_order_is_known() -> None:
+    workers = [{"id": 2, "name": "b", "free": 1, "booked": 5, "state": "ready"},
+               {"id": 1, "name": "c", "free": 9, "booked": 0, "state": "unreachable"}]
+    assert [[w["id"] for w in sort_workers(workers, order)] for order in WORKER_ORDERS] == [
+        [1, 2], [2, 1], [1, 2], [2, 1], [1, 2],
+    ]
