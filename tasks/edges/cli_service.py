@@ -72,18 +72,24 @@ def _preflight() -> None:
         probe.close()
 
 
-def _client() -> Any:
+def _client(check: bool = True) -> Any:
     """A client for the configured deployment, after a quick check that its Redis answers.
+
+    Args:
+        check: PING first (:func:`_preflight`); ``gpusched health`` reports an
+            unreachable Redis itself and skips it.
 
     Raises:
         tasks.runtime.settings.SettingsError: invalid settings (one line; exit 2).
-        CliError: Redis unreachable or refusing (exit 1).
+        CliError / redis.RedisError: Redis unreachable or refusing (exit 1 under
+            :func:`_service_errors`).
     """
     from tasks.edges.client import ServiceClient
     from tasks.runtime.settings import get_settings
 
     get_settings()
-    _preflight()
+    if check:
+        _preflight()
     return ServiceClient()
 
 

@@ -89,3 +89,14 @@ def test_the_configuration_folder_is_the_shipped_package() -> None:
 
     assert config_dir() == Path(str(resources.files("gpusched_configs")))
     assert (config_dir() / "chain.json").is_file() and (config_dir() / "diffusion_deployments.json").is_file()
+
+
+def test_every_setting_is_documented() -> None:
+    import re
+
+    service_md = Path(__file__).resolve().parents[3] / "docs" / "service.md"
+    text = service_md.read_text(encoding="utf-8")
+    table = text.split("| setting | default | meaning |", 1)[1].split("\n\n", 1)[0]
+    first_cells = [row.split("|")[1] for row in table.splitlines()[2:]]
+    documented = {name for cell in first_cells for name in re.findall(r"`(\w+)`", cell)}
+    assert documented == set(Settings.model_fields)
