@@ -224,6 +224,10 @@ SERVICE = [
     Case(("cluster", "event", "{event_big}"), 2, "max_event_bytes limit of 4096 bytes",
          env={"GPUSCHED_MAX_EVENT_BYTES": "4096"}),
     Case(("replay", "--request-id", "nosuch"), 2, "no decision of request nosuch"),
+    Case(("describe",), 2, "required: REQUEST_ID"),
+    Case(("describe", "nosuch"), 2, "no request 'nosuch'"),
+    Case(("cancel", "nosuch"), 2, "no request 'nosuch'"),
+    Case(("cluster", "show", "--sort", "nope"), 2, "invalid choice"),
     Case(("submit", "{good}", "--wait", "--timeout", "60"), 1, "no gpusched worker is alive"),
 ]
 
@@ -246,7 +250,8 @@ CONNECTIONS = [
       for args in (("submit", "{good}"), ("cluster", "apply", "{snapshot_good}"),
                    ("cluster", "event", "{event_kind}"), ("replay",))),
     *(Case(args, 1, "invalid username-password pair", env={"GPUSCHED_REDIS_URL": "{url_wrong_password}"})
-      for args in (("submit", "{good}"), ("replay",))),
+      for args in (("submit", "{good}"), ("replay",), ("describe", "x"), ("cluster", "show"))),
+    Case(("health",), 1, "Redis does not answer", env={"GPUSCHED_REDIS_URL": "{url_without_password}"}),
     *(Case(args, 1, "Connection refused", env={"GPUSCHED_REDIS_URL": f"redis://:{PASSWORD}@127.0.0.1:1/0"})
       for args in (("submit", "{good}"), ("cluster", "event", "{event_kind}"), ("replay",))),
     Case(("submit", "{good}"), 2, "must be a redis://, rediss:// or unix:// URL",

@@ -55,3 +55,31 @@ def test_cluster_events_are_validated_before_they_are_queued(
     assert json.loads(queued.stdout)["status"] == "queued"
     upserted = wait_until(lambda: d.events("sched.worker.upserted"), 60, "the worker to apply the event")
     assert upserted[0]["data"]["worker_id"] == 1 and upserted[0]["data"]["row"]["state"] == "not_ready"
+
+
+def test_a_worker_refuses_identifiers_that_could_cross_a_ledger_entry(
+    deployment: Callable[..., Deployment],
+) -> None:
+    """Sent by another Celery client (no client-side check): the worker's door refuses them."""
+    from celery import Celery
+
+    d = deployment()
+    d.start_workers(1)
+    d.client.apply_cluster(cluster(2, 1))
+    capacity_before = d.client.rt.cluster.ledger()[0]
+    crossing = cluster(1, 1)
+    crossing["workers"][0]["status"]["gpu_devices"][0]["type"] = "x;2:cuda"  # once rewrote worker 2's GPU
+    renamed = cluster(3, 1)["workers"][2]
+    renamed["name"] = "node:3"
+    foreign = Celery("control-plane", broker=d.url, set_as_current=False)
+    try:
+        for event in ({"kind": "snapshot", **crossing}, {"kind": "worker_added", "worker": renamed},
+                      {"kind": "instance_deleted", "request_id": "r;1"}):
+            foreign.send_task("gpusched.cluster_event", args=[event], queue=d.keys.cluster_queue)
+    finally:
+        foreign.close()
+    refused = wait_until(lambda: len(found := d.events("sched.cluster.event_rejected")) >= 3 and found,
+                         60, "three refusals")
+    assert [e["data"]["field"] for e in refused] == [
+        "workers.0.status.gpu_devices.0.type", "worker.name", "request_id"]
+    assert d.client.rt.cluster.ledger()[0] == capacity_before and d.client.rt.cluster.version() == 1
