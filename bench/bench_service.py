@@ -13,6 +13,12 @@ from the service's.
 
     .venv/bin/python bench/bench_service.py                 # 1, 2, 4 workers
     .venv/bin/python bench/bench_service.py --workers 2 --requests 300 --mix tp4
+    .venv/bin/python bench/bench_service.py --workers 2 --cluster-workers 2000 --instances 4000
+
+``--instances N`` starts the round with N control-plane instances already
+running (small one-GPU models spread over every worker by a seeded generator,
+:func:`running_instances`), so the core decides against N + the bench's own
+bookings.
 
 Needs ``redis-server`` on PATH (a private server on a free port is started)
 unless ``--redis-url`` names one (its database is flushed!).
@@ -23,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import sys
 import tempfile
@@ -77,6 +84,31 @@ def cluster(workers: int, gpus: int) -> dict[str, Any]:
             },
         })
     return {"workers": rows, "model_instances": []}
+
+
+def running_instances(workers: int, gpus: int, count: int, seed: int = 11) -> list[dict[str, Any]]:
+    """``count`` control-plane instances already running when the bench starts.
+
+    Small one-GPU models (4, 8 or 12 GiB claimed of an 80 GiB GPU), spread
+    over every worker by a seeded generator: two may share a GPU, so worker
+    shapes differ (the core cannot treat the fleet as one shape) while most
+    GPUs keep room for the bench's requests (each claims ~67 GiB per GPU).
+    """
+    rng = random.Random(seed)
+    rows = []
+    for iid in range(1, count + 1):
+        wid = rng.randrange(workers) + 1
+        index = rng.randrange(gpus)
+        share = rng.choice((0.05, 0.1, 0.15))
+        rows.append({
+            "id": iid, "name": f"running-{iid}", "model_id": 50_000 + iid % 97,
+            "model_name": f"small-{iid % 97}", "backend": "SGLang", "state": "running",
+            "worker_id": wid, "worker_name": f"node-{wid:04d}", "gpu_type": "cuda",
+            "gpu_indexes": [index],
+            "computed_resource_claim": {"vram": {str(index): int(80 * GIB * share)},
+                                        "vram_utilization": share},
+        })
+    return rows
 
 
 def request(n: int, tp: int, run: str) -> dict[str, Any]:
@@ -238,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="disable the decide lease (all deciders race, conflicts retry)")
     parser.add_argument("--cluster-workers", type=int, default=500)
     parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--instances", type=int, default=0,
+                        help="control-plane instances running before the bench starts (one GPU each)")
     parser.add_argument("--mix", choices=sorted(MIXES), default="mixed")
     parser.add_argument("--redis-url", default=None,
                         help="use this Redis (its database is flushed!) instead of a private one")
@@ -248,8 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     server = None if args.redis_url else start_redis()
     url = args.redis_url or (server.url if server else "")
     snapshot = cluster(args.cluster_workers, args.gpus)
-    print(f"cluster {args.cluster_workers} workers x {args.gpus} GPUs, mix {args.mix} "
-          f"{MIXES[args.mix]}, {args.requests} requests/round, {args.inflight} in flight per process, "
+    snapshot["model_instances"] = running_instances(args.cluster_workers, args.gpus, args.instances)
+    print(f"cluster {args.cluster_workers} workers x {args.gpus} GPUs, {args.instances} instances running, "
+          f"mix {args.mix} {MIXES[args.mix]}, {args.requests} requests/round, "
+          f"{args.inflight} in flight per process, "
           f"decide lease {'off' if args.optimistic else 'on'}")
     print(f"{'procs':>5} {'decisions/s':>12} {'p50 ms':>8} {'p99 ms':>8} {'loaded p50':>11} "
           f"{'loaded p99':>11} {'core p50':>9}  statuses")

@@ -39,6 +39,7 @@ from scheduler_core.plugins import (
     STRATEGIES_BY_NAME,
     chain_of,
     chain_wake_table,
+    free_share_floor,
     worker_admits,
 )
 from scheduler_core.reasons import MORE_CAPACITY, ClusterChange, Reason
@@ -70,6 +71,7 @@ __all__ = [
     "canonical_json",
     "chain_of",
     "chain_wake_table",
+    "free_share_floor",
     "gpu_capacity",
     "instance_claims",
     "occupied_workers",

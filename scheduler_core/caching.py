@@ -32,7 +32,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from scheduler_core._schemas import ModelInstance
 from scheduler_core.accounting import Allocatable, occupied_workers
-from scheduler_core.cluster import ClusterState
+from scheduler_core.cluster import ClusterState, InstanceIndex, index_instances
 from scheduler_core.workers import Gpu, WorkerView
 
 _T = TypeVar("_T")
@@ -75,6 +75,11 @@ class WorkerRule(Protocol[_I, _O, _P_co]):
     def attach(self, inputs: _I, worker: WorkerView, outcome: _O) -> _P_co:
         """The worker's result from its shape's outcome."""
         ...
+
+
+def _extends(longer: Sequence[object], prefix: Sequence[object]) -> bool:
+    """True when ``longer`` starts with the very objects of ``prefix``, in order."""
+    return len(longer) >= len(prefix) and all(map(operator.is_, prefix, longer))
 
 
 def same_objects(first: Sequence[object], second: Sequence[object]) -> bool:
@@ -161,7 +166,10 @@ class SnapshotMemo:
     Not thread-safe: one per thread.
     """
 
-    __slots__ = ("_derived", "_entries", "_functions", "_instances", "_stages", "_views", "generations")
+    __slots__ = (
+        "_derived", "_entries", "_functions", "_ids", "_index", "_instances", "_stages", "_views",
+        "generations",
+    )
 
     #: Entries kept at most per kind; beyond it that kind starts over (workers come and go).
     LIMIT = 200_000
@@ -173,6 +181,9 @@ class SnapshotMemo:
     def __init__(self) -> None:
         self._entries: dict[int, _MemoEntry] = {}
         self._instances: tuple[ModelInstance, ...] = ()
+        #: The index of :attr:`_instances` and their identities (None: not kept).
+        self._index: InstanceIndex | None = None
+        self._ids: set[int] | None = set()
         self._derived: dict[object, tuple[tuple[object, ...], object]] = {}
         self._stages: dict[tuple[object, ...], StageOutcomes] = {}
         #: Views of worker rows by row identity (the row is kept, so its id stays its own).
@@ -181,20 +192,50 @@ class SnapshotMemo:
         #: Per worker id, how many times its bound instances changed (absent: never).
         self.generations: dict[int, int] = {}
 
-    def track_instances(self, instances: tuple[ModelInstance, ...]) -> None:
-        """Give every worker whose bound instances changed a new generation.
+    def track_instances(self, instances: tuple[ModelInstance, ...]) -> InstanceIndex | None:
+        """Give every worker whose bound instances changed a new generation; return the
+        instances' :func:`~scheduler_core.cluster.index_instances`.
 
         Compares ``instances`` with the list of the previous call by identity
-        (per-worker values do not depend on instance order).
+        (per-worker values do not depend on instance order). When the new list
+        is the previous one with instances appended (a booking), only those are
+        indexed and compared; otherwise the index is built again.
         """
         previous, self._instances = self._instances, instances
         if previous is instances:
-            return
+            return self._index
+        if self._index is not None and self._ids is not None and _extends(instances, previous):
+            added = instances[len(previous) :]
+            if self._note_added(added):
+                index_instances(added, self._index)
+                return self._index
+        self._index = index_instances(instances)
+        self._rediff(previous, instances)
+        return self._index
+
+    def _note_added(self, added: tuple[ModelInstance, ...]) -> bool:
+        """Bump the generations of the workers ``added`` occupies; False for an object listed twice."""
+        ids = self._ids
+        assert ids is not None
+        touched: set[int] = set()
+        for instance in added:
+            if id(instance) in ids:
+                return False
+            ids.add(id(instance))
+            touched.update(occupied_workers(instance))
+        generations = self.generations
+        for worker_id in touched:
+            generations[worker_id] = generations.get(worker_id, 0) + 1
+        return True
+
+    def _rediff(self, previous: tuple[ModelInstance, ...], instances: tuple[ModelInstance, ...]) -> None:
         before = {id(instance) for instance in previous}
         after = {id(instance) for instance in instances}
         if len(before) != len(previous) or len(after) != len(instances):
+            self._ids = None
             self._forget_workers()  # an instance object listed twice: no cheap diff
             return
+        self._ids = after
         touched: set[int] = set()
         for instance in previous:
             if id(instance) not in after:

@@ -30,11 +30,32 @@ _T = TypeVar("_T")
 _S = TypeVar("_S")
 
 
+#: Per worker id, the instances bound to it (input order) and what each holds there.
+InstanceIndex = tuple[dict[int, list[ModelInstance]], dict[int, list[Holding]]]
+
+
+def index_instances(instances: Iterable[ModelInstance], index: InstanceIndex | None = None) -> InstanceIndex:
+    """Add ``instances``, in order, to ``index`` (a new one when None) and return it.
+
+    An instance is bound once to each worker it occupies; its holdings there are
+    listed in :func:`~scheduler_core.accounting.holdings` order.
+    """
+    bound, held = index if index is not None else (defaultdict(list), defaultdict(list))
+    for instance in instances:
+        for worker_id, holding in holdings(instance):
+            held_here = held[worker_id]
+            if not held_here or bound[worker_id][-1] is not instance:
+                bound[worker_id].append(instance)
+            held_here.append(holding)
+    return bound, held
+
+
 class WorkerValues(Protocol):
     """Per-worker values kept across decisions, valid while a worker and its instances are unchanged."""
 
-    def track_instances(self, instances: tuple[ModelInstance, ...]) -> None:
-        """Note the decision's instances (workers whose instances changed lose their values)."""
+    def track_instances(self, instances: tuple[ModelInstance, ...]) -> InstanceIndex | None:
+        """Note the decision's instances (workers whose instances changed lose their values);
+        returns their :func:`index_instances` when it keeps one (read it, never change it)."""
         ...
 
     def get(self, worker_id: int, key: object, view: WorkerView) -> object | None:
@@ -71,18 +92,11 @@ class ClusterState:
     ) -> None:
         self._workers = {worker.id: worker for worker in workers}
         self.instances = tuple(instances)
-        self._bound: dict[int, list[ModelInstance]] = defaultdict(list)
-        self._held: dict[int, list[Holding]] = defaultdict(list)
-        for instance in self.instances:
-            for worker_id, holding in holdings(instance):
-                held_here = self._held[worker_id]
-                if not held_here or self._bound[worker_id][-1] is not instance:
-                    self._bound[worker_id].append(instance)
-                held_here.append(holding)
+        index = remembered.track_instances(self.instances) if remembered is not None else None
+        # Only read through .get below: the index may be the memo's, shared across decisions.
+        self._bound, self._held = index if index is not None else index_instances(self.instances)
         self._computed: dict[tuple[int, str | None], Allocatable] = {}
         self._remembered = remembered
-        if remembered is not None:
-            remembered.track_instances(self.instances)
 
     def instances_on(self, worker_id: int) -> Sequence[ModelInstance]:
         """Instances bound to the worker as main or as subordinate, in input order."""

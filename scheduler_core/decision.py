@@ -214,10 +214,15 @@ def _check_text(request: ScheduleRequest) -> None:
     named += [(f"model.backend_parameters.{i}", p) for i, p in enumerate(model.backend_parameters)]
     gpu_ids = model.gpu_selector.gpu_ids if model.gpu_selector else None
     named += [(f"model.gpu_selector.gpu_ids.{i}", g) for i, g in enumerate(gpu_ids or ())]
-    named += [(f"model_instances.{i}.name", m.name) for i, m in enumerate(request.model_instances or ())]
     for field, text in named:
         if text is not None and not encodable(text):
-            raise RequestError(field, "is not valid Unicode (it holds a lone surrogate)")
+            raise RequestError(field, _SURROGATE)
+    for i, instance in enumerate(request.model_instances or ()):  # thousands: name the field on failure only
+        if instance.name is not None and not encodable(instance.name):
+            raise RequestError(f"model_instances.{i}.name", _SURROGATE)
+
+
+_SURROGATE = "is not valid Unicode (it holds a lone surrogate)"
 
 
 def _model_facts(request: ScheduleRequest) -> tuple[ModelFacts, list[str], ModelParameters]:

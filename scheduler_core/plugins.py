@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from scheduler_core._schemas import ModelSpec, Worker
+from scheduler_core._schemas import ModelSpec, ScheduleResult, Worker
 from scheduler_core.filters import ClusterFilter, GpuSelectorFilter, LabelFilter, StatusFilter
 from scheduler_core.framework import (
     GPUSTACK,
@@ -124,3 +124,27 @@ def chain_wake_table(chain: Chain = DEFAULT_CHAIN) -> dict[ClusterChange, frozen
 def worker_admits(model: ModelSpec, worker: Worker, chain: Chain = DEFAULT_CHAIN) -> bool:
     """Whether ``worker`` alone passes ``chain``'s filters for ``model``."""
     return passes_filters(model, worker_view(worker), chain.filters)
+
+
+def free_share_floor(model: ModelSpec, result: ScheduleResult) -> dict[str, float] | None:
+    """Per GPU type, the allocatable share (allocatable / total) below which a GPU can be
+    part of no candidate of this decision's model; None when the rules give no such floor.
+
+    Under ``policy: gpustack`` every automatic strategy (single GPU, one worker's GPUs,
+    several workers) leaves out a GPU whose allocatable share is below the fraction of its
+    type (``sglang_resource_fit_selector.py``: the ``allocatable / total < mem_fraction_static``
+    checks), and the fraction of a type depends on the workers' GPUs only, never on what
+    instances hold. So freeing claims can unblock the model only on a GPU that reaches its
+    type's floor afterwards. Types missing from the floor (none computed: a diffusion
+    model, GPUs of a type the cluster did not have) have no floor; callers treat them as
+    "could fit".
+
+    None for a rejected or filter-blocked result (no estimate), a manual GPU selection
+    (its stage overcommits instead of skipping), and ``policy: precise`` (its own fit).
+    """
+    estimate = result.estimate
+    if result.policy != GPUSTACK or estimate is None or result.status == "rejected":
+        return None
+    if model.gpu_selector is not None and model.gpu_selector.gpu_ids:
+        return None
+    return {gpu_type: fraction for gpu_type, fraction in estimate.mem_fraction_static.items() if fraction > 0}

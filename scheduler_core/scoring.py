@@ -75,6 +75,9 @@ class _WorkerLoad:
     total: int
     gpus: Mapping[int, int]
     by_model: Mapping[int | None, tuple[int, Mapping[int, int]]]
+    #: GPU scores (:func:`_gpu_score`) of a model with no instance on the worker, by GPU
+    #: indexes, filled as candidates ask: the same for every such model.
+    newcomer_scores: dict[tuple[int, ...], float]
 
     def counts(self, model_id: int | None) -> tuple[int, int]:
         """(placements of ``model_id``, placements of other models) on the worker."""
@@ -115,7 +118,7 @@ def _worker_load(cluster: ClusterState, worker_id: int) -> _WorkerLoad:
                 gpus[index] = gpus.get(index, 0) + 1
                 per_gpu[index] = per_gpu.get(index, 0) + 1
             by_model[instance.model_id] = (placed + count, per_gpu)
-    return _WorkerLoad(total, gpus, by_model)
+    return _WorkerLoad(total, gpus, by_model, {})
 
 
 def _inverse(value: float, low: float, high: float) -> float:
@@ -174,7 +177,9 @@ def spread_scores(
     Counts are taken per candidate worker from the instances bound to it
     (:meth:`ClusterState.per_worker`). The worker term depends only on the
     worker's two counts and the GPU term is exactly 1.0 on a worker whose GPUs
-    run nothing, so both are computed once per distinct value (same floats).
+    run nothing, so both are computed once per distinct value (same floats);
+    for a model with no instance on a busy worker, the GPU term depends only on
+    the worker's load and the GPU indexes, so the load keeps it across decisions.
     """
     if not candidates:
         return []
@@ -191,6 +196,7 @@ def spread_scores(
     load = next(iter(loads.values()))
     worker = idle = 0.0
     busy = False
+    known: dict[tuple[int, ...], float] | None = None
     for candidate in candidates:  # a worker's candidates come one after another
         worker_id = candidate.worker.id
         if worker_id != last_id:
@@ -201,10 +207,16 @@ def spread_scores(
                 worker = by_counts[pair] = _worker_score(*pair, ranges) * MAX_SCORE
             busy = bool(load.gpus)
             idle = 0.85 * worker + 0.15 * _IDLE_GPU_SCORE * MAX_SCORE
-        if not candidate.gpu_indexes:
+            known = load.newcomer_scores if pair[0] == 0 else None
+        indexes = candidate.gpu_indexes
+        if not indexes:
             append(worker)
         elif busy:
-            gpu = _gpu_score(candidate.gpu_indexes, load, model_id)
+            gpu = known.get(indexes) if known is not None else None
+            if gpu is None:
+                gpu = _gpu_score(indexes, load, model_id)
+                if known is not None:
+                    known[indexes] = gpu
             append(0.85 * worker + 0.15 * gpu * MAX_SCORE)
         else:
             append(idle)

@@ -12,8 +12,9 @@ envelope (schema version 1)::
     cluster_version cluster version the event produced or was decided at, "" if none
     data            JSON object, schema per type (docs/service.md)
 
-The service never trims ``gpusched:events``; an operator archives and trims it
-explicitly (``XTRIM ... MINID``) after replay checkpoints. Fields are plain
+The log is trimmed only behind the oldest audit checkpoint kept
+(:mod:`tasks.audit.retention`), after writing the trimmed part to the archive
+folder when one is configured; replay starts from that checkpoint. Fields are plain
 strings so any Redis client can filter by ``type`` without parsing JSON.
 
 Most events are written by the Lua scripts (``emit`` in ``lib.lua``) in the
@@ -65,6 +66,8 @@ EVENT_TYPES: dict[str, str] = {
     "sched.reschedule.resumed": "rescheduling off lost workers goes on again (data: down, workers)",
     "sched.cluster.event_rejected": "a cluster event was invalid (data: error, field)",
     "sched.ledger.overbooked": "a worker shrank below what is booked on it",
+    "sched.request.expired": "a request parked longer than parked_ttl_s got its final result",
+    "sched.audit.checkpointed": "the cluster was checkpointed at this version (data: version)",
 }
 
 
@@ -169,7 +172,7 @@ def append_event(
     request_id: str | None = None,
     cluster_version: int | None = None,
 ) -> str:
-    """XADD one event written from Python (no trimming, ever). Returns the entry id."""
+    """XADD one event written from Python (no trimming here). Returns the entry id."""
     fields = event_fields(
         event_type, data, request_id=request_id, cluster_version=cluster_version
     )

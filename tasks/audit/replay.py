@@ -13,20 +13,31 @@ Inputs of a decision (``sched.decision.made``):
 The replayed result's digest must equal the recorded ``result_digest``
 (the core is deterministic byte for byte). A decision that differs is shown
 as a unified diff of the recorded and replayed outcome summaries.
+
+Where the log starts: once the retention trimmed it
+(:mod:`tasks.audit.retention`), replay starts from the checkpoint it was
+trimmed behind (:mod:`tasks.audit.checkpoints`: the cluster at its version
+and the requests pending then) and folds the log after its position. With
+archive files (:mod:`tasks.audit.archive`), it reads them first and replays
+the whole history from version 0.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
+import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import redis
 
 from scheduler_core import canonical_json
+from tasks.audit.archive import Entry, read_archive, read_archived_snapshots, stream_id_key
+from tasks.audit.checkpoints import Checkpoint, load_checkpoint
 from tasks.audit.decision_event import outcome_summary
 from tasks.audit.digests import result_digest
 from tasks.audit.events import Event
@@ -34,10 +45,23 @@ from tasks.audit.fold import CHANGE_TYPES, ClusterFold
 from tasks.audit.streams import iter_stream
 from tasks.decision.chain_config import ChainConfigError, parse_chain
 from tasks.decision.core_call import run_core
+from tasks.intake.snapshots import SnapshotRows, parse_snapshot
 from tasks.state.cluster_store import ClusterStore
 
 DECISION = "sched.decision.made"
 RECEIVED = "sched.request.received"
+
+#: Progress is reported at least every this many events read or decisions replayed ...
+PROGRESS_EVERY = 10_000
+#: ... and every this many seconds.
+PROGRESS_SECONDS = 2.0
+
+#: ``progress(phase, done)``: ``phase`` is ``read`` (events) or ``replayed`` (decisions).
+Progress = Callable[[str, int], None]
+
+
+class ReplayError(Exception):
+    """The log cannot be replayed at all (e.g. its checkpoint is gone)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +84,8 @@ class ReplayReport:
     identical: int = 0
     differences: list[Difference] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    #: The checkpoint version replay started from (None: from version 0).
+    start_version: int | None = None
 
     @property
     def differ(self) -> int:
@@ -80,9 +106,13 @@ class _Log:
     decided_requests: dict[str, str] = field(default_factory=dict)
 
 
-def _read_log(client: redis.Redis, stream: str, request_id: str | None, since: str | None) -> _Log:
-    log = _Log()
-    for entry_id, fields in iter_stream(client, stream):
+def _read_log(
+    entries: Iterable[Entry], request_id: str | None, since: str | None, meter: _Meter,
+    requests: dict[str, str] | None = None,
+) -> _Log:
+    log = _Log(requests=dict(requests or {}))
+    for entry_id, fields in entries:
+        meter.tick("read")
         event_type = fields.get("type", "")
         if event_type == RECEIVED:
             event = Event.from_entry(entry_id, fields)
@@ -98,15 +128,31 @@ def _read_log(client: redis.Redis, stream: str, request_id: str | None, since: s
     return log
 
 
+class _Meter:
+    """Calls ``progress`` every :data:`PROGRESS_EVERY` ticks or :data:`PROGRESS_SECONDS`."""
+
+    def __init__(self, progress: Progress | None) -> None:
+        self._progress = progress
+        self._counts: dict[str, int] = defaultdict(int)
+        self._last = time.monotonic()
+
+    def tick(self, phase: str) -> None:
+        count = self._counts[phase] = self._counts[phase] + 1
+        if self._progress is None:
+            return
+        now = time.monotonic()
+        if count % PROGRESS_EVERY == 0 or now - self._last >= PROGRESS_SECONDS:
+            self._last = now
+            self._progress(phase, count)
+
+
 def _selected(entry_id: str, fields: dict[str, str], request_id: str | None, since: str | None) -> bool:
     if request_id is not None and fields.get("request_id") != request_id:
         return False
     return since is None or _stream_id_key(entry_id) >= _stream_id_key(since)
 
 
-def _stream_id_key(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
+_stream_id_key = stream_id_key
 
 
 def _decisions_by_version(decisions: list[Event]) -> dict[int, list[Event]]:
@@ -122,15 +168,39 @@ def replay(
     *,
     request_id: str | None = None,
     since: str | None = None,
+    archive: Sequence[Path] = (),
+    progress: Progress | None = None,
 ) -> ReplayReport:
-    """Re-run recorded decisions (all, one request's, or those logged at/after ``since``)."""
-    log = _read_log(client, cluster.keys.events, request_id, since)
+    """Re-run recorded decisions (all, one request's, or those logged at/after ``since``).
+
+    Args:
+        archive: archive files to read before the live log (then from version 0).
+        progress: called now and then while reading and replaying (see :data:`Progress`).
+
+    Raises:
+        ReplayError: the log was trimmed behind a checkpoint that is no longer stored,
+            or an archive file is not readable.
+    """
+    meter = _Meter(progress)
+    start = None if archive else _start(client, cluster)
+    try:
+        log = _read_log(_entries(client, cluster.keys.events, start, archive), request_id, since, meter,
+                        dict(start.requests) if start else None)
+        archived = read_archived_snapshots(archive)
+    except (OSError, ValueError) as error:
+        raise ReplayError(str(error)) from None
+
+    def snapshot_rows(digest: str) -> SnapshotRows:
+        text = archived.get(digest)
+        return cluster.snapshot_rows(digest) if text is None else parse_snapshot(json.loads(text))
+
     pending = _decisions_by_version(log.decisions)
-    report = ReplayReport()
-    fold = ClusterFold()
-    for version, decisions in _fold_versions(fold, log.changes, cluster, report, pending):
+    report = ReplayReport(start_version=start.version if start else None)
+    fold = start.fold() if start else ClusterFold()
+    for version, decisions in _fold_versions(fold, log.changes, snapshot_rows, report, pending):
         for decision in decisions:
             _replay_one(fold, decision, log.decided_requests, report)
+            meter.tick("replayed")
         pending.pop(version, None)
     for decisions in pending.values():
         for decision in decisions:
@@ -138,24 +208,50 @@ def replay(
     return report
 
 
+def _start(client: redis.Redis, cluster: ClusterStore) -> Checkpoint | None:
+    """The checkpoint the log was trimmed behind (None: the log is whole)."""
+    version = client.hget(cluster.keys.audit_state, "trimmed_version")
+    if version is None:
+        return None
+    try:
+        return load_checkpoint(client, cluster.keys, int(version))
+    except LookupError:
+        raise ReplayError(
+            f"the audit log was trimmed behind checkpoint {int(version)}, which is no longer stored; "
+            "replay the archive (--archive) instead"
+        ) from None
+
+
+def _entries(
+    client: redis.Redis, stream: str, start: Checkpoint | None, archive: Sequence[Path]
+) -> Iterator[Entry]:
+    """The archive files' entries, then the live log's after them (or after the checkpoint)."""
+    last = start.position if start else ""
+    for entry_id, fields in read_archive(archive):
+        last = entry_id
+        yield entry_id, fields
+    yield from iter_stream(client, stream, f"({last}" if last else "-")
+
+
 def _fold_versions(
     fold: ClusterFold,
     changes: list[Event],
-    cluster: ClusterStore,
+    snapshot_rows: Callable[[str], SnapshotRows],
     report: ReplayReport,
     pending: dict[int, list[Event]],
 ) -> Iterator[tuple[int, list[Event]]]:
     """Yield (version, decisions at it) while folding the changes in version order."""
-    ordered = sorted(changes, key=lambda event: event.cluster_version or 0)
-    yield 0, pending.get(0, [])
+    ordered = [e for e in sorted(changes, key=lambda event: event.cluster_version or 0)
+               if (e.cluster_version or 0) > fold.version]
+    yield fold.version, pending.get(fold.version, [])
     for change in ordered:
         version = change.cluster_version or 0
         try:
-            fold.apply_change(change.type, version, change.data, cluster.snapshot_rows)
+            fold.apply_change(change.type, version, change.data, snapshot_rows)
         except (LookupError, ValueError) as error:
             report.skipped.extend(
                 (d.stream_id, f"cannot rebuild the cluster: {error}")
-                for v, ds in pending.items() if v >= version for d in ds
+                for ds in pending.values() for d in ds
             )
             pending.clear()
             return
@@ -198,6 +294,10 @@ def _diff(recorded: dict[str, Any], replayed: dict[str, Any]) -> list[str]:
 def format_report(report: ReplayReport) -> str:
     """The report as printed by ``gpusched replay``."""
     lines = [report.summary()]
+    if report.start_version is not None:
+        lines.append(
+            f"(from the checkpoint at cluster version {report.start_version}: the log before it was trimmed)"
+        )
     for difference in report.differences:
         lines.append(
             f"--- {difference.request_id} (event {difference.event_id}, cluster version "

@@ -64,6 +64,13 @@ class Progress:
     step: Step | None
     outcome: str | None = None
     created_ms: int = field(default=0, compare=False)  # for the latency metric, not the outcome
+    #: The record refused the decision as outdated (decide again on a fresh snapshot).
+    outdated: bool = False
+
+
+#: Fresh decisions tried when the record keeps refusing one as outdated (a checkpoint or a
+#: cluster change landed in between each time); then the watchdog drives the request again.
+OUTDATED_ATTEMPTS = 5
 
 
 def decide(rt: Runtime, ref: Any, seq: int, attempt: int, task_id: str) -> Step | None:
@@ -113,6 +120,14 @@ def _decide(rt: Runtime, ref: Any, seq: int, attempt: int, task_id: str, *, fini
         if found is None:
             return Progress(None)
         ref, seq, attempt = found, 0, 0
+    for _ in range(OUTDATED_ATTEMPTS):
+        progress = _decide_once(rt, ref, seq, attempt, task_id, finish=finish)
+        if not progress.outdated:
+            return progress
+    return Progress(None)
+
+
+def _decide_once(rt: Runtime, ref: str, seq: int, attempt: int, task_id: str, *, finish: bool) -> Progress:
     lease = DecideLease(rt.client, rt.keys, rt.settings) if rt.settings.decide_lock else None
     try:
         begun, changes = _claim(rt, lease, ref, seq, attempt, task_id)
@@ -205,6 +220,8 @@ def _advance(
         lease.released()
     if recorded is not None and not recorded.value.recorded:
         earlier = recorded.value.earlier
+        if recorded.value.outdated:
+            return Progress(None, outdated=True)
         return Progress(_resumed(earlier, step.seq, step.attempt) if earlier else None)
     after = after_reserve(rt, step, reserved.value) if reserved is not None else step
     if not finish or after is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from scheduler_core import ModelSpec, ScheduleResult
+from scheduler_core import ModelSpec, ScheduleResult, free_share_floor
 from tasks.audit.fold import ClusterFold
 from tasks.decision.booking import booking_for
 from tasks.decision.notices import overcommit_notice
@@ -37,8 +37,9 @@ def next_step(
     if model is None:
         return Step(request_id, seq, attempt, PUBLISH, result.status, fold.version, epoch,
                     error=error_of(result))
-    park = ParkedEntry.for_model(model, seq, (), fold.version, 0).model_dump(
-        mode="json", include={"worker_selector", "gpu_ids", "cluster_id"}
+    floor = free_share_floor(model, result)
+    park = ParkedEntry.for_model(model, seq, (), fold.version, 0, floor).model_dump(
+        mode="json", include={"worker_selector", "gpu_ids", "cluster_id", "floor"}
     )
     step = Step(request_id, seq, attempt, PUBLISH, result.status, fold.version, epoch, park=park)
     if result.status == "rejected":

@@ -4,8 +4,9 @@ Nothing here imports Celery or Redis at module import time (the offline
 commands must work without them); handlers import lazily. One-line errors are
 raised as :class:`tasks.edges.cli_support.CliError`: exit 2 for bad input (or a
 rejected request, or invalid settings), 1 for a service failure (Redis
-unreachable or refusing, timeout, no live worker, replay differences). The
-Redis URL is always shown with its password masked.
+unreachable or refusing, timeout, no live worker, replay differences or
+decisions replay could not rebuild). The Redis URL is always shown with its
+password masked.
 """
 
 from __future__ import annotations
@@ -211,17 +212,80 @@ def _cluster_event(args: argparse.Namespace) -> int:
 
 # -------------------------------------------------------------------- replay
 def _replay(args: argparse.Namespace) -> int:
-    from tasks.audit.replay import format_report, replay
+    import sys
+    from pathlib import Path
+
+    from tasks.audit.archive import archive_files
+    from tasks.audit.replay import ReplayError, format_report, replay
+
+    def progress(phase: str, done: int) -> None:
+        what = "events read" if phase == "read" else "decisions replayed"
+        print(f"replay: {done} {what}", file=sys.stderr, flush=True)
 
     with _service_errors():
         client = _client()
-        report = replay(client.rt.client, client.rt.cluster, request_id=args.request_id, since=args.since)
+        files = archive_files(Path(args.archive), client.rt.settings.cluster or "") if args.archive else []
+        if args.archive and not files:
+            raise CliError(f"no archive files in {args.archive}")
+        try:
+            report = replay(client.rt.client, client.rt.cluster, request_id=args.request_id,
+                            since=args.since, archive=files, progress=progress)
+        except ReplayError as error:
+            raise CliError(f"cannot replay: {error}", 1) from None
     if args.request_id and report.replayed == 0 and not report.skipped:
         raise CliError(f"nothing to replay: no decision of request {args.request_id} in the event log")
     print(format_report(report))
     if report.differ:
-        raise CliError(f"{report.differ} decision(s) differ on replay", EXIT_FAILURE)
+        raise CliError(f"{report.differ} decision(s) differ on replay", 1)
+    if report.skipped:
+        raise CliError(f"{len(report.skipped)} decision(s) could not be replayed", 1)
     return 0
+
+
+# --------------------------------------------------------------------- audit
+def _audit_checkpoint(args: argparse.Namespace) -> int:
+    from tasks.audit.retention import checkpoint_now, scan
+
+    with _service_errors():
+        client = _client()
+        scan(client.rt)
+        version = checkpoint_now(client.rt)
+    _print({"checkpoint": version}, args.pretty)
+    return 0
+
+
+def _audit_trim(args: argparse.Namespace) -> int:
+    from tasks.audit.retention import scan, trim
+
+    with _service_errors():
+        client = _client()
+        scan(client.rt)
+        removed, deleted = trim(client.rt)
+    _print({"trimmed": removed, "snapshots_deleted": deleted}, args.pretty)
+    return 0
+
+
+def _audit_export(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tasks.audit.archive import entries_before, write_archive
+
+    with _service_errors():
+        client = _client()
+        rt = client.rt
+        before = args.before or _after_last(rt.client, rt.keys.events)
+        written = write_archive(entries_before(rt.client, rt.keys.events, before), Path(args.folder),
+                                rt.settings.cluster or "")
+    _print({"file": str(written) if written else None}, args.pretty)
+    return 0
+
+
+def _after_last(client: Any, stream: str) -> str:
+    last = client.xrevrange(stream, count=1)
+    if not last:
+        return "0-1"
+    ms, _, seq = str(last[0][0]).partition("-")
+    return f"{ms}-{int(seq) + 1}"
 
 
 def _add(commands: Any, name: str, help_text: str, handler: Callable[[argparse.Namespace], int],
@@ -295,8 +359,27 @@ def register(commands: Any, cluster_actions: Callable[[Any], None] | None = None
         cluster_actions(actions)
 
     replay = _add(commands, "replay", "re-run recorded decisions and compare", _replay,
-                  "Re-run recorded decisions from the event log and compare their digests. Exit 0 "
-                  "all identical, 1 some differ, 2 nothing to replay for --request-id.")
+                  "Re-run recorded decisions from the event log (from a checkpoint, or the archive) and "
+                  "compare their digests; progress on stderr. Exit 0 all identical, 1 some differ or "
+                  "could not be rebuilt, 2 nothing to replay for --request-id.")
     replay.add_argument("--request-id", default=None, metavar="ID", help="only this request's decisions")
     replay.add_argument("--since", default=None, metavar="ID", type=stream_id,
                         help="only decisions logged at or after this event-stream id (<ms>[-<seq>])")
+    replay.add_argument("--archive", default=None, metavar="DIR",
+                        help="read the archived (trimmed) log in DIR first and replay from version 0")
+
+    audit = commands.add_parser("audit", help="audit log checkpoints, trimming and export",
+                                description="Audit log checkpoints, trimming and export.")
+    audit_actions = audit.add_subparsers(dest="audit_command", required=True, metavar="ACTION")
+    checkpoint = _add(audit_actions, "checkpoint", "checkpoint the cluster now (replay can start there)",
+                      _audit_checkpoint)
+    checkpoint.add_argument("--pretty", action="store_true", help="indent the JSON output")
+    trim = _add(audit_actions, "trim",
+                "trim the log behind the oldest checkpoint kept (archived first if configured)", _audit_trim)
+    trim.add_argument("--pretty", action="store_true", help="indent the JSON output")
+    export = _add(audit_actions, "export", "write the log (before --before) as JSON lines into DIR",
+                  _audit_export)
+    export.add_argument("folder", metavar="DIR", help="archive folder (created if missing)")
+    export.add_argument("--before", default=None, metavar="ID", type=stream_id,
+                        help="only events before this stream id (<ms>[-<seq>])")
+    export.add_argument("--pretty", action="store_true", help="indent the JSON output")

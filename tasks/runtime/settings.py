@@ -110,9 +110,18 @@ class Settings(BaseSettings):
     outbox_lease_s: float = Field(default=15.0, gt=0)
     stuck_after_s: float = Field(default=330.0, gt=0)
     drain_interval_s: float = Field(default=0.25, gt=0)
+    wake_recheck_s: float = Field(
+        default=1.0, gt=0, description="freed GPUs: check requests left parked for lack of slots again after"
+    )
     request_ttl_s: int = Field(default=7 * 24 * 3600, ge=60)
+    parked_ttl_s: int = Field(default=7 * 24 * 3600, ge=0, description="0: parked requests wait forever")
     results_maxlen: int = Field(default=1_000_000, ge=1000)
     changes_maxlen: int = Field(default=200_000, ge=1000)
+
+    audit_checkpoint_every: int = Field(default=100_000, ge=0, description="events; 0: none")
+    audit_checkpoints_kept: int = Field(default=2, ge=0, description="0: never trim the audit log")
+    audit_archive_dir: str | None = Field(default=None, description="where the trimmed audit log is written")
+    maintenance_interval_s: float = Field(default=30.0, gt=0)
 
     unreachable_grace_s: float = Field(default=60.0, ge=0)
     ready_stable_s: float = Field(default=30.0, ge=0)

@@ -9,6 +9,13 @@ the change's event id (``gpusched:followups``, ``gpusched:followup_jobs``):
   :func:`reschedule_released`);
 * expire the records of released requests (the dedupe window starts);
 * wake the parked requests the change could unblock (:mod:`tasks.state.parking`).
+  Freed capacity wakes only the requests a freed GPU can take
+  (:func:`tasks.state.parking.wake_plan`): requests whose floor a freed GPU
+  reaches, and of those at most as many as the freed GPUs hold, oldest parked
+  first. When some had to wait, the follow-up is kept, reduced to its wake,
+  and runs again after ``wake_recheck_s``: the requests woken first may not
+  have used the GPUs, and each run wakes only requests decided before the
+  change, so it ends once the GPUs are taken or nobody is left.
 
 The caller runs the follow-up at once (:func:`run_followup`) and deletes it.
 If the caller dies first, or the script's reply was lost and redis-py's retry
@@ -26,14 +33,15 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from scheduler_core import canonical_json
+from scheduler_core import ClusterChange, ModelInstance, canonical_json, occupied_workers
 from tasks.audit.digests import sha256_hex
 from tasks.audit.events import append_event, dumps
+from tasks.audit.fold import ClusterFold
 from tasks.decision.enqueue import enqueue
 from tasks.runtime import metrics
 from tasks.runtime.context import Runtime
 from tasks.state.notices import announce_released
-from tasks.state.parking import Change, describe, wake_targets
+from tasks.state.parking import Change, describe, gpu_shares, wake_plan
 from tasks.state.rows import Released, json_list, released_items
 
 
@@ -46,6 +54,7 @@ def run_followup(rt: Runtime, followup_id: str) -> dict[str, list[str]]:
     raw = rt.client.hget(rt.keys.followup_jobs, followup_id)
     rescheduled: list[str] = []
     woken: list[str] = []
+    later: list[Any] = []
     if raw is not None:
         job = json.loads(raw)
         released = released_items(job.get("released"))
@@ -54,12 +63,21 @@ def run_followup(rt: Runtime, followup_id: str) -> dict[str, list[str]]:
         if job.get("reschedule"):
             rescheduled = reschedule_released(rt, released, str(job.get("reason")))
         _expire_records(rt, released)
-        woken = wake(rt, job.get("wake"))
+        woken, later = _wake(rt, job.get("wake"))
     pipe = rt.client.pipeline(transaction=True)
-    pipe.hdel(rt.keys.followup_jobs, followup_id)
-    pipe.zrem(rt.keys.followups, followup_id)
+    if later:  # the same id, reduced to the wake that must be checked again
+        job = {"reason": "wake_recheck", "released": [], "reschedule": False, "wake": later}
+        pipe.hset(rt.keys.followup_jobs, followup_id, dumps(job))
+        pipe.zadd(rt.keys.followups, {followup_id: rt.partition.now_ms() + _recheck_ms(rt)})
+    else:
+        pipe.hdel(rt.keys.followup_jobs, followup_id)
+        pipe.zrem(rt.keys.followups, followup_id)
     pipe.execute()
     return {"woken": woken, "rescheduled": rescheduled}
+
+
+def _recheck_ms(rt: Runtime) -> int:
+    return int(rt.settings.wake_recheck_s * 1000)
 
 
 def _expire_records(rt: Runtime, released: Sequence[Released]) -> None:
@@ -74,26 +92,45 @@ def wake(rt: Runtime, facts: Any) -> list[str]:
     """Wake the parked requests a change could unblock and queue their new decisions.
 
     Args:
-        facts: the change's wake-relevant facts, ``[{kind, workers: [ids]}]``
+        facts: the change's wake-relevant facts, ``[{kind, workers: [ids], version?}]``
             (workers are read from the current cluster: one that is gone or
             no longer ready serves nobody).
     """
+    return _wake(rt, facts)[0]
+
+
+def _wake(rt: Runtime, facts: Any) -> tuple[list[str], list[Any]]:
+    """:func:`wake`, and the facts to check again later (requests deferred for lack of slots)."""
     facts = json_list(facts)
     if not facts:
-        return []
+        return [], []
     fold = rt.mirror.sync()
-    changes = [
-        Change(str(fact["kind"]),
-               tuple(fold.workers[w] for w in json_list(fact.get("workers")) if w in fold.workers))
-        for fact in facts
-    ]
-    targets = wake_targets(rt.parked.entries(), changes, rt.chain.chain)
+    changes = [_change(fold, fact) for fact in facts]
+    plan = wake_plan(rt.parked.entries(), changes, rt.chain.chain)
     due = rt.partition.lease_deadline_ms()
-    woken = rt.parked.wake(targets, describe(changes), due)
+    woken = rt.parked.wake(plan.targets, describe(changes), due)
     metrics.count_wakeups(len(woken))
     for request_id, seq in woken:
         enqueue(rt, request_id, seq, 0)
-    return [request_id for request_id, _ in woken]
+    later = [fact for fact in facts if fact.get("version")] if plan.deferred else []
+    return [request_id for request_id, _ in woken], later
+
+
+def _change(fold: ClusterFold, fact: Any) -> Change:
+    """A recorded wake fact on the current cluster (freed capacity: with each freed GPU's share)."""
+    kind = str(fact["kind"])
+    workers = tuple(fold.workers[w] for w in json_list(fact.get("workers")) if w in fold.workers)
+    version = int(fact.get("version") or 0)
+    if kind != ClusterChange.CAPACITY_FREED.value:
+        return Change(kind, workers, version)
+    ids = {worker.id for worker in workers}
+    held: dict[int, list[ModelInstance]] = {wid: [] for wid in ids}
+    for instance in fold.instance_list():
+        for wid in occupied_workers(instance):
+            if wid in ids:
+                held[wid].append(instance)
+    shares = tuple(share for worker in workers for share in gpu_shares(worker, held[worker.id]))
+    return Change(kind, workers, version, shares)
 
 
 def reschedule_released(rt: Runtime, released: Sequence[Released], reason: str) -> list[str]:

@@ -4,7 +4,7 @@ Single cluster (the default, Contract 3)::
 
     gpusched.requests            Celery queue: new scheduling requests
     gpusched:results             stream: one entry per published result
-    gpusched:events              stream: the audit log (never trimmed)
+    gpusched:events              stream: the audit log (trimmed behind the oldest checkpoint kept)
     gpusched:cluster:version     ...
 
 With a cluster id ``c1`` every key carries the hash tag ``{c1}``
@@ -61,7 +61,7 @@ class Keys:
 
     @property
     def events(self) -> str:
-        """The audit stream; never trimmed by the service."""
+        """The audit stream; trimmed only behind the oldest checkpoint kept (:mod:`tasks.audit.retention`)."""
         return f"{self.prefix}:events"
 
     @property
@@ -143,6 +143,37 @@ class Keys:
     def snapshot(self, digest: str) -> str:
         """Content-addressed cluster snapshot stored once by ``cluster apply``."""
         return f"{self.prefix}:snapshot:{digest}"
+
+    # ------------------------------------------------------------------ audit
+    def checkpoint(self, version: int) -> str:
+        """The cluster folded at ``version`` and the requests still pending then (JSON, stored once)."""
+        return f"{self.prefix}:checkpoint:{version}"
+
+    @property
+    def checkpoints(self) -> str:
+        """Hash version → audit-stream id up to which the checkpoint of that version folds the log."""
+        return f"{self.prefix}:checkpoints"
+
+    @property
+    def decision_floor(self) -> str:
+        """The newest checkpoint's version: no decision on an older version is recorded any more."""
+        return f"{self.prefix}:audit:floor"
+
+    @property
+    def audit_state(self) -> str:
+        """Hash: the retention's scan position in the audit stream, events scanned since the
+        last checkpoint, and where the log was trimmed (``trimmed_at``, ``trimmed_version``)."""
+        return f"{self.prefix}:audit:state"
+
+    @property
+    def snapshot_refs(self) -> str:
+        """Sorted set snapshot digest → ms part of the last audit-stream id that references it."""
+        return f"{self.prefix}:audit:snapshot_refs"
+
+    @property
+    def maintenance_lock(self) -> str:
+        """Lease of the retention pass (one worker node at a time)."""
+        return f"{self.prefix}:lock:maintenance"
 
     # --------------------------------------------------------------- requests
     def request(self, request_id: str) -> str:

@@ -27,11 +27,14 @@ from scheduler_core import (
     MORE_CAPACITY,
     Chain,
     ClusterChange,
+    ModelInstance,
     ModelSpec,
     Reason,
     ScheduleResult,
     Worker,
     chain_wake_table,
+    gpu_capacity,
+    instance_claims,
     worker_admits,
 )
 from tasks.state.ledger import worker_capacity
@@ -69,10 +72,14 @@ class ParkedEntry(BaseModel):
     cluster_id: int | None = None
     decided_version: int = 0
     parked_ms: int = 0
+    #: Per GPU type, the allocatable share a GPU needs to be part of any candidate
+    #: (:func:`scheduler_core.free_share_floor`); None: no such floor is known.
+    floor: dict[str, float] | None = None
 
     @classmethod
     def for_model(
-        cls, model: ModelSpec, seq: int, reasons: Iterable[str], version: int, now_ms: int
+        cls, model: ModelSpec, seq: int, reasons: Iterable[str], version: int, now_ms: int,
+        floor: dict[str, float] | None = None,
     ) -> ParkedEntry:
         """The entry of a request for ``model`` blocked by ``reasons``."""
         return cls(
@@ -83,6 +90,7 @@ class ParkedEntry(BaseModel):
             cluster_id=model.cluster_id,
             decided_version=version,
             parked_ms=now_ms,
+            floor=floor,
         )
 
     def filtered_model(self) -> ModelSpec:
@@ -100,10 +108,16 @@ class Change:
     Attributes:
         kind: a :class:`~scheduler_core.ClusterChange` value.
         workers: the workers concerned (empty for a snapshot: concerns everyone).
+        version: the cluster version the change produced (0: not known). A request
+            decided at that version or later already saw the change.
+        shares: for ``capacity_freed``, each concerned GPU's allocatable share after
+            the change, as ``(gpu type, allocatable / total)``; None: not known.
     """
 
     kind: str
     workers: tuple[Worker, ...] = ()
+    version: int = 0
+    shares: tuple[tuple[str | None, float], ...] | None = None
 
     def __post_init__(self) -> None:
         ClusterChange(self.kind)  # a kind the plugins can declare (raises ValueError otherwise)
@@ -133,9 +147,18 @@ def blocking_reasons(
 
 
 def woken_by(entry: ParkedEntry, change: Change, chain: Chain) -> bool:
-    """Whether ``change`` could unblock the parked ``entry`` (under ``chain``'s plugins)."""
+    """Whether ``change`` could unblock the parked ``entry`` (under ``chain``'s plugins).
+
+    Never for a request decided at or after the change's version (its decision
+    saw the change); for freed capacity, only when a freed GPU reaches the
+    entry's floor (:func:`fits_floor`).
+    """
+    if change.version and entry.decided_version >= change.version:
+        return False
     if change.kind == ClusterChange.SNAPSHOT.value:
         return True
+    if not fits_floor(entry, change):
+        return False
     table = wake_table(chain)
     reasons = set(entry.reasons)
     known = frozenset().union(*table.values())
@@ -145,10 +168,74 @@ def woken_by(entry: ParkedEntry, change: Change, chain: Chain) -> bool:
     return any(worker_admits(model, worker, chain) for worker in change.workers)
 
 
+def fits_floor(entry: ParkedEntry, change: Change) -> bool:
+    """Whether a GPU the change freed reaches the entry's floor for its type.
+
+    True whenever it cannot be ruled out: no floor recorded, no shares known,
+    or a freed GPU of a type the floor does not name.
+    """
+    if change.kind != ClusterChange.CAPACITY_FREED.value or entry.floor is None or change.shares is None:
+        return True
+    floor = entry.floor
+    for gpu_type, share in change.shares:
+        needed = floor.get(gpu_type) if gpu_type is not None else None
+        if needed is None or share >= needed:
+            return True
+    return False
+
+
+def budgeted(entry: ParkedEntry, changes: Sequence[Change]) -> bool:
+    """Whether every freed GPU of ``changes`` is of a type the entry's floor names (so the
+    number of such requests the freed GPUs can take is bounded, see :func:`slots`), and
+    every change carries its version (so the requests left waiting are checked again)."""
+    if entry.floor is None or not changes:
+        return False
+    for change in changes:
+        # without its version the change could not be checked again later: wake, do not defer
+        if change.kind != ClusterChange.CAPACITY_FREED.value or change.shares is None or not change.version:
+            return False
+        if any(gpu_type is None or gpu_type not in entry.floor for gpu_type, _ in change.shares):
+            return False
+    return True
+
+
+def slots(entries: Sequence[ParkedEntry], changes: Sequence[Change]) -> int:
+    """How many of ``entries`` the freed GPUs could take at most.
+
+    Every candidate that the freed capacity makes possible uses, on some freed GPU of
+    type t, at least the smallest floor of t among the entries; so a GPU with share s
+    takes at most ``floor(s / smallest)`` of them.
+    """
+    smallest: dict[str, float] = {}
+    for entry in entries:
+        for gpu_type, needed in (entry.floor or {}).items():
+            smallest[gpu_type] = min(needed, smallest.get(gpu_type, needed))
+    total = 0
+    for change in changes:
+        for freed_type, share in change.shares or ():
+            least = smallest.get(freed_type or "")
+            if least:
+                total += int(share // least)
+    return total
+
+
+@dataclass(frozen=True, slots=True)
+class WakePlan:
+    """Which parked requests to wake now, and whether more may be woken later.
+
+    ``deferred``: requests the changes could unblock that wait because the freed
+    GPUs' slots went to requests parked earlier; the caller checks them again once
+    those have been decided (they may not use the slots).
+    """
+
+    targets: list[tuple[str, int]]
+    deferred: int = 0
+
+
 def wake_targets(
     parked: Mapping[str, str], changes: Sequence[Change], chain: Chain
 ) -> list[tuple[str, int]]:
-    """(request id, parked seq) of the parked requests any of ``changes`` could unblock.
+    """(request id, parked seq) of every parked request any of ``changes`` could unblock.
 
     Args:
         parked: raw ``gpusched:parked`` entries by request id.
@@ -158,12 +245,66 @@ def wake_targets(
     Returns:
         Targets sorted by request id (deterministic wake order).
     """
-    targets: list[tuple[str, int]] = []
+    return [(rid, entry.seq) for rid, entry in _candidates(parked, changes, chain)]
+
+
+def wake_plan(parked: Mapping[str, str], changes: Sequence[Change], chain: Chain) -> WakePlan:
+    """The requests to wake for ``changes``: every one they could unblock, except that
+    requests whose every freed GPU type has a floor are woken only up to the freed GPUs'
+    :func:`slots`, oldest parked first; the rest are ``deferred``.
+
+    Returns:
+        Targets sorted by request id.
+    """
+    found = _candidates(parked, changes, chain)
+    bounded = [(rid, entry) for rid, entry in found if budgeted(entry, changes)]
+    if not bounded:
+        return WakePlan([(rid, entry.seq) for rid, entry in found])
+    room = slots([entry for _, entry in bounded], changes)
+    oldest = sorted(bounded, key=lambda item: (item[1].parked_ms, item[0]))
+    chosen = {rid for rid, _ in oldest[:room]}
+    targets = [(rid, entry.seq) for rid, entry in found if rid in chosen or not budgeted(entry, changes)]
+    return WakePlan(targets, max(len(bounded) - room, 0))
+
+
+def _candidates(
+    parked: Mapping[str, str], changes: Sequence[Change], chain: Chain
+) -> list[tuple[str, ParkedEntry]]:
+    found: list[tuple[str, ParkedEntry]] = []
     for request_id in sorted(parked):
         entry = ParkedEntry.model_validate_json(parked[request_id])
         if any(woken_by(entry, change, chain) for change in changes):
-            targets.append((request_id, entry.seq))
-    return targets
+            found.append((request_id, entry))
+    return found
+
+
+def gpu_shares(worker: Worker, instances: Iterable[ModelInstance]) -> tuple[tuple[str | None, float], ...]:
+    """Each GPU's allocatable share (allocatable / total) on ``worker`` under ``instances``'
+    claims, by GPU type: the ledger's capacity minus the claims the core counts
+    (:func:`scheduler_core.gpu_capacity`, :func:`scheduler_core.instance_claims`).
+
+    A unified-memory worker (RAM caps GPU 0) reports every GPU at share 1: not ruled out.
+    """
+    status = worker.status or {}
+    devices = status.get("gpu_devices") or ()
+    totals = {
+        (device.get("type"), device.get("index")): int((device.get("memory") or {}).get("total") or 0)
+        for device in devices
+    }
+    unified = bool((status.get("memory") or {}).get("is_unified_memory"))
+    types = {worker.id: tuple(dict.fromkeys(t for t, _ in totals))}
+    claimed: dict[tuple[int, str | None, int], int] = {}
+    for instance in instances:
+        for key, amount in instance_claims(instance, types).items():
+            if key[0] == worker.id:
+                claimed[key] = claimed.get(key, 0) + amount
+    shares: list[tuple[str | None, float]] = []
+    for key, capacity in gpu_capacity(worker).items():
+        total = totals.get((key[1], key[2]), 0)
+        if total > 0:
+            share = 1.0 if unified else max(capacity - claimed.get(key, 0), 0) / total
+            shares.append((key[1], share))
+    return tuple(shares)
 
 
 def _capacity_grew(old: Mapping[str, int], new: Mapping[str, int]) -> bool:

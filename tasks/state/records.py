@@ -57,10 +57,13 @@ class RecordOutcome:
 
     ``earlier`` is the decision another decider recorded first for the same
     attempt (continue with its step), None when the record moved on.
+    ``outdated``: refused because it read a version older than the newest audit
+    checkpoint (decide again on a fresh snapshot).
     """
 
     recorded: bool
     earlier: Recorded | None = None
+    outdated: bool = False
 
     def __bool__(self) -> bool:
         return self.recorded
@@ -149,14 +152,16 @@ class RequestRecords:
         event_data: str,
         step_json: str = "",
     ) -> ScriptCall[RecordOutcome]:
-        """Store the core's result and step, write ``sched.decision.made`` (first writer wins)."""
+        """Store the core's result and step, write ``sched.decision.made`` (first writer wins;
+        refused as outdated when it read a version below the decision floor)."""
         p = self._partition
+        k = p.keys
         args = [
             *p.meta().argv(), request_id, seq, attempt, version, result_json, result_digest,
             event_data, p.now_ms(), step_json,
         ]
-        keys = [p.keys.request(request_id), p.keys.events]
-        return ScriptCall("record_decision", keys, args, _record_outcome)
+        return ScriptCall("record_decision", [k.request(request_id), k.events, k.decision_floor], args,
+                          _record_outcome)
 
     def record(self, request_id: str) -> dict[str, str]:
         """The request record (empty when unknown or expired)."""
@@ -177,4 +182,4 @@ def _record_outcome(reply: Any) -> RecordOutcome:
         return RecordOutcome(True)
     if reply[0] == "duplicate":
         return RecordOutcome(False, Recorded(reply[1], reply[2]))
-    return RecordOutcome(False)
+    return RecordOutcome(False, outdated=reply[0] == "outdated")

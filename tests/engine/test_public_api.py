@@ -33,6 +33,7 @@ PUBLIC = [
     "canonical_json",
     "chain_of",
     "chain_wake_table",
+    "free_share_floor",
     "gpu_capacity",
     "instance_claims",
     "occupied_workers",

@@ -306,3 +306,29 @@ def test_spread_scores_match_the_direct_formula(seed: int) -> None:
         cluster = ClusterState(views, placed, memo)
         expected = _reference_spread(candidates, placed, model_id)
         assert spread_scores(candidates, cluster, model_id) == expected, step
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1))
+def test_memo_index_of_appended_removed_and_repeated_instances(seed: int) -> None:
+    """The memo indexes instances appended at the end (a booking) without reading the others
+    again; an instance removed, or one object listed twice (appended again, or anywhere),
+    rebuilds it. Every decision equals a fresh one, whatever the sequence."""
+    rng = random.Random(seed)
+    workers = [Worker.model_validate(_worker_row(rng, i)) for i in range(1, rng.randint(3, 8))]
+    placed: list[ModelInstance] = []
+    memo = SnapshotMemo()
+    for step in range(16):
+        row = _model_row(rng, workers)
+        request = ScheduleRequest.model_validate({"request_id": f"r{step}", "model": row}).model_copy(
+            update={"workers": list(workers), "model_instances": list(placed)}
+        )
+        remembered = schedule(request, memo=memo)
+        assert remembered.model_dump_json() == schedule(request).model_dump_json(), f"step {step}"
+        roll = rng.random()
+        if remembered.status == "scheduled" and roll < 0.6:
+            placed.append(_booked(remembered, step, row["id"]))
+        elif placed and roll < 0.75:
+            placed.append(rng.choice(placed))  # the same object listed twice
+        elif placed and roll < 0.9:
+            placed.pop(rng.randrange(len(placed)))

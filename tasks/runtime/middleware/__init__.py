@@ -17,7 +17,9 @@ shutdown):
 * :mod:`~tasks.runtime.middleware.delay_drainer` — the thread draining the
   outbox, follow-ups and timers;
 * :mod:`~tasks.runtime.middleware.metrics_server` — ``/metrics`` and
-  ``/healthz`` on ``metrics_port``.
+  ``/healthz`` on ``metrics_port``;
+* :mod:`~tasks.runtime.middleware.audit_retention` — the thread running the
+  audit retention pass (checkpoints, trimming, parked-request expiry).
 
 Dead-lettering itself (:mod:`~tasks.runtime.middleware.dead_letters`) is the
 action the guard and the retries share; :mod:`~tasks.runtime.middleware.request_logging`
@@ -27,6 +29,7 @@ prerun signals in :mod:`tasks.runtime.celery_app`).
 
 from __future__ import annotations
 
+from tasks.runtime.middleware.audit_retention import AuditRetention
 from tasks.runtime.middleware.base import Delivery, Middleware, run_task
 from tasks.runtime.middleware.delay_drainer import DelayDrainer
 from tasks.runtime.middleware.metrics_server import MetricsServer
@@ -39,6 +42,6 @@ _GUARD = RedeliveryGuard()
 #: Around every task message, outermost first.
 TASK_STACK: tuple[Middleware, ...] = (RequeueOnOutage(_GUARD.finished), _GUARD, RetryTaskErrors())
 #: Boot and shutdown hooks of a worker node, in order.
-NODE_STACK: tuple[Middleware, ...] = (NodeHeartbeat(), DelayDrainer(), MetricsServer())
+NODE_STACK: tuple[Middleware, ...] = (NodeHeartbeat(), DelayDrainer(), MetricsServer(), AuditRetention())
 
 __all__ = ["NODE_STACK", "TASK_STACK", "Delivery", "Middleware", "run_task"]

@@ -80,7 +80,7 @@ local function release_booking(key, n)
     'version', v, 'type', 'sched.instance.released', 'data', data)
   emit(events_key, 'sched.instance.released', '', v, data, n)
   follow_up({due = followups_key, jobs = followup_jobs_key}, followup_due_ms, by, released, false,
-    {{kind = 'capacity_freed', workers = meta['w']}})
+    {{kind = 'capacity_freed', workers = meta['w'], version = tonumber(v)}})
   return v
 end
 

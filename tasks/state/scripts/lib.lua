@@ -11,7 +11,7 @@ local event_id = ARGV[1]
 local event_time = ARGV[2]
 local event_source = ARGV[3]
 
--- Append one event to the audit stream (never trimmed). n > 0 suffixes the
+-- Append one event to the audit stream (trimmed only behind a checkpoint). n > 0 suffixes the
 -- event id (".1", ".2", ...) for the further events one script call writes.
 local function emit(stream, etype, rid, version, data, n)
   local eid = event_id

@@ -5,8 +5,14 @@
 -- overwrites it, it continues with the recorded step instead, so the result
 -- published is always the one whose booking was reserved.
 --
+-- A decision is refused as outdated ({"outdated"}; nothing is written, the
+-- decider decides again on a fresh snapshot) when it read a cluster version
+-- older than the newest audit checkpoint, so every decision logged after a
+-- checkpoint can be replayed from it.
+--
 -- KEYS[1]  request record hash      gpusched:req:<request_id>
 -- KEYS[2]  audit stream             gpusched:events
+-- KEYS[3]  decision floor           gpusched:audit:floor
 --
 -- ARGV[1]  event id                 ARGV[2] event time (ISO)    ARGV[3] event source
 -- ARGV[4]  request id
@@ -18,12 +24,13 @@
 -- ARGV[11] now (ms)
 -- ARGV[12] step JSON (what reserve/park/publish continue with)
 --
--- Returns {"ok", event_id}; {"duplicate", state, step_json} when a decision
+-- Returns {"ok", event_id}; {"outdated"}; {"duplicate", state, step_json} when a decision
 -- for this (seq, attempt) is already recorded (nothing is written);
 -- {"stale", state} when the record moved on.
 
 local record_key = KEYS[1]
 local events_key = KEYS[2]
+local floor_key = KEYS[3]
 
 local rid = ARGV[4]
 local seq = ARGV[5]
@@ -39,6 +46,9 @@ local r = redis.call('HMGET', record_key, 'state', 'seq', 'attempt', 'step')
 if r[2] ~= seq or r[3] ~= attempt then return {'stale', r[1] or ''} end
 local state = r[1]
 if state == 'deciding' then
+  if tonumber(cluster_version) < tonumber(redis.call('GET', floor_key) or '0') then
+    return {'outdated'}
+  end
   redis.call('HSET', record_key, 'state', 'decided', 'result', result_json,
     'result_digest', result_digest, 'decided_version', cluster_version, 'step', step_json,
     'updated_ms', now_ms)

@@ -24,7 +24,9 @@
 -- ARGV[5]  reason (instance_deleted | worker_lost)
 -- ARGV[6]  "1" to reschedule the released gpusched bookings, "0" not to
 -- ARGV[7]  wake change kind for the freed GPUs (capacity_freed), "" for none;
---          a wake also bumps the wake epoch (the freed capacity can unblock)
+--          a wake also bumps the wake epoch (the freed capacity can unblock); the
+--          wake fact carries the version the release produced (requests decided at
+--          it or later already saw the freed GPUs)
 -- ARGV[8]  follow-up due time (ms)
 -- ARGV[9..] instance keys
 --
@@ -66,7 +68,7 @@ local v = tostring(redis.call('INCR', version_key))
 local wake = {}
 if wake_kind ~= '' then
   redis.call('INCR', epoch_key)
-  wake = {{kind = wake_kind, workers = workers}}
+  wake = {{kind = wake_kind, workers = workers, version = tonumber(v)}}
 end
 local data = cjson.encode({released = released, reason = reason})
 redis.call('XADD', changes_key, 'MAXLEN', '~', changes_maxlen, '*',

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from builders import GIB, RTX_4090, uniform_worker
 from service_builders import small_request, uniform_cluster
 
@@ -86,3 +87,16 @@ def test_replay_uses_the_request_as_received_before_each_decision() -> None:
     h.pump()
     report = replay(h.rt.client, h.rt.cluster)
     assert (report.replayed, report.identical, report.differ) == (2, 2, 0)
+
+
+def test_replay_reports_progress_while_reading_and_replaying(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tasks.audit.replay as replay_module
+
+    monkeypatch.setattr(replay_module, "PROGRESS_EVERY", 5)
+    monkeypatch.setattr(replay_module, "PROGRESS_SECONDS", 1e9)  # counts only, whatever the speed
+    h = _busy_history()
+    seen: list[tuple[str, int]] = []
+    report = replay(h.rt.client, h.rt.cluster, progress=lambda phase, done: seen.append((phase, done)))
+    events = h.rt.client.xlen(h.rt.keys.events)
+    assert [done for phase, done in seen if phase == "read"] == list(range(5, events + 1, 5))
+    assert [done for phase, done in seen if phase == "replayed"] == list(range(5, report.replayed + 1, 5))

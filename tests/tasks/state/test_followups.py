@@ -96,3 +96,53 @@ def test_rescheduled_ids_never_collide_with_submitted_ones() -> None:
     h.pump()
     assert statuses(h)[-1] == ("r~2", "scheduled")
     assert h.record("r~2")["reschedule_of"].startswith("req:r@")
+
+
+# ---------------------------------------------------------- freed GPUs wake whom they can hold
+def _full_host_with_waiters(*waiters: dict[str, Any]) -> Harness:
+    """One host with two RTX 4090s, both taken ("fill-0", "fill-1"), then ``waiters``
+    parked one after the other (each LLM claims most of a GPU: one per GPU)."""
+    h = Harness()
+    h.apply(cluster_of(worker_row(1, "a", 2)))
+    for n in range(2):
+        h.submit(small_request(f"fill-{n}"))
+    h.pump()
+    for waiter in waiters:
+        h.submit(waiter)
+        h.pump()
+        h.clock.advance(0.01)  # parked one after the other
+    return h
+
+
+def _woken(h: Harness) -> list[str]:
+    return [str(event.request_id) for event in h.events(["sched.request.woken"])]
+
+
+def test_a_freed_gpu_wakes_only_as_many_waiters_as_it_holds_oldest_first() -> None:
+    h = _full_host_with_waiters(*(small_request(f"w-{n}") for n in range(5)))
+    assert set(h.rt.parked.entries()) == {f"w-{n}" for n in range(5)}
+    h.event({"kind": "instance_deleted", "request_id": "fill-0"})
+    assert _woken(h) == ["w-0"]
+    h.pump()
+    assert statuses(h)[-1] == ("w-0", "scheduled")
+    assert h.rt.client.zcard(h.rt.keys.followups) == 1  # the others are checked again later
+    h.clock.advance(h.settings.wake_recheck_s + 0.1)
+    h.drain()  # the GPU is taken: nobody else can use it, and the check ends
+    assert _woken(h) == ["w-0"]
+    assert h.rt.client.zcard(h.rt.keys.followups) == 0
+    assert set(h.rt.parked.entries()) == {f"w-{n}" for n in range(1, 5)}
+
+
+def test_a_waiter_that_cannot_use_the_freed_gpu_passes_it_on() -> None:
+    wide = small_request("wide", backend_parameters=["--tp-size", "2"])
+    h = _full_host_with_waiters(wide, small_request("narrow"))
+    h.event({"kind": "instance_deleted", "request_id": "fill-0"})
+    assert _woken(h) == ["wide"]  # parked first; one freed GPU does not hold its two
+    h.pump()
+    assert "wide" in h.rt.parked.entries()
+    h.clock.advance(h.settings.wake_recheck_s + 0.1)
+    h.drain()
+    h.pump()
+    assert _woken(h) == ["wide", "narrow"]
+    assert statuses(h)[-1] == ("narrow", "scheduled")
+    assert h.rt.client.zcard(h.rt.keys.followups) == 0

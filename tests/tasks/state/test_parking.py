@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from builders import RTX_4090, instance
 from service_builders import worker_row
 
-from scheduler_core import DEFAULT_CHAIN, ScheduleResult, Worker
+from scheduler_core import DEFAULT_CHAIN, ModelInstance, ScheduleResult, Worker
 from tasks.state.parking import (
     Change,
     ParkedEntry,
     blocking_reasons,
+    gpu_shares,
     parked_json,
+    slots,
+    wake_plan,
     wake_table,
     wake_targets,
 )
@@ -99,3 +103,58 @@ def test_a_model_without_cluster_waits_for_workers_without_one() -> None:
     entry = _entry(["insufficient_vram"], cluster_id=None)
     assert not woken_by(entry, Change("capacity_freed", (_w(cluster_id=1),)))
     assert woken_by(entry, Change("capacity_freed", (_w(cluster_id=None),)))
+
+
+# ------------------------------------------------------------- freed capacity: floors and slots
+def _freed(*shares: tuple[str | None, float], version: int = 0) -> Change:
+    return Change("capacity_freed", (_w(),), version, shares)
+
+
+def test_a_gpus_share_is_its_capacity_less_the_claims_over_its_total() -> None:
+    worker = Worker.model_validate(worker_row(7, "w7", 2))
+    quarter = RTX_4090 // 4
+    held = [ModelInstance.model_validate(instance(1, 7, {0: quarter}))]
+    assert gpu_shares(worker, held) == (("cuda", (RTX_4090 - quarter) / RTX_4090), ("cuda", 1.0))
+    other = [ModelInstance.model_validate(instance(2, 8, {0: quarter}))]  # on another worker
+    assert gpu_shares(worker, other) == (("cuda", 1.0), ("cuda", 1.0))
+
+
+def test_freed_capacity_wakes_only_requests_whose_floor_a_freed_gpu_reaches() -> None:
+    entry = _entry(["insufficient_vram"], floor={"cuda": 0.8})
+    assert not woken_by(entry, _freed(("cuda", 0.75)))
+    assert woken_by(entry, _freed(("cuda", 0.75), ("cuda", 0.8)))
+    assert woken_by(entry, _freed(("rocm", 0.1)))  # a type it has no floor for: cannot rule out
+    assert woken_by(_entry(["insufficient_vram"]), _freed(("cuda", 0.1)))  # no floor recorded
+    assert woken_by(entry, Change("capacity_freed", (_w(),)))  # shares unknown
+    assert woken_by(entry, Change("capacity_increased", (_w(),)))  # floors speak of freed claims only
+
+
+def test_a_request_decided_at_or_after_a_change_is_not_woken_by_it() -> None:
+    entry = _entry(["insufficient_vram"], decided_version=5)
+    assert not woken_by(entry, _freed(("cuda", 1.0), version=5))
+    assert woken_by(entry, _freed(("cuda", 1.0), version=6))
+    assert woken_by(entry, _freed(("cuda", 1.0)))  # version unknown
+
+
+def test_a_freed_gpu_holds_as_many_requests_as_its_share_fits_the_smallest_floor() -> None:
+    entries = [_entry(["insufficient_vram"], floor={"cuda": f}) for f in (0.8, 0.45)]
+    assert slots(entries, [_freed(("cuda", 1.0), ("cuda", 0.9))]) == 2 + 2
+    assert slots(entries[:1], [_freed(("cuda", 1.0), ("cuda", 0.9))]) == 1 + 1
+    assert slots(entries[:1], [_freed(("cuda", 0.5))]) == 0
+
+
+def test_freed_slots_go_to_the_requests_parked_first_and_the_rest_wait() -> None:
+    def parked(ms: int, **kw: Any) -> str:
+        return parked_json(_entry(["insufficient_vram"], parked_ms=ms, **kw))
+
+    waiting = {"a": parked(30, floor={"cuda": 0.8}), "b": parked(10, floor={"cuda": 0.8}),
+               "c": parked(20, floor={"cuda": 0.8}), "d": parked(40)}
+    one = wake_plan(waiting, [_freed(("cuda", 1.0), version=9)], DEFAULT_CHAIN)
+    assert (one.targets, one.deferred) == ([("b", 0), ("d", 0)], 2)  # d has no floor: always woken
+    two = wake_plan(waiting, [_freed(("cuda", 1.0), ("cuda", 0.95), version=9)], DEFAULT_CHAIN)
+    assert (two.targets, two.deferred) == ([("b", 0), ("c", 0), ("d", 0)], 1)
+    rocm = _freed(("cuda", 1.0), ("rocm", 1.0), version=9)  # no floor for rocm: cannot be bounded
+    every = wake_plan(waiting, [rocm], DEFAULT_CHAIN)
+    assert (every.targets, every.deferred) == ([("a", 0), ("b", 0), ("c", 0), ("d", 0)], 0)
+    unversioned = wake_plan(waiting, [_freed(("cuda", 1.0))], DEFAULT_CHAIN)  # could not be re-checked
+    assert (unversioned.targets, unversioned.deferred) == ([("a", 0), ("b", 0), ("c", 0), ("d", 0)], 0)

@@ -9,6 +9,8 @@ import pytest
 from builders import RTX_4090, model, uniform_worker
 from service_builders import small_request, uniform_cluster
 
+from tasks.audit.checkpoints import take_checkpoint
+from tasks.audit.retention import expire_parked
 from tasks.state.notices import announce_suspension, resume_if_recovered
 from tasks.state.scripts import (
     SCRIPT_DIR,
@@ -159,6 +161,12 @@ def _exercise_every_script(h: Harness) -> None:
     h.pump()
     announce_suspension(h.rt, h.rt.mirror.sync().worker_list(), suspended=True)
     assert resume_if_recovered(h.rt)  # the one worker left is ready
+    for rid in ("w1", "w2"):  # more than one GPU holds: w2 waits parked
+        h.submit({"request_id": rid, "model": model(env=claim)})
+    h.pump()
+    take_checkpoint(h.rt.partition)
+    h.clock.advance(h.settings.parked_ttl_s + 1)
+    assert expire_parked(h.rt)
 
 
 def test_every_script_caller_passes_the_keys_and_arguments_its_header_documents(
