@@ -54,3 +54,18 @@ def test_json_input_errors_are_one_line(tmp_path: Path) -> None:
     assert messages["deep"].endswith("JSON nested too deeply to read")
     assert "4300 digits" in messages["digits"]
     assert messages["broken"].endswith("invalid JSON at line 1 column 7: Expecting value")
+
+
+def test_every_option_of_every_command_has_help() -> None:
+    from tasks.edges.cli import build_parser
+
+    missing: list[str] = []
+    pending = [("gpusched", build_parser())]
+    while pending:
+        name, parser = pending.pop()
+        for action in parser._actions:  # argparse keeps no public list of a parser's actions
+            if isinstance(action, argparse._SubParsersAction):
+                pending.extend((f"{name} {sub}", child) for sub, child in action.choices.items())
+            elif not action.help:
+                missing.append(f"{name} {'/'.join(action.option_strings) or action.dest}")
+    assert missing == []
