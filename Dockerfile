@@ -10,12 +10,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     GPUSCHED_LOG_FORMAT=json
 
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY scheduler_core ./scheduler_core
 COPY tasks ./tasks
 COPY configs ./configs
 COPY examples ./examples
-# Editable install: the core finds its data (configs/diffusion_*.json) next to the
+# Editable install: the data (configs/, the gpusched_configs package) stays next to the
 # source tree, as in a checkout. flower serves the monitoring UI in docker-compose.yml;
 # it is not a library dependency.
 # /var/lib/gpusched: the ACL file docker-compose writes (acl/) and the workers' data

@@ -10,6 +10,8 @@ never the data region.
 from __future__ import annotations
 
 import json
+import os
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +64,30 @@ class SafetensorsHeader:
     file_bytes: int
 
 
+def open_regular(path: str | Path) -> BinaryIO:
+    """Open ``path`` for reading only if it is a regular file; never block on a FIFO.
+
+    The file is opened non-blocking (opening a FIFO for reading would wait for a
+    writer) and checked with ``fstat`` on the opened descriptor, so a file swapped
+    for a FIFO or a device between a check and the open is refused as well.
+
+    Raises:
+        ModelFolderError: it cannot be opened or is not a regular file.
+    """
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ModelFolderError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise ModelFolderError(f"cannot read {path}: not a regular file")
+        os.set_blocking(descriptor, True)
+        return os.fdopen(descriptor, "rb")
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
 def read_safetensors_header(path: str | Path) -> SafetensorsHeader:
     """Read the length prefix and JSON header of a safetensors file.
 
@@ -84,7 +110,7 @@ def read_safetensors_header(path: str | Path) -> SafetensorsHeader:
     """
     name = str(path)
     try:
-        with Path(path).open("rb") as stream:
+        with open_regular(path) as stream:
             header_bytes = _read_header_length(stream, name)
             raw = stream.read(header_bytes)
     except OSError as exc:

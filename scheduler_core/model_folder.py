@@ -19,6 +19,7 @@ from scheduler_core._safetensors import (
     MAX_HEADER_BYTES,
     ModelFolderError,
     SafetensorsHeader,
+    open_regular,
     read_safetensors_header,
 )
 
@@ -150,7 +151,7 @@ def read_local_model(path: str | Path) -> LocalModelFacts:
 def _read_json(file: Path) -> object:
     """Parse a JSON file (bounded by ``_MAX_JSON_BYTES``)."""
     try:
-        with file.open("rb") as stream:
+        with open_regular(file) as stream:
             raw = stream.read(_MAX_JSON_BYTES + 1)
     except OSError as exc:
         raise ModelFolderError(f"cannot read {file}: {exc.strerror or exc}") from None

@@ -75,9 +75,9 @@ class _WorkerLoad:
     total: int
     gpus: Mapping[int, int]
     by_model: Mapping[int | None, tuple[int, Mapping[int, int]]]
-    #: GPU scores (:func:`_gpu_score`) of a model with no instance on the worker, by GPU
-    #: indexes, filled as candidates ask: the same for every such model.
-    newcomer_scores: dict[tuple[int, ...], float]
+    #: Per busy GPU index, the GPU term of a model with no instance on the worker
+    #: (``_gpu_term(0, instances on the GPU)``): the same for every such model.
+    newcomer_terms: Mapping[int, float]
 
     def counts(self, model_id: int | None) -> tuple[int, int]:
         """(placements of ``model_id``, placements of other models) on the worker."""
@@ -118,7 +118,8 @@ def _worker_load(cluster: ClusterState, worker_id: int) -> _WorkerLoad:
                 gpus[index] = gpus.get(index, 0) + 1
                 per_gpu[index] = per_gpu.get(index, 0) + 1
             by_model[instance.model_id] = (placed + count, per_gpu)
-    return _WorkerLoad(total, gpus, by_model, {})
+    newcomer = {index: _gpu_term(0, count) for index, count in gpus.items()}
+    return _WorkerLoad(total, gpus, by_model, newcomer)
 
 
 def _inverse(value: float, low: float, high: float) -> float:
@@ -156,6 +157,15 @@ def _gpu_term(placed: int, others: int) -> float:
     return 1.0 / (1 + placed + 0.2 * others)
 
 
+def _newcomer_score(indexes: tuple[int, ...], load: _WorkerLoad) -> float:
+    """:func:`_gpu_score` for a model with no instance on the worker (the same floats)."""
+    terms = load.newcomer_terms
+    if len(indexes) == 1:
+        return terms.get(indexes[0], 1.0)  # 1 / (1 + 0 + 0.2 × 0) on an idle GPU
+    values = [terms.get(index, 1.0) for index in indexes]
+    return sum(values) / len(values)
+
+
 def _gpu_score(indexes: tuple[int, ...], load: _WorkerLoad, model_id: int | None) -> float:
     """The GPU term: the mean over the candidate's GPUs of 1 / (1 + placed + 0.2 × others)."""
     if len(indexes) == 1:  # the common single-GPU case, without the list
@@ -178,8 +188,8 @@ def spread_scores(
     (:meth:`ClusterState.per_worker`). The worker term depends only on the
     worker's two counts and the GPU term is exactly 1.0 on a worker whose GPUs
     run nothing, so both are computed once per distinct value (same floats);
-    for a model with no instance on a busy worker, the GPU term depends only on
-    the worker's load and the GPU indexes, so the load keeps it across decisions.
+    for a model with no instance on a busy worker, the per-GPU terms are part of
+    the worker's load (which a memo keeps while the worker's instances are unchanged).
     """
     if not candidates:
         return []
@@ -196,7 +206,7 @@ def spread_scores(
     load = next(iter(loads.values()))
     worker = idle = 0.0
     busy = False
-    known: dict[tuple[int, ...], float] | None = None
+    newcomer = False
     for candidate in candidates:  # a worker's candidates come one after another
         worker_id = candidate.worker.id
         if worker_id != last_id:
@@ -207,16 +217,12 @@ def spread_scores(
                 worker = by_counts[pair] = _worker_score(*pair, ranges) * MAX_SCORE
             busy = bool(load.gpus)
             idle = 0.85 * worker + 0.15 * _IDLE_GPU_SCORE * MAX_SCORE
-            known = load.newcomer_scores if pair[0] == 0 else None
+            newcomer = pair[0] == 0
         indexes = candidate.gpu_indexes
         if not indexes:
             append(worker)
         elif busy:
-            gpu = known.get(indexes) if known is not None else None
-            if gpu is None:
-                gpu = _gpu_score(indexes, load, model_id)
-                if known is not None:
-                    known[indexes] = gpu
+            gpu = _newcomer_score(indexes, load) if newcomer else _gpu_score(indexes, load, model_id)
             append(0.85 * worker + 0.15 * gpu * MAX_SCORE)
         else:
             append(idle)

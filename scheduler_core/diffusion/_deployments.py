@@ -10,6 +10,7 @@ directory and cached. Upstream: ``configs/pipeline_configs/model_deployment_conf
 from __future__ import annotations
 
 import functools
+from importlib import resources
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
 
@@ -32,9 +33,21 @@ WAN2_2_A14B_PREFIX = "Wan2_2_"
 WAN2_2_A14B_MARKER = "A14B"
 
 
+#: The package that ships ``configs/`` (package data of the wheel; ``configs/`` in a checkout).
+CONFIG_PACKAGE = "gpusched_configs"
+
+
 def default_configs_dir() -> Path:
-    """The repository's ``configs/`` directory (two levels above this package)."""
-    return Path(__file__).resolve().parents[2] / "configs"
+    """The shipped ``configs/`` directory, found through :mod:`importlib.resources`.
+
+    An installed ``gpusched`` carries it as the ``gpusched_configs`` package, so the
+    tuner finds its data from any working directory; a source tree that is not
+    installed falls back to the ``configs/`` folder two levels above this package.
+    """
+    try:
+        return Path(str(resources.files(CONFIG_PACKAGE)))
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parents[2] / "configs"
 
 
 def is_wan2_2_a14b_name(pipeline_config_class: str) -> bool:

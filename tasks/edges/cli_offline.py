@@ -3,43 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-from pathlib import Path
 from typing import Any
 
+from tasks.edges.cli_support import CliError, read_json
 
-class CliError(Exception):
-    """A failure reported as one line on stderr with ``exit_code``."""
-
-    def __init__(self, message: str, exit_code: int = 2) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-def read_json(source: str) -> Any:
-    """Read JSON from a file path or ``-`` (stdin).
-
-    Raises:
-        CliError: the file is missing/unreadable or not JSON (exit code 2).
-    """
-    try:
-        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
-    except OSError as error:
-        raise CliError(f"cannot read {source}: {error.strerror or error}") from None
-    except UnicodeDecodeError:
-        raise CliError(f"cannot read {source}: not UTF-8 text") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        where = f"line {error.lineno} column {error.colno}"
-        raise CliError(f"{source}: invalid JSON at {where}: {error.msg}") from None
+__all__ = ["CliError", "read_json", "register"]
 
 
 def _schedule(args: argparse.Namespace) -> int:
+    request = read_json(args.file)  # unreadable input is reported before the core is loaded
+
     from scheduler_core import schedule
 
-    result = schedule(read_json(args.file))
+    result = schedule(request)
     print(result.model_dump_json(indent=2 if args.pretty else None))
     if result.status == "rejected" and result.error is not None:
         where = f"{result.error.field}: " if result.error.field else ""
@@ -47,13 +23,27 @@ def _schedule(args: argparse.Namespace) -> int:
     return 0
 
 
+def tune_error(error: ValueError) -> str:
+    """One line for a refused tune request: the first invalid field and why, or the tuner's own text."""
+    from pydantic import ValidationError
+
+    if isinstance(error, ValidationError):
+        first = error.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"]) or "request"
+        return f"invalid tune request: {where}: {first['msg']}"
+    lines = str(error).strip().splitlines()
+    return f"invalid tune request: {lines[0] if lines else type(error).__name__}"
+
+
 def _tune(args: argparse.Namespace) -> int:
+    request = read_json(args.file)
+
     from scheduler_core import tune
 
     try:
-        result = tune(read_json(args.file))
+        result = tune(request)
     except ValueError as error:
-        raise CliError(f"invalid tune request: {str(error).splitlines()[0]}") from None
+        raise CliError(tune_error(error)) from None
     print(result.model_dump_json(indent=2 if args.pretty else None))
     return 0
 
@@ -61,12 +51,19 @@ def _tune(args: argparse.Namespace) -> int:
 def register(commands: Any) -> None:
     """Add ``schedule`` and ``tune`` to the ``gpusched`` subcommands."""
     schedule = commands.add_parser(
-        "schedule", help="decide a placement for REQUEST.json in process (Contract 1)"
+        "schedule", help="decide a placement for REQUEST.json in process (Contract 1)",
+        description="Decide a placement in process, without Redis or workers; the request carries "
+                    "its own workers and model_instances. Exit 0 scheduled or unschedulable, "
+                    "2 rejected or unreadable input.",
     )
     schedule.add_argument("file", metavar="REQUEST.json", help="request file, or - for stdin")
     schedule.add_argument("--pretty", action="store_true", help="indent the JSON output")
     schedule.set_defaults(handler=_schedule)
-    tune = commands.add_parser("tune", help="plan diffusion launch flags for FILE.json (Contract 2)")
+    tune = commands.add_parser(
+        "tune", help="plan diffusion launch flags for FILE.json (Contract 2)",
+        description="Plan SGLang diffusion launch flags for one deployment (e.g. "
+                    "examples/tune/qwen-image.json). Exit 0 planned, 2 invalid request.",
+    )
     tune.add_argument("file", metavar="FILE.json", help="tune request file, or - for stdin")
     tune.add_argument("--pretty", action="store_true", help="indent the JSON output")
     tune.set_defaults(handler=_tune)

@@ -1,12 +1,12 @@
-"""Service subcommands of ``gpusched``: ``submit``, ``worker``, ``cluster apply|event``, ``replay``,
-``audit checkpoint|trim|export``.
+"""Service subcommands of ``gpusched``: ``submit``, ``worker``, ``cluster apply|event``, ``replay``.
 
 Nothing here imports Celery or Redis at module import time (the offline
 commands must work without them); handlers import lazily. One-line errors are
-raised as :class:`tasks.edges.cli_offline.CliError`: exit 2 for bad input (or a
-rejected request), 1 for a service failure (Redis unreachable or out of memory,
-its data lost and not recovered, a timeout, replay differences or decisions
-replay could not rebuild).
+raised as :class:`tasks.edges.cli_support.CliError`: exit 2 for bad input (or a
+rejected request, or invalid settings), 1 for a service failure (Redis
+unreachable, refusing or out of memory, its data lost and not recovered,
+timeout, no live worker, replay differences or decisions replay could not
+rebuild). The Redis URL is always shown with its password masked.
 """
 
 from __future__ import annotations
@@ -17,12 +17,20 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from tasks.edges.cli_offline import CliError, read_json
+from tasks.edges.cli_support import (
+    EXIT_FAILURE,
+    CliError,
+    positive_int,
+    positive_seconds,
+    read_json,
+    redact_url,
+    stream_id,
+)
 
 
 @contextmanager
 def _service_errors() -> Iterator[None]:
-    """Turn Redis/broker outages into a one-line exit-1 error."""
+    """Turn Redis/broker failures into a one-line exit-1 error (the URL's password masked)."""
     import redis
     from kombu.exceptions import OperationalError
 
@@ -33,25 +41,64 @@ def _service_errors() -> Iterator[None]:
     try:
         yield
     except DataLost as error:
-        raise CliError(str(error), 1) from None
-    except redis.exceptions.OutOfMemoryError as error:  # before ConnectionError: a RedisError too
+        raise CliError(str(error), EXIT_FAILURE) from None
+    except redis.exceptions.OutOfMemoryError as error:  # Redis answered: at maxmemory
         message = str(error) if isinstance(error, RedisOutOfMemory) else f"Redis is out of memory: {error}"
-        raise CliError(message, 1) from None
-    except (redis.ConnectionError, redis.TimeoutError, OperationalError) as error:
-        url = get_settings().redis_url
-        raise CliError(f"cannot reach Redis at {url}: {error}", 1) from None
+        raise CliError(message, EXIT_FAILURE) from None
+    except (redis.ConnectionError, redis.TimeoutError, OperationalError, ConnectionError) as error:
+        url = redact_url(get_settings().redis_url)
+        raise CliError(f"cannot reach Redis at {url}: {error}", EXIT_FAILURE) from None
+    except redis.RedisError as error:  # e.g. NOPERM, OOM: Redis answered and refused
+        url = redact_url(get_settings().redis_url)
+        raise CliError(f"Redis at {url} refused the command: {error}", EXIT_FAILURE) from None
 
 
-def _client() -> Any:
-    from pydantic import ValidationError
+def _preflight() -> None:
+    """PING Redis once with the connect timeout for the whole exchange and no retry, so an
+    unreachable server, a TLS mismatch (``rediss://`` to a plain server never finishes its
+    handshake) or a missing password fails within ``redis_socket_connect_timeout_s``."""
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
 
-    from tasks.edges.client import ServiceClient
+    from tasks.runtime.settings import get_settings
 
+    settings = get_settings()
+    timeout = settings.redis_socket_connect_timeout_s
     try:
-        return ServiceClient()
-    except ValidationError as error:
-        first = error.errors(include_url=False)[0]
-        raise CliError(f"invalid GPUSCHED_* settings: {first['loc']}: {first['msg']}") from None
+        probe = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=timeout,
+                                     socket_timeout=timeout, retry=Retry(NoBackoff(), 0), protocol=2)
+    except ValueError as error:
+        raise CliError(f"invalid setting redis_url: {error}") from None
+    try:
+        probe.ping()
+    except redis.TimeoutError as error:
+        url = redact_url(settings.redis_url)
+        raise CliError(f"cannot reach Redis at {url}: {error} (redis_socket_connect_timeout_s = "
+                       f"{timeout:g})", EXIT_FAILURE) from None
+    finally:
+        probe.close()
+
+
+def _client(check: bool = True) -> Any:
+    """A client for the configured deployment, after a quick check that its Redis answers.
+
+    Args:
+        check: PING first (:func:`_preflight`); ``gpusched health`` reports an
+            unreachable Redis itself and skips it.
+
+    Raises:
+        tasks.runtime.settings.SettingsError: invalid settings (one line; exit 2).
+        CliError / redis.RedisError: Redis unreachable or refusing (exit 1 under
+            :func:`_service_errors`).
+    """
+    from tasks.edges.client import ServiceClient
+    from tasks.runtime.settings import get_settings
+
+    get_settings()
+    if check:
+        _preflight()
+    return ServiceClient()
 
 
 def _print(value: Any, pretty: bool) -> None:
@@ -60,9 +107,10 @@ def _print(value: Any, pretty: bool) -> None:
 
 # -------------------------------------------------------------------- submit
 def _submit(args: argparse.Namespace) -> int:
+    document = read_json(args.file)  # bad input is reported before the service is contacted
+
     from tasks.edges.client import Submission, WaitTimeout
 
-    document = read_json(args.file)
     requests = document if isinstance(document, list) else [document]
     rejected: list[str] = []
     with _service_errors():
@@ -71,8 +119,8 @@ def _submit(args: argparse.Namespace) -> int:
             try:
                 outcome = client.submit(request, wait=args.wait, timeout=args.timeout,
                                         terminal=args.terminal)
-            except WaitTimeout as error:
-                raise CliError(str(error), 1) from None
+            except WaitTimeout as error:  # also NoLiveWorker: no worker heartbeat after a grace
+                raise CliError(str(error), EXIT_FAILURE) from None
             value = outcome.to_dict() if isinstance(outcome, Submission) else outcome
             _print(value, args.pretty)
             rejected.extend(_rejection_line(value))
@@ -185,13 +233,18 @@ def _cluster_export(args: argparse.Namespace) -> int:
 def _cluster_event(args: argparse.Namespace) -> int:
     document = read_json(args.file)
     events = document if isinstance(document, list) else [document]
-    failed: list[str] = []
     with _service_errors():
         client = _client()
+        for position, event in enumerate(events):  # every event is checked before any is sent
+            problem = client.check_cluster_event(event)
+            if problem is not None:
+                where = f"events.{position}." if isinstance(document, list) else ""
+                raise CliError(f"rejected cluster event: {where}{problem.field}: {problem.message}")
+        failed: list[str] = []
         for event in events:
             summary = client.cluster_event(event, queue=not args.local)
             _print(summary, args.pretty)
-            if summary.get("status") == "rejected":
+            if summary.get("status") == "rejected":  # applied here (--local) and refused there
                 failed.append(f"{summary.get('field') or 'event'}: {summary.get('error')}")
     if failed:
         raise CliError("rejected cluster event: " + "; ".join(failed))
@@ -220,6 +273,8 @@ def _replay(args: argparse.Namespace) -> int:
                             since=args.since, archive=files, progress=progress)
         except ReplayError as error:
             raise CliError(f"cannot replay: {error}", 1) from None
+    if args.request_id and report.replayed == 0 and not report.skipped:
+        raise CliError(f"nothing to replay: no decision of request {args.request_id} in the event log")
     print(format_report(report))
     if report.differ:
         raise CliError(f"{report.differ} decision(s) differ on replay", 1)
@@ -274,8 +329,9 @@ def _after_last(client: Any, stream: str) -> str:
     return f"{ms}-{int(seq) + 1}"
 
 
-def _add(commands: Any, name: str, help_text: str, handler: Callable[[argparse.Namespace], int]) -> Any:
-    parser = commands.add_parser(name, help=help_text)
+def _add(commands: Any, name: str, help_text: str, handler: Callable[[argparse.Namespace], int],
+         description: str | None = None) -> Any:
+    parser = commands.add_parser(name, help=help_text, description=description or help_text)
     parser.set_defaults(handler=handler)
     return parser
 
@@ -291,19 +347,31 @@ def register(commands: Any, cluster_actions: Callable[[Any], None] | None = None
     Args:
         cluster_actions: adds more ``gpusched cluster`` actions to its subparsers.
     """
-    submit = _add(commands, "submit", "put REQUEST.json on gpusched.requests (Contract 3)", _submit)
+    submit = _add(commands, "submit", "put REQUEST.json on gpusched.requests (Contract 3)", _submit,
+                  "Validate and record requests, and queue their decisions. Exit 0 accepted, "
+                  "scheduled or unschedulable; 2 rejected or unreadable; 1 Redis unreachable, a "
+                  "timeout, or no live worker while waiting.")
     submit.add_argument("file", metavar="FILE.json", help="a request or a list of requests; - for stdin")
     submit.add_argument("--wait", action="store_true", help="print the result when it is published")
     submit.add_argument("--terminal", action="store_true",
                         help="with --wait: skip the 'unschedulable' notice, wait for the final result")
-    submit.add_argument("--timeout", type=float, default=30.0, metavar="S", help="seconds to wait (30)")
+    submit.add_argument("--timeout", type=positive_seconds, default=30.0, metavar="S",
+                        help="with --wait: seconds to wait for the result (default 30)")
     submit.add_argument("--pretty", action="store_true", help="indent the JSON output")
 
-    worker = _add(commands, "worker", "run a Celery worker (celery -A tasks.app worker)", _worker)
-    worker.add_argument("--concurrency", "-c", type=int, default=None, help="pool processes")
-    worker.add_argument("--pool", default="prefork", choices=["prefork", "solo", "threads"])
-    worker.add_argument("--loglevel", "-l", default=None)
-    worker.add_argument("--hostname", "-n", default=None)
+    worker = _add(commands, "worker", "run a Celery worker (celery -A tasks.app worker)", _worker,
+                  "Run a prefork Celery worker on the partition's three queues; options after the "
+                  "known ones go to celery worker.")
+    worker.add_argument("--concurrency", "-c", type=positive_int, default=None, metavar="N",
+                        help="pool processes (default: the worker_concurrency setting)")
+    worker.add_argument("--pool", default="prefork", choices=["prefork", "solo", "threads"],
+                        help="Celery execution pool (default prefork)")
+    worker.add_argument("--loglevel", "-l", default=None,
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL",
+                                 "debug", "info", "warning", "error", "critical"],
+                        help="log level (default: the log_level setting)")
+    worker.add_argument("--hostname", "-n", default=None, metavar="NAME",
+                        help="node name, e.g. w1@%%h (default: celery@<host>)")
     worker.add_argument("--queues", "-Q", default=None,
                         help="comma-separated queues (default: cluster, commits and requests queues)")
     worker.add_argument("--events", "-E", action="store_true", help="send task events (for flower)")
@@ -311,10 +379,15 @@ def register(commands: Any, cluster_actions: Callable[[Any], None] | None = None
                         help="enable gossip and mingle (off: faster start, less broker traffic)")
     worker.add_argument("celery_args", nargs=argparse.REMAINDER, help="passed to celery worker")
 
-    cluster = commands.add_parser("cluster", help="change the cluster state held in Redis")
-    actions = cluster.add_subparsers(dest="cluster_command", required=True)
-    apply = _add(actions, "apply", "load a snapshot of GPUStack worker and instance rows", _cluster_apply)
-    apply.add_argument("file", metavar="FILE.json", help='{"workers": [...], "model_instances": [...]}')
+    cluster = commands.add_parser("cluster", help="change the cluster state held in Redis",
+                                  description="Change the cluster state held in Redis.")
+    actions = cluster.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
+    apply = _add(actions, "apply", "load a snapshot of GPUStack worker and instance rows", _cluster_apply,
+                 "Replace the cluster with a snapshot (applied in this process). Exit 0 applied, "
+                 "2 invalid snapshot, 1 Redis unreachable.")
+    apply.add_argument("file", metavar="FILE.json",
+                       help='{"workers": [...], "model_instances": [...]}; - for stdin')
+    apply.add_argument("--pretty", action="store_true", help="indent the JSON output")
     apply.add_argument("--recover", action="store_true",
                        help="after Redis lost its data: rebuild from FILE (also its 'bookings', as "
                             "'cluster export' writes them) and resume deciding")
@@ -323,40 +396,52 @@ def register(commands: Any, cluster_actions: Callable[[Any], None] | None = None
                             "remove or change, and whether it needs --allow-removal")
     apply.add_argument("--allow-removal", action="store_true",
                        help="confirm a snapshot that removes more than max_removed_fraction of the workers")
-    apply.add_argument("--pretty", action="store_true")
     export = _add(actions, "export", "print the cluster and gpusched's bookings as a recovery document",
-                  _cluster_export)
+                  _cluster_export, "Print the workers, the control plane's instances and gpusched's "
+                  "bookings as one JSON document that 'cluster apply --recover' takes after Redis lost "
+                  "its data. Exit 0, 1 Redis unreachable.")
     export.add_argument("--pretty", action="store_true", help="indent the JSON output")
     event = _add(actions, "event", "send cluster events (worker_state, instance_deleted, ...)",
-                 _cluster_event)
-    event.add_argument("file", metavar="FILE.json", help="an event or a list of events")
+                 _cluster_event,
+                 "Validate cluster events against the event schema and the current cluster, then "
+                 "queue them on gpusched.cluster (nothing is queued if any is invalid). Exit 0 "
+                 "queued, 2 invalid (the field is named), 1 Redis unreachable.")
+    event.add_argument("file", metavar="FILE.json", help="an event or a list of events; - for stdin")
     event.add_argument("--local", action="store_true", help="apply here instead of via the queue")
-    event.add_argument("--pretty", action="store_true")
+    event.add_argument("--pretty", action="store_true", help="indent the JSON output")
     if cluster_actions is not None:
         cluster_actions(actions)
 
-    acl = _add(commands, "acl", "print the Redis ACL users (service, control, submit) for redis-server "
-               "--aclfile, from the passwords in REDIS_<ROLE>_PASSWORD", _acl)
+    acl = _add(commands, "acl", "print the Redis ACL users for redis-server --aclfile", _acl,
+               "Print the Redis ACL file: the default user off, gpusched-service, gpusched-control and "
+               "gpusched-submit with the SHA-256 of their passwords, read from REDIS_SERVICE_PASSWORD, "
+               "REDIS_CONTROL_PASSWORD and REDIS_SUBMIT_PASSWORD (docs/security.md). Exit 0, 2 a "
+               "password missing.")
     acl.add_argument("--out", default=None, metavar="FILE",
                      help="write it here (mode 0644: it holds hashes, no password) instead of printing it")
 
-    replay = _add(commands, "replay", "re-run recorded decisions and compare", _replay)
-    replay.add_argument("--request-id", default=None, help="only this request's decisions")
-    replay.add_argument("--since", default=None, metavar="ID",
-                        help="only decisions logged at or after this event-stream id")
+    replay = _add(commands, "replay", "re-run recorded decisions and compare", _replay,
+                  "Re-run recorded decisions from the event log (from a checkpoint, or the archive) and "
+                  "compare their digests; progress on stderr. Exit 0 all identical, 1 some differ or "
+                  "could not be rebuilt, 2 nothing to replay for --request-id.")
+    replay.add_argument("--request-id", default=None, metavar="ID", help="only this request's decisions")
+    replay.add_argument("--since", default=None, metavar="ID", type=stream_id,
+                        help="only decisions logged at or after this event-stream id (<ms>[-<seq>])")
     replay.add_argument("--archive", default=None, metavar="DIR",
                         help="read the archived (trimmed) log in DIR first and replay from version 0")
 
-    audit = commands.add_parser("audit", help="audit log checkpoints, trimming and export")
-    audit_actions = audit.add_subparsers(dest="audit_command", required=True)
+    audit = commands.add_parser("audit", help="audit log checkpoints, trimming and export",
+                                description="Audit log checkpoints, trimming and export.")
+    audit_actions = audit.add_subparsers(dest="audit_command", required=True, metavar="ACTION")
     checkpoint = _add(audit_actions, "checkpoint", "checkpoint the cluster now (replay can start there)",
                       _audit_checkpoint)
-    checkpoint.add_argument("--pretty", action="store_true")
+    checkpoint.add_argument("--pretty", action="store_true", help="indent the JSON output")
     trim = _add(audit_actions, "trim",
                 "trim the log behind the oldest checkpoint kept (archived first if configured)", _audit_trim)
-    trim.add_argument("--pretty", action="store_true")
+    trim.add_argument("--pretty", action="store_true", help="indent the JSON output")
     export = _add(audit_actions, "export", "write the log (before --before) as JSON lines into DIR",
                   _audit_export)
     export.add_argument("folder", metavar="DIR", help="archive folder (created if missing)")
-    export.add_argument("--before", default=None, metavar="ID", help="only events before this stream id")
-    export.add_argument("--pretty", action="store_true")
+    export.add_argument("--before", default=None, metavar="ID", type=stream_id,
+                        help="only events before this stream id (<ms>[-<seq>])")
+    export.add_argument("--pretty", action="store_true", help="indent the JSON output")

@@ -20,13 +20,18 @@ import time
 from typing import Any
 
 import redis
+from pydantic import ValidationError
 
+from scheduler_core import Worker
 from tasks.audit.streams import read_new
+from tasks.intake.cluster_events import SnapshotEvent, check_against_worker, event_worker_id, parse_event
+from tasks.intake.limits import IntakeLimits, InvalidField
 from tasks.intake.requests import normalize
-from tasks.intake.snapshots import parse_snapshot
+from tasks.intake.snapshots import check_snapshot_size, parse_snapshot
 from tasks.intake.submit import Submission, submit_request
 from tasks.runtime.celery_app import TaskSender, client_app
 from tasks.runtime.context import Runtime, build_runtime, redis_client
+from tasks.runtime.middleware.node_heartbeat import HEARTBEAT_DRAIN_PASSES
 from tasks.runtime.settings import Settings, get_settings
 from tasks.state.cancels import cancel_request
 from tasks.state.cluster_changes import apply_snapshot, handle_cluster_event
@@ -36,10 +41,19 @@ from tasks.state.snapshot_diff import diff_snapshot
 
 #: Longest block of one blocking read in :meth:`ServiceClient.wait` (its socket timeout follows).
 WAIT_BLOCK_MS = 1000
+#: How long :meth:`ServiceClient.wait` lets the cluster go without a live worker before it gives up
+#: (a worker that is starting registers itself when ready).
+NO_WORKER_GRACE_S = 5.0
+#: A node whose heartbeat is older than this many heartbeat periods counts as dead.
+STALE_HEARTBEATS = 3
 
 
 class WaitTimeout(TimeoutError):
     """No result arrived within the timeout (the request is still accepted)."""
+
+
+class NoLiveWorker(WaitTimeout):
+    """Waiting is pointless: no worker node has a recent heartbeat (the request is still accepted)."""
 
 
 class ServiceClient:
@@ -99,7 +113,7 @@ class ServiceClient:
         user cannot write results); a valid one is pushed onto ``gpusched.requests``
         as a raw request (``queued``), and a worker records, decides and publishes it.
         """
-        normalized = normalize(request)
+        normalized = normalize(request, IntakeLimits.of(self.settings))
         if normalized.rejection is not None:
             return Submission(normalized.request_id, "rejected",
                               result=json.loads(normalized.rejection.model_dump_json()))
@@ -128,12 +142,44 @@ class ServiceClient:
         value: dict[str, Any] = json.loads(text)
         return value
 
+    def live_workers(self) -> list[str]:
+        """Worker nodes with a recent heartbeat in ``gpusched:nodes`` (see
+        :mod:`tasks.runtime.middleware.node_heartbeat`): seen within
+        :data:`STALE_HEARTBEATS` heartbeat periods."""
+        period_ms = self.settings.drain_interval_s * HEARTBEAT_DRAIN_PASSES * 1000
+        oldest = self.rt.partition.now_ms() - STALE_HEARTBEATS * period_ms
+        alive: list[str] = []
+        for node, raw in sorted(self.rt.client.hgetall(self.rt.keys.nodes).items()):
+            try:
+                seen = float(json.loads(raw).get("seen_ms", 0))
+            except (ValueError, TypeError, AttributeError):
+                continue
+            if seen >= oldest:
+                alive.append(str(node))
+        return alive
+
+    def _check_workers(self, request_id: str, since: float | None) -> float | None:
+        """When the cluster has had no live worker since ``since``; raise past the grace."""
+        if self.live_workers():
+            return None
+        now = time.monotonic()
+        if since is not None and now - since >= NO_WORKER_GRACE_S:
+            period = self.settings.drain_interval_s * HEARTBEAT_DRAIN_PASSES
+            raise NoLiveWorker(
+                f"no gpusched worker is alive (no heartbeat in {self.rt.keys.nodes} within the last "
+                f"{STALE_HEARTBEATS * period:g} s); {request_id} is accepted and will be decided "
+                "when a worker runs"
+            )
+        return since if since is not None else now
+
     def wait(
         self, request_id: str, *, timeout: float = 30.0, start_id: str = "0-0", terminal: bool = False
     ) -> dict[str, Any]:
         """Block until a result for ``request_id`` is on the results stream.
 
         Raises:
+            NoLiveWorker: no worker node had a heartbeat for :data:`NO_WORKER_GRACE_S`
+                while waiting (a subclass of :class:`WaitTimeout`).
             WaitTimeout: nothing arrived within ``timeout`` seconds.
         """
         stored = self.stored_result(request_id, terminal=terminal)
@@ -141,7 +187,9 @@ class ServiceClient:
             return stored
         deadline = time.monotonic() + timeout
         cursor = start_id
+        without_worker: float | None = None
         while (remaining := deadline - time.monotonic()) > 0:
+            without_worker = self._check_workers(request_id, without_worker)
             block = max(1, min(int(remaining * 1000), WAIT_BLOCK_MS))
             try:
                 entries = read_new(self._blocking, self.rt.keys.results, cursor, count=500,
@@ -194,10 +242,12 @@ class ServiceClient:
                 workers (:func:`tasks.state.recovery.recover`).
 
         Raises:
-            pydantic.ValidationError / ValueError: invalid rows (nothing changes).
+            pydantic.ValidationError / ValueError: invalid rows, or larger than
+                ``max_snapshot_bytes`` (nothing changes).
             tasks.state.generation.DataLost: Redis lost the service's data and
                 ``recover`` is not set.
         """
+        check_snapshot_size(document, self.settings.max_snapshot_bytes)
         if dry_run:
             return diff_snapshot(self.rt, parse_snapshot(document), allow_removal=allow_removal)
         if recover:
@@ -213,17 +263,48 @@ class ServiceClient:
         """
         return export_state(self.rt)
 
-    def cluster_event(self, event: dict[str, Any], *, queue: bool = True) -> dict[str, Any]:
-        """Send a cluster event to ``gpusched.cluster_event`` (or apply it here).
+    def check_cluster_event(self, event: Any) -> InvalidField | None:
+        """What is wrong with ``event`` before it is queued, None when nothing is.
+
+        The door the worker applies (:func:`tasks.intake.cluster_events.parse_event`:
+        size, nesting, Unicode, shape, key alphabets; a snapshot's rows), and what only
+        the current cluster tells: the worker an event changes must exist (but for
+        ``worker_added``), a ``gpu_memory_changed`` must name its GPUs.
+        """
+        try:
+            parsed = parse_event(event, IntakeLimits.of(self.settings))
+            if isinstance(parsed, SnapshotEvent):
+                parse_snapshot(parsed.model_dump(mode="json"))
+            named = event_worker_id(parsed)
+            stored = self.rt.cluster.worker_row(named[1]) if named else None
+            check_against_worker(parsed, Worker.model_validate_json(stored) if stored else None)
+        except InvalidField as error:
+            return error
+        except ValidationError as error:  # a snapshot row of the wrong type
+            first = error.errors(include_url=False)[0]
+            return InvalidField(".".join(str(part) for part in first["loc"]), str(first["msg"]))
+        return None
+
+    def cluster_event(self, event: Any, *, queue: bool = True) -> dict[str, Any]:
+        """Validate a cluster event, then send it to ``gpusched.cluster_event`` (or apply it here).
+
+        Returns:
+            The summary: ``queued`` with the message id; the applied event's summary
+            with ``queue=False``; or ``rejected`` with ``field`` and ``error`` when
+            :meth:`check_cluster_event` refuses it (nothing is queued or applied).
 
         Raises:
             tasks.state.generation.DataLost: Redis lost the service's data (no recovery ran).
         """
         self.rt.generation.ensure_ok(create=False)
+        problem = self.check_cluster_event(event)
+        kind = event.get("kind") if isinstance(event, dict) else None
+        if problem is not None:
+            return {"kind": kind, "status": "rejected", "field": problem.field, "error": problem.message}
         if not queue:
             return handle_cluster_event(self.rt, event)
         task_id = self._sender.cluster_event(event)
-        return {"kind": event.get("kind"), "status": "queued", "task_id": task_id}
+        return {"kind": kind, "status": "queued", "task_id": task_id}
 
     def close(self) -> None:
         """Close the Redis and broker connections."""
@@ -256,4 +337,4 @@ def submit(
     return default_client().submit(request, wait=wait, timeout=timeout, terminal=terminal)
 
 
-__all__ = ["ServiceClient", "Submission", "WaitTimeout", "default_client", "submit"]
+__all__ = ["NoLiveWorker", "ServiceClient", "Submission", "WaitTimeout", "default_client", "submit"]

@@ -15,16 +15,22 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from tasks.edges.cli_support import redact_url
 
 #: Example files shipped with the repository.
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "service"
 #: Settings the demo's workers run with (quick drains; logs only on trouble).
 DEMO_ENV = {"GPUSCHED_LOG_LEVEL": "WARNING", "GPUSCHED_DRAIN_INTERVAL_S": "0.1"}
+#: Width of the demo's lines; longer messages wrap (never cut).
+WIDTH = 110
+_GIB = 1 << 30
 
 
 def _say(text: str = "") -> None:
@@ -38,12 +44,12 @@ def _redis() -> Iterator[tuple[str, str | None]]:
 
     url = os.environ.get("GPUSCHED_REDIS_URL", "redis://localhost:6379/0")
     if reachable(url):
-        _say(f"Using the Redis at {url} (private partition, removed afterwards).")
+        _say(f"Using the Redis at {redact_url(url)} (private partition, removed afterwards).")
         yield url, f"demo-{os.getpid()}"
         return
     ensure_redis_binary()
     server = start_redis()
-    _say(f"No Redis at {url}: started redis-server on {server.url}.")
+    _say(f"No Redis at {redact_url(url)}: started redis-server on {server.url}.")
     try:
         yield server.url, None
     finally:
@@ -60,21 +66,52 @@ def _candidate_line(result: dict[str, Any]) -> str:
     return f"on {where}; launch: {launch or '(no extra flags)'}"
 
 
+def _wrapped(head: str, text: str) -> str:
+    """``head`` followed by ``text`` wrapped to :data:`WIDTH`, continuation lines under the text."""
+    if not text.strip():
+        return head.rstrip()
+    return textwrap.fill(" ".join(text.split()), WIDTH, initial_indent=head,
+                         subsequent_indent=" " * len(head), break_on_hyphens=False)
+
+
 def describe_result(result: dict[str, Any]) -> str:
-    """One readable line for a Contract 1 result."""
+    """A Contract 1 result, readable (long messages wrap; nothing is cut)."""
     status = result["status"]
     head = f"  {result['request_id']:<16} {status:<14}"
     if status == "scheduled" and result.get("selected") is not None:
-        return head + _candidate_line(result)
+        return _wrapped(head, _candidate_line(result))
     if status == "rejected":
         error = result.get("error") or {}
-        return head + f"{error.get('field') or 'request'}: {error.get('message')}"
+        return _wrapped(head, f"{error.get('field') or 'request'}: {error.get('message')}")
     text = (result.get("messages") or [result.get("state_message") or ""])[-1]
-    return head + " ".join(text.replace("- ", "").split())[:110]
+    return _wrapped(head, text.replace("- ", ""))
 
 
-def describe_event(fields: dict[str, str]) -> str:
-    """One readable line for an audit event."""
+def gib(amount: int) -> str:
+    """Bytes as GiB with two decimals."""
+    return f"{amount / _GIB:.2f} GiB"
+
+
+def describe_claims(claims: Mapping[str, int], names: Mapping[int, str]) -> str:
+    """A booking's claims (GPU key ``<worker>:<type>:<index>`` → bytes, as its event records them)
+    as ``<worker name> <type>:<index> <GiB>`` (the type is what lies between the first and last colon)."""
+    shown = []
+    for key, amount in claims.items():
+        worker, _, rest = key.partition(":")
+        gpu_type, _, index = rest.rpartition(":")
+        name = names.get(int(worker), f"worker {worker}")
+        shown.append(f"{name} {gpu_type}:{index} {gib(int(amount))}")
+    return ", ".join(shown)
+
+
+def describe_event(fields: dict[str, str], names: Mapping[int, str] | None = None) -> str:
+    """An audit event, readable: claims in GiB on named workers; long lines wrap (nothing is cut).
+
+    Args:
+        fields: the stream entry.
+        names: worker id → name (ids are shown when a name is unknown).
+    """
+    names = names or {}
     data = json.loads(fields.get("data") or "{}")
     version = f"v{fields['cluster_version']}" if fields.get("cluster_version") else ""
     detail = ""
@@ -83,10 +120,13 @@ def describe_event(fields: dict[str, str]) -> str:
         detail = f"{data['outcome']['status']} ({data['outcome']['candidate_count']} candidates)"
         if data.get("reasons"):
             detail += f" reasons={data['reasons']}"
-    elif kind in ("sched.request.parked", "sched.reservation.conflicted"):
-        detail = str(data.get("reasons") or data.get("gpus"))
+    elif kind == "sched.request.parked":
+        detail = str(data.get("reasons"))
+    elif kind == "sched.reservation.conflicted":
+        detail = ", ".join(f"{g.get('gpu')}: {gib(int(g.get('claim') or 0))} on top of "
+                           f"{gib(int(g.get('booked') or 0))}" for g in data.get("gpus") or [])
     elif kind == "sched.reservation.booked":
-        detail = data.get("claims", "")
+        detail = describe_claims(data.get("claims") or {}, names)
     elif kind == "sched.request.woken":
         detail = str([b.get("kind") for b in data.get("by") or []] if isinstance(data.get("by"), list)
                      else data.get("by"))
@@ -94,7 +134,7 @@ def describe_event(fields: dict[str, str]) -> str:
         detail = data.get("status", "")
     elif kind == "sched.instance.released":
         detail = ", ".join(item["key"] for item in data.get("released") or [])
-    return f"  {kind:<28} {fields.get('request_id') or '-':<16} {version:<4} {detail}"[:150]
+    return _wrapped(f"  {kind:<28} {fields.get('request_id') or '-':<16} {version:<4} ", detail).rstrip()
 
 
 class _Demo:
@@ -131,6 +171,7 @@ class _Demo:
         from tasks.audit.streams import iter_stream
 
         cluster = json.loads((EXAMPLES / "cluster.json").read_text())
+        worker_names = {int(w["id"]): str(w["name"]) for w in cluster["workers"]}
         applied = self.client.apply_cluster(cluster)
         names = [w["name"] + ("" if w["state"] == "ready" else f" ({w['state']})")
                  for w in cluster["workers"]]
@@ -150,7 +191,7 @@ class _Demo:
         _say(describe_result(placed) + "   <- woken and placed")
         _say("\nEvent log (gpusched:events):")
         for _, fields in iter_stream(self.client.rt.client, self.client.rt.keys.events):
-            _say(describe_event(fields))
+            _say(describe_event(fields, worker_names))
         report = replay(self.client.rt.client, self.client.rt.cluster)
         _say("\nReplay of every recorded decision:\n  " + format_report(report).replace("\n", "\n  "))
         return 0 if report.differ == 0 else 1

@@ -87,11 +87,13 @@ class RedisServer:
     binary: str
     owns_directory: bool = False
     process: subprocess.Popen[bytes] | None = None
+    password: str | None = None
 
     @property
     def url(self) -> str:
-        """``redis://127.0.0.1:<port>/0``."""
-        return f"redis://127.0.0.1:{self.port}/0"
+        """``redis://127.0.0.1:<port>/0`` (``redis://:<password>@...`` when it requires one)."""
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def start(self, timeout: float = 10.0) -> RedisServer:
         """Start (or restart) the server and wait until it answers."""
@@ -101,6 +103,7 @@ class RedisServer:
             "--appendonly", "yes" if self.appendonly else "no",
             "--appendfsync", "always" if self.appendonly else "everysec",
             "--maxmemory-policy", "noeviction",
+            *(["--requirepass", self.password] if self.password else []),
         ]
         log = open(self.directory / "redis.log", "ab")
         self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
@@ -130,8 +133,10 @@ class RedisServer:
             shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def start_redis(*, appendonly: bool = False, directory: Path | None = None) -> RedisServer:
-    """Start a private ``redis-server`` on a free port.
+def start_redis(
+    *, appendonly: bool = False, directory: Path | None = None, password: str | None = None
+) -> RedisServer:
+    """Start a private ``redis-server`` on a free port (requiring ``password`` when given).
 
     Raises:
         RuntimeError: the binary is missing or the server does not come up.
@@ -141,7 +146,9 @@ def start_redis(*, appendonly: bool = False, directory: Path | None = None) -> R
         raise RuntimeError("redis-server is not installed")
     folder = directory or Path(tempfile.mkdtemp(prefix="gpusched-redis-"))
     folder.mkdir(parents=True, exist_ok=True)
-    return RedisServer(free_port(), folder, appendonly, binary, owns_directory=directory is None).start()
+    server = RedisServer(free_port(), folder, appendonly, binary, owns_directory=directory is None,
+                         password=password)
+    return server.start()
 
 
 @dataclass

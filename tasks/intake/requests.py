@@ -1,13 +1,19 @@
 """Validating a scheduling request at the edge: its id, its canonical form, its rejection.
 
-Invalid input never reaches a worker as an exception: it becomes the core's
-``rejected`` result, naming the field. A valid request is stored canonically
+Invalid input never reaches a worker as an exception: it becomes a
+``rejected`` result, naming the field — the core's, or the service's own for
+what only the service bounds (:func:`service_problem`): nesting and Unicode
+anywhere in the request, the stored size (``max_request_bytes``), the
+request id's alphabet (:mod:`tasks.intake.names`) and local model folders
+outside the configured ``model_roots``. A valid request is stored canonically
 (sorted-key JSON, without inline workers/instances: the service holds the
-cluster) under its idempotency key.
+cluster) under its idempotency key; a rejected one is stored as a short stub
+when the request itself is what must not be stored (too large, too deep).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +22,7 @@ from pydantic import ValidationError
 
 from scheduler_core import (
     UNHASHABLE_REQUEST_ID,
+    ErrorOut,
     ModelSpec,
     ScheduleRequest,
     ScheduleResult,
@@ -24,9 +31,20 @@ from scheduler_core import (
     schedule,
 )
 from tasks.audit.digests import sha256_hex
+from tasks.intake.limits import (
+    MAX_JSON_DEPTH,
+    IntakeLimits,
+    InvalidField,
+    check_document,
+    check_size,
+    nesting_path,
+)
+from tasks.intake.names import REQUEST_ID, check_name
 
 #: Request fields the service ignores: it holds the cluster state itself.
 INLINE_CLUSTER_FIELDS = ("workers", "model_instances")
+#: ``error.code`` of the service's own rejections (the core's codes otherwise).
+INVALID_REQUEST = "invalid_request"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,23 +76,101 @@ def request_id_of(raw: Any) -> str:
         return UNHASHABLE_REQUEST_ID
 
 
-def normalize(raw: Any) -> Normalized:
-    """Validate a raw request at the edge; never raises."""
+def normalize(raw: Any, limits: IntakeLimits | None = None) -> Normalized:
+    """Validate a raw request at the edge; never raises.
+
+    Args:
+        raw: the request as received.
+        limits: the deployment's bounds (defaults: :class:`IntakeLimits`).
+    """
+    limits = limits or IntakeLimits()
     request_id = request_id_of(raw)
     if not isinstance(raw, Mapping):
-        rejection = schedule(raw)
-        text = canonical_json({"request_id": request_id, "invalid": raw})
-        rejected = with_request_id(rejection, request_id)
-        return Normalized(request_id, text, sha256_hex(text), rejected, False)
+        return _rejected_non_object(raw, request_id)
     stripped = {k: v for k, v in raw.items() if k not in INLINE_CLUSTER_FIELDS}
     stripped["request_id"] = request_id
+    deep = nesting_path(stripped)
+    if deep is not None:
+        return _refused(request_id, _top_field(deep), f"nests more than {MAX_JSON_DEPTH} levels deep")
     text = canonical_json(stripped)
+    try:
+        check_size(text, limits.max_request_bytes, field="request", setting="max_request_bytes")
+    except InvalidField as error:
+        return _refused(request_id, error.field, error.message)
+    try:
+        check_document(stripped)
+        if isinstance(raw.get("request_id"), str) and raw["request_id"] == request_id:
+            check_name(request_id, REQUEST_ID, "request_id")
+    except InvalidField as error:
+        rejection = service_rejection(request_id, error.field, error.message)
+        return Normalized(request_id, text, sha256_hex(text), rejection, False)
     try:
         parsed = ScheduleRequest.model_validate(stripped)
     except ValidationError:
         rejection = with_request_id(schedule(stripped), request_id)
         return Normalized(request_id, text, sha256_hex(text), rejection, False)
+    problem = local_path_problem(parsed.model, limits.model_roots)
+    if problem is not None:
+        rejection = service_rejection(request_id, problem.field, problem.message)
+        return Normalized(request_id, text, sha256_hex(text), rejection, False)
     return Normalized(request_id, text, sha256_hex(text), None, is_pinned(parsed.model))
+
+
+def _rejected_non_object(raw: Any, request_id: str) -> Normalized:
+    """A request that is not a JSON object: the core's rejection, stored whole unless too deep."""
+    if nesting_path(raw) is not None:
+        return _refused(request_id, "request", f"nests more than {MAX_JSON_DEPTH} levels deep")
+    rejection = with_request_id(schedule(raw), request_id)
+    text = canonical_json({"request_id": request_id, "invalid": raw})
+    return Normalized(request_id, text, sha256_hex(text), rejection, False)
+
+
+def _refused(request_id: str, field: str, message: str) -> Normalized:
+    """A request the service refuses to store: its rejection and a short stub in its place."""
+    text = canonical_json({"request_id": request_id, "invalid": f"{field}: {message}"})
+    rejection = service_rejection(request_id, field, message)
+    return Normalized(request_id, text, sha256_hex(text), rejection, False)
+
+
+def _top_field(path: str) -> str:
+    """The field a nesting problem is reported on: the top-level field, or the model's
+    field (``model.hf_config``, as the core names it)."""
+    parts = path.split(".")
+    return ".".join(parts[:2]) if parts[0] == "model" and len(parts) > 1 else parts[0]
+
+
+def service_rejection(request_id: str, field: str, message: str) -> ScheduleResult:
+    """A ``rejected`` result for what the service refuses (``error.code = invalid_request``)."""
+    return ScheduleResult(
+        request_id=request_id,
+        status="rejected",
+        error=ErrorOut(code=INVALID_REQUEST, message=message, field=field),
+    )
+
+
+def local_path_problem(model: ModelSpec, roots: tuple[str, ...]) -> InvalidField | None:
+    """A ``local_path`` (the model's or a LoRA's) the service must not read, or None.
+
+    Only paths under one of ``roots`` may be read: absolute, without ``..`` (a
+    symlink's parent would escape lexical checks), inside a root after
+    normalisation. The message is the same whether the path exists, is a file or
+    is missing, so a submitter learns nothing about the worker's disk.
+    """
+    named = [("model.local_path", model.local_path)]
+    named += [(f"model.lora_list.{i}.local_path", e.local_path) for i, e in enumerate(model.lora_list or ())]
+    for field, path in named:
+        if path is not None and not _under_roots(path, roots):
+            if not roots:
+                return InvalidField(field, "this service reads no local model folders (model_roots is empty)")
+            return InvalidField(field, "is not inside a model root of this service (model_roots)")
+    return None
+
+
+def _under_roots(path: str, roots: tuple[str, ...]) -> bool:
+    if not os.path.isabs(path) or ".." in path.split("/"):
+        return False
+    normal = os.path.normpath(path)
+    return any(normal == root or normal.startswith(root.rstrip("/") + "/") for root in roots)
 
 
 def with_request_id(result: ScheduleResult, request_id: str) -> ScheduleResult:

@@ -1,13 +1,16 @@
 """Validating a control-plane snapshot: ``{"workers": [...], "model_instances": [...]}``.
 
 What ``gpusched cluster apply`` and the ``snapshot`` cluster event send.
-Rows are validated by the core's models (an error names
-``workers.<n>.<field>``) and keyed; duplicates are refused naming the later
-row. Nothing is written for an invalid snapshot.
+The document is bounded first (size, nesting, Unicode: :mod:`tasks.intake.limits`);
+rows are validated by the core's models (an error names
+``workers.<n>.<field>``), their names and GPU types checked against the key
+alphabets (:mod:`tasks.intake.names`), and keyed; duplicates are refused
+naming the later row. Nothing is written for an invalid snapshot.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,16 +18,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from scheduler_core import ModelInstance, Worker
+from tasks.intake.limits import InvalidField, check_document, check_size
+from tasks.intake.names import check_instance_row, check_worker_row
 from tasks.state.rows import snapshot_instance_key
 
-
-class InvalidField(ValueError):
-    """Input that validates field by field but is inconsistent; ``field`` names where."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
+__all__ = ["InvalidField", "SnapshotRows", "check_snapshot_size", "parse_snapshot"]
 
 
 #: The keys every snapshot must have (an empty list is a valid value; an absent key is not).
@@ -39,6 +37,17 @@ class SnapshotRows:
     instances: tuple[tuple[str, ModelInstance], ...]
 
 
+def check_snapshot_size(document: Mapping[str, Any], limit: int) -> None:
+    """Refuse a snapshot whose compact JSON exceeds ``limit`` bytes (``max_snapshot_bytes``).
+
+    Raises:
+        InvalidField: naming the snapshot, its size and the limit.
+    """
+    check_document(document)
+    text = json.dumps(document, separators=(",", ":"))
+    check_size(text, limit, field="snapshot", setting="max_snapshot_bytes")
+
+
 def parse_snapshot(document: Mapping[str, Any]) -> SnapshotRows:
     """Validate a snapshot document ``{"workers": [...], "model_instances": [...]}``.
 
@@ -47,20 +56,28 @@ def parse_snapshot(document: Mapping[str, Any]) -> SnapshotRows:
 
     Raises:
         pydantic.ValidationError: a row has a wrong type (the error names it).
-        InvalidField: a required key is missing (naming it), duplicate worker
-            ids or instance keys (naming the later row).
+        InvalidField: a required key is missing (naming it); too deep or invalid
+            Unicode; a worker name or GPU type outside its alphabet; duplicate
+            worker ids or instance keys (naming the later row).
     """
     missing = [key for key in REQUIRED_KEYS if key not in document]
     if missing:
         needed = " and ".join(REQUIRED_KEYS)
         raise InvalidField(missing[0], f"required key missing (a snapshot needs {needed}; "
                            f"missing: {', '.join(missing)})")
+    check_document(document)
     parsed = _SnapshotDocument.model_validate(document)
     seen_ids: set[int] = set()
     for position, worker in enumerate(parsed.workers):
+        check_worker_row(worker.name, (worker.status or {}).get("gpu_devices") or (), f"workers.{position}")
         if worker.id in seen_ids:
             raise InvalidField(f"workers.{position}.id", f"duplicate worker id {worker.id}")
         seen_ids.add(worker.id)
+    for position, instance in enumerate(parsed.model_instances):
+        servers = instance.distributed_servers
+        subordinates = [s.model_dump() for s in (servers.subordinate_workers or ())] if servers else []
+        where = f"model_instances.{position}"
+        check_instance_row(instance.worker_name, instance.gpu_type, subordinates, where)
     keyed: list[tuple[str, ModelInstance]] = []
     seen: set[str] = set()
     raw_rows = document.get("model_instances") or ()

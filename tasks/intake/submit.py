@@ -20,6 +20,7 @@ import redis
 
 from tasks.audit.digests import sha256_hex
 from tasks.decision.enqueue import enqueue
+from tasks.intake.limits import IntakeLimits
 from tasks.intake.requests import Normalized, error_of, normalize
 from tasks.runtime.context import Runtime
 from tasks.runtime.logging import get_logger
@@ -84,7 +85,7 @@ def submit_request(rt: Runtime, request: Any) -> Submission:
             ``duplicate`` if the first attempt was recorded, and that request
             is driven to its result).
     """
-    normalized = normalize(request)
+    normalized = normalize(request, IntakeLimits.of(rt.settings))
     try:
         return _record(rt, normalized)
     except redis.exceptions.OutOfMemoryError:
@@ -131,7 +132,7 @@ def accept_raw(rt: Runtime, raw: Any, task_id: str) -> str | None:
         nothing to decide (invalid: rejected result published; duplicate id).
         A redelivery of the accepting message (same ``task_id``) decides again.
     """
-    normalized = normalize(raw)
+    normalized = normalize(raw, IntakeLimits.of(rt.settings))
     if normalized.rejection is not None:
         publish_rejection(rt, normalized)
         return None

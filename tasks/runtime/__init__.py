@@ -5,6 +5,7 @@
 * :mod:`~tasks.runtime.context` — the per-thread ``Runtime`` every stage takes;
 * :mod:`~tasks.runtime.task_contract` — task names, and which request a message drives;
 * :mod:`~tasks.runtime.celery_app` — the Celery app, its configuration and signals;
+* :mod:`~tasks.runtime.broker_door` — the transport and consumer that dead-letter what no task can use;
 * :mod:`~tasks.runtime.worker_tasks` — the four Celery tasks;
 * :mod:`~tasks.runtime.middleware` — one concern per module around each task and each node;
 * :mod:`~tasks.runtime.drainer` — one pass over the delay sets;

@@ -20,8 +20,9 @@ Redis cannot record it — and gives up only when the worker shuts down
 or, for one just taken, to the outbox watchdog (``stuck_after_s``). Each
 outage is logged and reported by :mod:`tasks.runtime.oom_watch`.
 
-Used by every Celery app of the service through ``broker_transport`` (see
-:func:`tasks.runtime.celery_app.celery_config`).
+:class:`RideOutChannel` is the base of the broker door's channel
+(:mod:`tasks.runtime.broker_door`), the ``broker_transport`` of every Celery
+app of the service (:func:`tasks.runtime.celery_app.celery_config`).
 """
 
 from __future__ import annotations
@@ -42,8 +43,6 @@ T = TypeVar("T")
 FIRST_BACKOFF_S = 0.05
 #: Longest wait between two tries (s): a freed Redis is noticed within this.
 MAX_BACKOFF_S = 2.0
-#: The dotted path Celery's ``broker_transport`` names.
-TRANSPORT_PATH = "tasks.runtime.broker:Transport"
 
 _SHUTTING_DOWN = threading.Event()
 
@@ -130,9 +129,3 @@ class RideOutChannel(kombu_redis.Channel):
             return callback(message)
 
         return super().basic_consume(queue, no_ack, from_queue, consumer_tag, **kwargs)  # type: ignore[no-untyped-call]
-
-
-class Transport(kombu_redis.Transport):
-    """kombu's Redis transport with :class:`RideOutChannel` (``broker_transport``)."""
-
-    Channel = RideOutChannel

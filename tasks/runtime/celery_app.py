@@ -15,12 +15,19 @@ Configuration choices (see ``docs/service.md``):
   exceeds half of it (enforced by :class:`tasks.runtime.settings.Settings`);
   longer delays live in the ``outbox``/``timers`` sorted sets drained by
   :mod:`tasks.runtime.drainer`.
-* The broker transport is kombu's Redis transport riding out a Redis at
-  ``maxmemory`` (:mod:`tasks.runtime.broker`): the worker keeps the message
-  it holds and waits instead of exiting.
 * Queues are drained in name order (``queue_order_strategy="sorted"``):
   ``.cluster`` before ``.commits`` before ``.requests``, so cluster events and
   leftover steps finish before new requests start.
+* The broker door (:mod:`tasks.runtime.broker_door`, set as ``broker_transport``
+  and ``worker_consumer``): a message no task could use is dead-lettered, never
+  fatal to the consumer nor silently dropped. Its channel is
+  :class:`tasks.runtime.broker.RideOutChannel`: the worker rides out a Redis
+  at ``maxmemory`` (it keeps the message it holds and waits instead of
+  exiting), and each message carries the queue it was really taken from.
+  With an explicit transport kombu no
+  longer reads TLS from the ``rediss://`` scheme, so a ``rediss://`` URL sets
+  ``broker_use_ssl`` (certificates verified, as redis-py does for the state
+  clients; ``?ssl_cert_reqs=none`` in the URL opts out).
 * Every queue is declared in the configuration (``task_queues``), so a plain
   ``celery -A tasks.app worker`` (no ``-Q``) consumes the same three queues
   as ``gpusched worker``.
@@ -36,7 +43,7 @@ from __future__ import annotations
 import os
 import ssl
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import structlog
 from celery import Celery, signals  # type: ignore[import-untyped]
@@ -44,7 +51,7 @@ from kombu.entity import Exchange, Queue
 
 from tasks.runtime import logging as service_logging
 from tasks.runtime import metrics
-from tasks.runtime.broker import TRANSPORT_PATH, shutting_down
+from tasks.runtime.broker import shutting_down
 from tasks.runtime.context import Runtime, get_runtime
 from tasks.runtime.middleware import NODE_STACK, request_logging
 from tasks.runtime.middleware.queue_guard import accepted_tasks
@@ -60,7 +67,6 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     keys = Keys(settings.cluster)
     return {
         "broker_url": settings.redis_url,
-        **broker_transport(settings.redis_url),
         "broker_user": settings.redis_username,
         "broker_password": settings.redis_password.get_secret_value() if settings.redis_password else None,
         "result_backend": None,
@@ -87,6 +93,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_cancel_long_running_tasks_on_connection_loss": True,
         "worker_hijack_root_logger": False,
         "worker_concurrency": settings.worker_concurrency,
+        "broker_transport": "tasks.runtime.broker_door:Transport",
+        "worker_consumer": "tasks.runtime.broker_door:DoorConsumer",
+        **broker_tls(settings.redis_url),
         "task_default_queue": keys.requests_queue,
         "task_queues": declared_queues(keys, declare=settings.submit_via == "record"),
         # each task to the one queue that runs it (the queue guard refuses it anywhere else)
@@ -96,19 +105,12 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     }
 
 
-def broker_transport(url: str) -> dict[str, Any]:
-    """The transport settings for a broker URL: :mod:`tasks.runtime.broker` for ``redis(s)://``.
-
-    Naming the transport class drops kombu's scheme-based TLS default, so a
-    ``rediss://`` broker verifies the server certificate, as redis-py does for
-    the service's own clients.
-    """
-    scheme = urlsplit(url).scheme
-    if scheme == "redis":
-        return {"broker_transport": TRANSPORT_PATH}
-    if scheme == "rediss":
-        return {"broker_transport": TRANSPORT_PATH, "broker_use_ssl": {"ssl_cert_reqs": ssl.CERT_REQUIRED}}
-    return {}
+def broker_tls(url: str) -> dict[str, Any]:
+    """``broker_use_ssl`` for a ``rediss://`` URL without ``ssl_*`` options (verify certificates)."""
+    parts = urlsplit(url)
+    if parts.scheme != "rediss" or any(key.startswith("ssl_") for key in parse_qs(parts.query)):
+        return {}
+    return {"broker_use_ssl": {"ssl_cert_reqs": ssl.CERT_REQUIRED}}
 
 
 def declared_queues(keys: Keys, *, declare: bool = True) -> list[Queue]:

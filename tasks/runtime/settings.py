@@ -3,7 +3,12 @@
 Precedence (highest first): keyword arguments, ``GPUSCHED_<FIELD>`` environment
 variables, the JSON file, the defaults below. The JSON file is
 ``$GPUSCHED_CONFIG_DIR/service.json`` when that variable is set, else the
-repository's ``configs/service.json``.
+``service.json`` shipped with the package (:func:`config_dir`).
+
+A typo must not pass silently: an environment variable named ``GPUSCHED_*``
+that is not a setting (nor :data:`CONFIG_DIR_ENV`), and a key of
+``service.json`` that is not a setting, are refused with a one-line
+:class:`SettingsError` naming it (and the closest setting).
 
 The Celery/Redis timing rules the service relies on are enforced here, so a
 deployment cannot configure itself into duplicate execution:
@@ -19,38 +24,68 @@ deployment cannot configure itself into duplicate execution:
 
 from __future__ import annotations
 
+import difflib
+import json
 import os
 import re
+from collections.abc import Mapping
 from functools import lru_cache
+from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
-    JsonConfigSettingsSource,
+    EnvSettingsSource,
+    InitSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
+from pydantic_settings import SettingsError as SourceError
 
 #: Environment variable naming the folder that holds ``service.json`` and ``chain.json``.
 CONFIG_DIR_ENV = "GPUSCHED_CONFIG_DIR"
+#: Prefix of every setting's environment variable.
+ENV_PREFIX = "GPUSCHED_"
+#: ``GPUSCHED_*`` environment variables that are not settings.
+NON_SETTING_ENV = frozenset({CONFIG_DIR_ENV})
+#: The package that ships ``configs/`` (``service.json``, ``chain.json``, the diffusion data).
+CONFIG_PACKAGE = "gpusched_configs"
+#: URL schemes of a Redis server (redis-py and kombu's Redis transport both take them).
+REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
 #: Cluster ids become Redis hash tags and queue names: keep them to a safe alphabet.
 CLUSTER_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+MIB = 1 << 20
+#: Room for Celery's headers and envelope around a message body (``argsrepr`` is at most 1 KiB).
+MESSAGE_OVERHEAD_BYTES = 64 * 1024
+
+
+class SettingsError(ValueError):
+    """Settings that cannot be used; the message is one line and names the setting."""
 
 
 def config_dir() -> Path:
-    """The configuration folder (``$GPUSCHED_CONFIG_DIR`` or the repository's ``configs/``)."""
+    """The configuration folder: ``$GPUSCHED_CONFIG_DIR``, else the shipped ``configs/``.
+
+    The shipped data is the ``gpusched_configs`` package (``configs/`` in the source
+    tree, package data in a wheel), found through :mod:`importlib.resources`, so an
+    installed ``gpusched`` works from any directory.
+    """
     override = os.environ.get(CONFIG_DIR_ENV)
     if override:
         return Path(override)
-    return Path(__file__).resolve().parents[2] / "configs"
+    try:
+        return Path(str(resources.files(CONFIG_PACKAGE)))
+    except ModuleNotFoundError:  # a source tree that is not installed
+        return Path(__file__).resolve().parents[2] / "configs"
 
 
 class Settings(BaseSettings):
     """Everything a worker, the client and the CLI need to talk to one deployment."""
 
-    model_config = SettingsConfigDict(env_prefix="GPUSCHED_", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
 
     redis_url: str = "redis://localhost:6379/0"
     redis_username: str | None = Field(
@@ -115,6 +150,12 @@ class Settings(BaseSettings):
         default=None,
         description="file where a worker also keeps the data generation id (survives its restart)",
     )
+    max_request_bytes: int = Field(default=1 * MIB, ge=4096, description="stored request JSON")
+    max_event_bytes: int = Field(default=1 * MIB, ge=4096, description="a cluster event, not a snapshot")
+    max_snapshot_bytes: int = Field(default=64 * MIB, ge=4096, description="a snapshot's JSON")
+    model_roots: tuple[str, ...] = Field(
+        default=(), description="absolute folders under which model.local_path may be read"
+    )
 
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: str = "INFO"
@@ -130,8 +171,6 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _timing_rules(self) -> Settings:
-        if self.cluster is not None and not CLUSTER_ID_PATTERN.match(self.cluster):
-            raise ValueError(f"cluster id {self.cluster!r} must match {CLUSTER_ID_PATTERN.pattern}")
         if self.task_time_limit_s >= self.visibility_timeout_s:
             raise ValueError("task_time_limit_s must stay below visibility_timeout_s")
         if self.task_soft_time_limit_s >= self.task_time_limit_s:
@@ -141,6 +180,44 @@ class Settings(BaseSettings):
         if self.stuck_after_s <= self.visibility_timeout_s:
             raise ValueError("stuck_after_s must exceed visibility_timeout_s (the broker redelivers first)")
         return self
+
+    @field_validator("cluster")
+    @classmethod
+    def _cluster_id(cls, cluster: str | None) -> str | None:
+        """Cluster ids become Redis hash tags and queue names."""
+        if cluster is not None and not CLUSTER_ID_PATTERN.match(cluster):
+            raise ValueError(f"cluster id {cluster!r} must match {CLUSTER_ID_PATTERN.pattern}")
+        return cluster
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, url: str) -> str:
+        """A URL redis-py and kombu both take (the message never repeats it: it may hold a password)."""
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018  (parsing the port is the check)
+        except ValueError:
+            raise ValueError("is not a valid URL (redis://[:password@]host[:port][/db])") from None
+        if parts.scheme not in REDIS_SCHEMES:
+            raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        return url
+
+    @field_validator("model_roots")
+    @classmethod
+    def _absolute_roots(cls, roots: tuple[str, ...]) -> tuple[str, ...]:
+        """Roots are absolute folders (normalised); ``/`` would allow every path."""
+        normalised = tuple(os.path.normpath(root) for root in roots)
+        for root in normalised:
+            if not os.path.isabs(root) or root == "/":
+                raise ValueError(f"{root!r} must be an absolute folder other than /")
+        return normalised
+
+    @property
+    def max_message_bytes(self) -> int:
+        """Largest broker message a worker takes: the largest document limit, base64-encoded
+        (4/3), plus :data:`MESSAGE_OVERHEAD_BYTES` for Celery's headers."""
+        largest = max(self.max_request_bytes, self.max_event_bytes, self.max_snapshot_bytes)
+        return -(-largest * 4 // 3) + MESSAGE_OVERHEAD_BYTES
 
     @property
     def chain_path(self) -> Path:
@@ -157,18 +234,87 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """Keyword arguments, then the environment, then ``service.json``."""
+        """Keyword arguments, then the environment, then ``service.json`` (unknown names refused)."""
+        names = frozenset(settings_cls.model_fields)
+        refuse_unknown_environment(os.environ, names)
+        sources: list[PydanticBaseSettingsSource] = [init_settings, EnvSettingsSource(settings_cls)]
         json_file = config_dir() / "service.json"
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         if json_file.is_file():
-            sources.append(JsonConfigSettingsSource(settings_cls, json_file=json_file))
+            sources.append(InitSettingsSource(settings_cls, init_kwargs=read_service_json(json_file, names)))
         return tuple(sources)
+
+
+def _closest(name: str, names: frozenset[str]) -> str:
+    match = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.6)
+    return f" (did you mean {match[0]}?)" if match else ""
+
+
+def refuse_unknown_environment(environ: Mapping[str, str], names: frozenset[str]) -> None:
+    """Refuse a ``GPUSCHED_*`` environment variable that names no setting (a typo).
+
+    Raises:
+        SettingsError: naming the first unknown variable (in sorted order) and the closest setting.
+    """
+    known = {f"{ENV_PREFIX}{name}".upper() for name in names} | NON_SETTING_ENV
+    unknown = sorted(
+        key for key in environ if key.upper().startswith(ENV_PREFIX) and key.upper() not in known
+    )
+    if unknown:
+        guess = _closest(unknown[0].upper(), frozenset(f"{ENV_PREFIX}{n}".upper() for n in names))
+        raise SettingsError(f"unknown setting in the environment: {unknown[0]}{guess}")
+
+
+def read_service_json(path: Path, names: frozenset[str]) -> dict[str, Any]:
+    """The settings of ``service.json``: a JSON object whose keys are all settings.
+
+    Raises:
+        SettingsError: unreadable, not JSON, not an object, or an unknown key (named).
+    """
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as error:
+        raise SettingsError(f"cannot read {path}: {getattr(error, 'strerror', None) or error}") from None
+    except json.JSONDecodeError as error:
+        raise SettingsError(f"{path}: invalid JSON at line {error.lineno} column {error.colno}") from None
+    except RecursionError:
+        raise SettingsError(f"{path}: nested too deeply") from None
+    if not isinstance(document, dict):
+        raise SettingsError(f"{path}: expected a JSON object of settings")
+    unknown = sorted(str(key) for key in document if key not in names)
+    if unknown:
+        raise SettingsError(f"unknown setting in {path}: {unknown[0]!r}{_closest(unknown[0], names)}")
+    return document
+
+
+def describe_invalid(error: ValidationError) -> str:
+    """One line for invalid settings: the first error's setting and message."""
+    first = error.errors(include_url=False)[0]
+    where = ".".join(str(part) for part in first["loc"]) or "settings"
+    return f"invalid setting {where}: {str(first['msg']).removeprefix('Value error, ')}"
+
+
+def load_settings() -> Settings:
+    """Read the settings from the environment and ``service.json``.
+
+    Raises:
+        SettingsError: one line naming the unknown or invalid setting.
+    """
+    try:
+        return Settings()
+    except ValidationError as error:
+        raise SettingsError(describe_invalid(error)) from None
+    except SourceError as error:  # a complex value (model_roots) that is not JSON
+        raise SettingsError(f"invalid setting: {str(error).splitlines()[0]}") from None
 
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    """The process-wide settings (read once; call :func:`reset_settings` after changing env)."""
-    return Settings()
+    """The process-wide settings (read once; call :func:`reset_settings` after changing env).
+
+    Raises:
+        SettingsError: one line naming the unknown or invalid setting.
+    """
+    return load_settings()
 
 
 def reset_settings() -> None:

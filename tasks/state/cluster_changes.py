@@ -19,7 +19,6 @@ from pydantic import ValidationError
 from scheduler_core import Worker
 from tasks.audit.events import append_event
 from tasks.intake.cluster_events import (
-    EVENT_ADAPTER,
     KINDS,
     GpuMemory,
     GpuMemoryEvent,
@@ -30,7 +29,9 @@ from tasks.intake.cluster_events import (
     WorkerRemovedEvent,
     WorkerStateEvent,
     WorkerUpsertEvent,
+    parse_event,
 )
+from tasks.intake.limits import IntakeLimits
 from tasks.intake.snapshots import InvalidField, SnapshotRows, parse_snapshot
 from tasks.runtime.context import Runtime
 from tasks.state.cancels import CANCELLED, RELEASED, cancel_request
@@ -57,7 +58,7 @@ def handle_cluster_event(rt: Runtime, raw: Any) -> dict[str, Any]:
         ``unknown_worker`` or ``rejected`` (with ``error`` and ``field``).
     """
     try:
-        event = EVENT_ADAPTER.validate_python(raw)
+        event = parse_event(raw, IntakeLimits.of(rt.settings))
         rows = parse_snapshot(event.model_dump(mode="json")) if isinstance(event, SnapshotEvent) else None
         key = event.key() if isinstance(event, InstanceDeletedEvent) else None
     except (ValidationError, InvalidField) as error:

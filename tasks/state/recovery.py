@@ -36,6 +36,7 @@ from pydantic import ValidationError
 
 from scheduler_core import ModelInstance
 from tasks.audit.events import append_event, dumps, utc_now_iso
+from tasks.intake.limits import IntakeLimits
 from tasks.intake.requests import Normalized, error_of, normalize
 from tasks.intake.snapshots import InvalidField, SnapshotRows, parse_snapshot
 from tasks.runtime.context import Runtime
@@ -95,7 +96,7 @@ def _exported_booking(rt: Runtime, request_id: str, row: str) -> dict[str, Any] 
 
 
 # ------------------------------------------------------------------ validate
-def parse_bookings(raw: Any, rows: SnapshotRows) -> list[RestoredBooking]:
+def parse_bookings(raw: Any, rows: SnapshotRows, limits: IntakeLimits | None = None) -> list[RestoredBooking]:
     """Validate a recovery document's ``bookings`` against its snapshot rows.
 
     Raises:
@@ -109,7 +110,7 @@ def parse_bookings(raw: Any, rows: SnapshotRows) -> list[RestoredBooking]:
     parsed: list[RestoredBooking] = []
     seen: set[str] = set()
     for position, entry in enumerate(raw):
-        booking = _parse_booking(f"bookings.{position}", entry, workers)
+        booking = _parse_booking(f"bookings.{position}", entry, workers, limits)
         if booking.request.request_id in seen:
             raise InvalidField(f"bookings.{position}.request_id",
                                f"duplicate booking for {booking.request.request_id!r}")
@@ -118,13 +119,15 @@ def parse_bookings(raw: Any, rows: SnapshotRows) -> list[RestoredBooking]:
     return parsed
 
 
-def _parse_booking(where: str, entry: Any, workers: set[int]) -> RestoredBooking:
+def _parse_booking(
+    where: str, entry: Any, workers: set[int], limits: IntakeLimits | None
+) -> RestoredBooking:
     if not isinstance(entry, Mapping):
         raise InvalidField(where, "must be an object with request_id, request and instance")
     for name in ("request_id", "request", "instance"):
         if name not in entry:
             raise InvalidField(f"{where}.{name}", "is required")
-    request = normalize(entry["request"])
+    request = normalize(entry["request"], limits)
     if request.rejection is not None:
         error = error_of(request.rejection) or {}
         field = f"{where}.request.{error['field']}" if error.get("field") else f"{where}.request"
@@ -157,7 +160,7 @@ def recover(rt: Runtime, document: Mapping[str, Any]) -> dict[str, Any]:
         pydantic.ValidationError / InvalidField: invalid rows or bookings (nothing is written).
     """
     rows = parse_snapshot(document)
-    bookings = parse_bookings(document.get("bookings"), rows)
+    bookings = parse_bookings(document.get("bookings"), rows, IntakeLimits.of(rt.settings))
     supersedes = _pause(rt)
     held = [meta.request_id for meta in rt.cluster.instance_meta().values()
             if meta.source == "gpusched" and meta.request_id]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 from pathlib import Path
 
@@ -209,10 +210,10 @@ def test_json_path_that_is_not_a_file_is_named(tmp_path: Path, name: str) -> Non
 def test_unreadable_config_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write_json(tmp_path / "config.json", {})
 
-    def deny(self: Path, *args: object, **kwargs: object) -> None:
+    def deny(path: object, *args: object, **kwargs: object) -> None:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(Path, "open", deny)
+    monkeypatch.setattr(os, "open", deny)  # files are opened with os.open (O_NONBLOCK: never a FIFO wait)
 
     with pytest.raises(ModelFolderError, match=r"cannot read .*config\.json: Permission denied"):
         read_local_model(tmp_path)

@@ -244,3 +244,29 @@ def test_property_arbitrary_bytes_parse_or_raise_folder_error(tmp_path: Path, co
         assert exc.field == "model.local_path"
     else:
         assert header.file_bytes == 8 + header.header_bytes + header.data_bytes
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
+    """Opening a FIFO for reading blocks until a writer appears; the reader must not wait."""
+    import os
+    import threading
+
+    fifo = tmp_path / "model.safetensors"
+    os.mkfifo(fifo)
+    outcome: list[BaseException] = []
+    reader = threading.Thread(
+        target=lambda: outcome.extend(_raised(lambda: read_safetensors_header(fifo))), daemon=True
+    )
+    reader.start()
+    reader.join(10)
+    assert not reader.is_alive(), "the reader blocked on the FIFO"
+    assert len(outcome) == 1 and isinstance(outcome[0], ModelFolderError)
+    assert str(outcome[0]) == f"cannot read {fifo}: not a regular file"
+
+
+def _raised(call: Any) -> list[BaseException]:
+    try:
+        call()
+    except BaseException as error:  # the test inspects whatever came out
+        return [error]
+    return []

@@ -47,6 +47,11 @@ FAST = {
 }
 
 
+def _env_value(value: Any) -> str:
+    """A setting as an environment variable: lists and objects as JSON (pydantic-settings reads them so)."""
+    return json.dumps(value) if isinstance(value, list | tuple | dict) else str(value)
+
+
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
     """Poll ``predicate`` until it returns a truthy value (returned) or fail after ``timeout``."""
     deadline = time.monotonic() + timeout
@@ -139,7 +144,7 @@ class Deployment:
     def env(self) -> dict[str, str]:
         """``GPUSCHED_*`` for worker processes."""
         values = {**FAST, **self.overrides, "redis_url": self.url}
-        return {f"GPUSCHED_{k.upper()}": str(v) for k, v in values.items()}
+        return {f"GPUSCHED_{k.upper()}": _env_value(v) for k, v in values.items()}
 
     def start_workers(
         self, count: int, *, ready: bool = True, plain: bool = False, env: dict[str, str] | None = None

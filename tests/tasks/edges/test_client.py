@@ -68,6 +68,7 @@ def test_a_half_open_connection_cannot_hang_wait() -> None:
     client = ServiceClient.__new__(ServiceClient)
     client.rt = h.rt
     settings_ = isolated_settings(redis_url=f"redis://127.0.0.1:{listener.getsockname()[1]}/0")
+    client.settings = settings_
     client._blocking = redis_client(settings_, blocking=True, max_block_ms=200)  # never answers
     started = time.monotonic()
     with pytest.raises(WaitTimeout):

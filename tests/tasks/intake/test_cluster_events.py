@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from builders import GIB, H100
 from service_builders import cluster_of, worker_row
 
@@ -55,3 +56,49 @@ def test_gpu_memory_changes_must_name_the_workers_gpus() -> None:
     untyped = h.event({"kind": "gpu_memory_changed", "worker_id": 1, "gpus": [{"index": 0, "total": H100}]})
     assert untyped["status"] == "applied"
     assert h.rt.cluster.ledger()[0] == {"1:cuda:0": H100}
+
+
+def test_the_door_names_the_field_of_every_bad_event() -> None:
+    from tasks.intake.cluster_events import parse_event
+    from tasks.intake.limits import IntakeLimits, InvalidField
+
+    def field(raw: object, limits: IntakeLimits | None = None) -> str:
+        try:
+            parse_event(raw, limits)
+        except InvalidField as error:
+            return error.field
+        raise AssertionError(f"{raw!r} passed")
+
+    assert field({"kind": "nope"}) == "kind"
+    assert field({"worker_id": 1}) == "kind"
+    assert field("snapshot") == "event"
+    assert field({"kind": "worker_state", "worker_id": 1, "state": "ready", "typo": 1}) == "typo"
+    assert field({"kind": "gpu_memory_changed", "worker_id": 1,
+                  "gpus": [{"type": "x;1:cuda", "index": 0, "total": 1}]}) == "gpus.0.type"
+    assert field({"kind": "worker_added", "worker": worker_row(1, "a:b")}) == "worker.name"
+    assert field({"kind": "instance_deleted", "instance_key": "id:1;req:x"}) == "instance_key"
+    assert field({"kind": "instance_deleted", "request_id": "a=b"}) == "request_id"
+    assert field({"kind": "worker_labels", "worker_id": 1, "labels": {"gpu": "\ud800"}}) == "labels.gpu"
+    big = {"kind": "worker_labels", "worker_id": 1, "labels": {"k": "v" * 5000}}
+    assert field(big, IntakeLimits(max_event_bytes=4096)) == "event"
+    snapshot = {"kind": "snapshot", **cluster_of(*(worker_row(w, f"w{w}") for w in range(1, 13)))}
+    assert field(snapshot, IntakeLimits(max_snapshot_bytes=4096)) == "snapshot"
+    parse_event(snapshot, IntakeLimits(max_event_bytes=4096))  # a snapshot has its own limit
+
+
+def test_events_that_do_not_fit_the_cluster_are_named() -> None:
+    from scheduler_core import Worker
+    from tasks.intake.cluster_events import check_against_worker, parse_event
+    from tasks.intake.limits import InvalidField
+
+    stored = Worker.model_validate(worker_row(1, "a", total=8 * GIB))
+    state = parse_event({"kind": "worker_state", "worker_id": 7, "state": "ready"})
+    with pytest.raises(InvalidField, match="no worker 7 in the cluster") as unknown:
+        check_against_worker(state, None)
+    assert unknown.value.field == "worker_id"
+    check_against_worker(parse_event({"kind": "worker_added", "worker": worker_row(7, "n")}), None)
+    gpus = parse_event({"kind": "gpu_memory_changed", "worker_id": 1, "gpus": [
+        {"index": 0, "total": H100}, {"type": "rocm", "index": 0, "total": H100}]})
+    with pytest.raises(InvalidField) as wrong:
+        check_against_worker(gpus, stored)
+    assert wrong.value.field == "gpus.1.index"

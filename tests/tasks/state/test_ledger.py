@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from scheduler_core import ModelInstance, Worker
 from scheduler_core.cluster import ClusterState
 from scheduler_core.workers import worker_view
-from tasks.intake.snapshots import parse_snapshot
+from tasks.intake.snapshots import SnapshotRows, parse_snapshot
 from tasks.state.ledger import (
     decode_amounts,
     encode_amounts,
@@ -106,10 +106,15 @@ def test_a_malformed_list_is_refused() -> None:
 @settings(max_examples=40, deadline=None)
 @given(st.lists(_hostile_text, min_size=2, max_size=4, unique=True))
 def test_gpu_types_never_cross_into_another_workers_entries(types: list[str]) -> None:
-    """Workers whose GPU types hold separators keep exactly their own ledger entries, also once one leaves."""
+    """Workers whose GPU types hold separators keep exactly their own ledger entries, also once one leaves.
+
+    The rows go to the state layer directly: the door refuses such types, the
+    ledger's encoding must hold without it.
+    """
     h = Harness()
     workers = [worker(w, f"w{w}", [gpu(0, (w + 1) * GIB, type_=t)]) for w, t in enumerate(types, start=1)]
-    h.rt.cluster.apply_snapshot({"workers": workers, "model_instances": []})
+    rows = SnapshotRows(tuple(Worker.model_validate(row) for row in workers), ())
+    h.rt.cluster.apply_snapshot(rows)
     expected = {gpu_key(w, t, 0): (w + 1) * GIB for w, t in enumerate(types, start=1)}
     assert h.rt.cluster.ledger()[0] == expected
     h.rt.cluster.remove_worker(1, "test")

@@ -1,0 +1,141 @@
+"""The service's bounds on what it takes in: sizes, nesting and Unicode.
+
+The core bounds what it decides on (ids and bytes to 64 bits, free-form values
+to 64 levels, the strings a result carries to valid Unicode). The service
+stores and forwards more than the core reads — a request's unknown fields, a
+whole snapshot, an event — so it bounds every document it takes in before
+anything is written:
+
+* **size**: the stored request, a cluster event and a snapshot each have a
+  configurable limit (``max_request_bytes``, ``max_event_bytes``,
+  ``max_snapshot_bytes``), measured on the compact JSON the service stores;
+* **nesting**: no value nests more than :data:`MAX_JSON_DEPTH` levels (the
+  core's own bound), so no JSON encoder, hash or pickle recurses without end;
+* **Unicode**: every string, keys included, is valid Unicode (JSON allows a
+  lone surrogate such as ``"\\ud800"``, which cannot be written as UTF-8).
+
+Each check names the offending field (and the limit) in an :class:`InvalidField`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+#: Deepest nesting accepted in any document (the core's bound on free-form values);
+#: real requests, snapshots and events nest fewer than ten levels.
+MAX_JSON_DEPTH = 64
+
+
+class InvalidField(ValueError):
+    """Input that validates field by field but is inconsistent; ``field`` names where."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class _LimitSettings(Protocol):
+    @property
+    def max_request_bytes(self) -> int: ...
+    @property
+    def max_event_bytes(self) -> int: ...
+    @property
+    def max_snapshot_bytes(self) -> int: ...
+    @property
+    def model_roots(self) -> tuple[str, ...]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class IntakeLimits:
+    """The configurable bounds (see ``docs/service.md``, *Limits*).
+
+    Attributes:
+        max_request_bytes: stored request JSON (without inline workers/instances).
+        max_event_bytes: one cluster event other than a snapshot.
+        max_snapshot_bytes: one snapshot (``cluster apply`` or a ``snapshot`` event).
+        model_roots: folders under which ``local_path`` may be read (none: never).
+    """
+
+    max_request_bytes: int = 1 << 20
+    max_event_bytes: int = 1 << 20
+    max_snapshot_bytes: int = 64 << 20
+    model_roots: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, settings: _LimitSettings) -> IntakeLimits:
+        """The limits a deployment's settings configure."""
+        return cls(settings.max_request_bytes, settings.max_event_bytes,
+                   settings.max_snapshot_bytes, tuple(settings.model_roots))
+
+
+def check_size(text: str, limit: int, *, field: str, setting: str) -> None:
+    """Refuse ``text`` (compact JSON) longer than ``limit`` UTF-8 bytes.
+
+    Raises:
+        InvalidField: naming ``field``, the size and the ``setting`` that bounds it.
+    """
+    size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+    if size > limit:
+        raise InvalidField(field, f"is {size} bytes of JSON, above the {setting} limit of {limit} bytes")
+
+
+def check_document(value: Any, *, root: str = "") -> None:
+    """Refuse a document nested deeper than :data:`MAX_JSON_DEPTH` or holding invalid Unicode.
+
+    Raises:
+        InvalidField: naming the first offending value (document order), relative to ``root``.
+    """
+    for path, problem in _problems(value):
+        raise InvalidField(_join(root, path) or "document", problem)
+
+
+def nesting_path(value: Any, limit: int = MAX_JSON_DEPTH) -> str | None:
+    """The dotted path of the first value nested more than ``limit`` levels, None if none is.
+
+    A container at the root is level 1; ``limit`` levels of containers are allowed
+    (the core's ``too_deep`` rule). Iterative: any depth is safe to inspect.
+    """
+    for path, _ in _problems(value, limit, unicode=False):
+        return path or "document"
+    return None
+
+
+def _problems(value: Any, limit: int = MAX_JSON_DEPTH, *, unicode: bool = True) -> Iterator[tuple[str, str]]:
+    """(path, problem) of offending values in document order: too deep, or invalid Unicode."""
+    pending: list[tuple[Any, str, int]] = [(value, "", 0)]
+    while pending:
+        item, path, depth = pending.pop()
+        if isinstance(item, str):
+            if unicode and not _encodable(item):
+                yield path, "is not valid Unicode (it holds a lone surrogate)"
+            continue
+        if isinstance(item, Mapping):
+            children = list(item.items())
+        elif isinstance(item, list | tuple):
+            children = list(enumerate(item))
+        else:
+            continue
+        if depth >= limit:
+            yield path, f"nests more than {limit} levels deep"
+            continue
+        for key, _ in children:
+            if unicode and isinstance(key, str) and not _encodable(key):
+                yield path, "has a key that is not valid Unicode (it holds a lone surrogate)"
+        pending.extend((child, _join(path, str(key)), depth + 1) for key, child in reversed(children))
+
+
+def _join(path: str, part: str) -> str:
+    return f"{path}.{part}" if path and part else path or part
+
+
+def _encodable(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -1,0 +1,92 @@
+"""Anything a queue can hold: junk never stops a worker and never vanishes (real redis-server,
+real prefork worker; the bytes are pushed with LPUSH as a hostile client would)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+
+import pytest
+from service.raw_messages import envelope, nested, nested_text
+from service.support import Deployment, cluster, llm_request, wait_until
+
+pytestmark = pytest.mark.service
+
+#: Small document limits so that a 100 kB message is over the door's limit
+#: (4/3 × 8192 + 64 KiB = 76,459 bytes), while every real message here is far below it.
+LIMITS = {"max_request_bytes": 8192, "max_event_bytes": 8192, "max_snapshot_bytes": 8192}
+
+
+def _junk() -> list[tuple[bytes, str]]:
+    """(raw bytes, expected dead-letter reason) in the order they are pushed."""
+    deep_request = llm_request("deep-1")
+    deep_request["model"]["hf_config"]["rope_scaling"] = nested(900)
+    return [
+        (b"this is not json", "invalid_json"),
+        (bytes(range(256)), "not_utf8"),
+        (b'"just a string"', "malformed_envelope"),
+        (b"{}", "malformed_envelope"),
+        (b'{"__type__": "nope", "__value__": 1}', "invalid_json"),  # kombu's own decoder raises
+        (nested_text(5000).encode(), "too_deep"),
+        (b"x" * 100_000, "too_large"),
+        (envelope(args=[llm_request("yaml-1")], content_type="application/x-yaml"), "content_type"),
+        (envelope(body="%%% not base64 %%%"), "invalid_body"),
+        (envelope(body=base64.b64encode(b"not json").decode()), "invalid_body"),
+        (envelope(task="gpusched.nope", args=[1]), "unknown_task"),
+        (envelope(args=[llm_request("headless-1")], drop_headers=True), "unknown_message"),
+        (envelope(body_text='{"args": 1}'), "invalid_body"),
+        (envelope(args=[nested(900)]), "too_deep"),
+        (envelope(args=[deep_request]), "too_deep"),
+        (envelope(args=[llm_request("limit-1")], headers={"timelimit": "x"}), "unknown_message"),
+        (envelope(args=[llm_request("limit-2")], headers={"timelimit": [None, 10**9]}), "unknown_message"),
+        (envelope(body_text=json.dumps([[llm_request("link-1")], {}, {"callbacks": [{"task": "x"}]}])),
+         "invalid_body"),
+        # past the transport's check, Celery's own refusal: dead-lettered by the consumer's hook
+        (envelope(args=[llm_request("eta-1")], headers={"eta": "not a date"}), "invalid_task"),
+    ]
+
+
+def test_junk_on_the_intake_queue_is_dead_lettered_and_the_worker_keeps_consuming(
+    deployment: Callable[..., Deployment],
+) -> None:
+    d = deployment(**LIMITS)
+    (worker,) = d.start_workers(1)
+    d.client.apply_cluster(cluster(1, 2))
+    junk = _junk()
+    surrogate = llm_request("surrogate-1")
+    surrogate["model"]["name"] = "qwen\ud800"
+    for raw, _ in junk:
+        d.redis.lpush(d.keys.requests_queue, raw)
+    d.redis.lpush(d.keys.requests_queue, envelope(args=[surrogate]))
+    d.redis.lpush(d.keys.requests_queue, envelope(args=[llm_request("after-junk")]))
+
+    placed = d.client.wait("after-junk", timeout=90)
+    letters = wait_until(
+        lambda: (found := d.redis.xrange(d.keys.deadletter)) and len(found) >= len(junk) and found,
+        60, "a dead letter per junk message",
+    )
+
+    assert worker.process is not None and worker.process.poll() is None, worker.log_tail()
+    assert placed["status"] == "scheduled"
+    assert [fields["reason"] for _, fields in letters] == [reason for _, reason in junk]
+    for _, fields in letters:
+        args = json.loads(fields["args"])
+        assert args["queue"] == d.keys.requests_queue
+        assert len(args["excerpt"].encode()) <= 4 * 512  # 512 bytes, each at most \\xNN
+        assert fields["detail"] and "\n" not in fields["detail"]
+    # the transport's door sees the raw message; Celery's hooks (the bad ETA) see the decoded body
+    assert [json.loads(f["args"])["bytes"] for _, f in letters[:-1]] == [len(raw) for raw, _ in junk[:-1]]
+    assert json.loads(letters[-1][1]["args"])["excerpt"].startswith('[[{"request_id": "eta-1"')
+    assert json.loads(letters[0][1]["args"])["excerpt"] == "this is not json"
+    assert "76459 bytes" in letters[6][1]["detail"]
+    named = [bool(fields["task_id"]) for _, fields in letters]  # headers read: the envelopes with headers
+    assert named == [False] * 7 + [True] * 4 + [False] + [True] * 7
+    deep = d.client.wait("deep-1", timeout=30)
+    assert deep["status"] == "rejected"
+    assert deep["error"] == {"code": "invalid_request", "message": "nests more than 64 levels deep",
+                             "field": "model.hf_config"}
+    bad_text = d.client.wait("surrogate-1", timeout=30)
+    assert bad_text["status"] == "rejected" and bad_text["error"]["field"] == "model.name"
+    assert wait_until(d.idle, 30, "empty queues")
+    assert d.outcomes()["deep-1"] == {"terminal": 1, "rejected": 1}

@@ -1,0 +1,96 @@
+"""Raw broker messages: what kombu and Celery can take passes, anything else gets a reason."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from service.raw_messages import envelope, nested, nested_text
+
+from scheduler_core import UNHASHABLE_REQUEST_ID
+from tasks.intake.broker_messages import (
+    BODY_DEPTH,
+    EXCERPT_BYTES,
+    DeepRequest,
+    depth_exceeds,
+    excerpt_of,
+    inspect_message,
+)
+
+TASKS = frozenset({"gpusched.decide", "gpusched.resume"})
+
+
+def _inspect(raw: bytes, max_bytes: int = 1 << 20):  # type: ignore[no-untyped-def]
+    return inspect_message(raw, max_bytes=max_bytes, tasks=TASKS, intake_task="gpusched.decide",
+                           max_time_limit=120)
+
+
+def _request(rid: str, **model: object) -> dict[str, object]:
+    return {"request_id": rid, "model": {"name": "m", "backend": "SGLang", **model}}
+
+
+def test_a_message_celery_sends_passes() -> None:
+    assert _inspect(envelope(args=[_request("r1")])) is None
+    assert _inspect(envelope("gpusched.decide", ["r1", 0, 0])) is None
+    assert _inspect(envelope(args=[_request("r1")], headers={"timelimit": [60, 120]})) is None
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b"this is not json", "invalid_json"),
+        (b"\xff\xfe", "not_utf8"),
+        (b"[1, 2]", "malformed_envelope"),
+        (b'{"__type__": "uuid", "__value__": {"x": 1}}', "invalid_json"),  # kombu's type marker raises
+        (nested_text(17).encode(), "too_deep"),
+        (envelope(content_type="text/plain"), "content_type"),
+        (envelope(task="celery.chord_unlock"), "unknown_task"),
+        (envelope(drop_headers=True), "unknown_message"),
+        (envelope(headers={"id": 7}), "unknown_message"),
+        (envelope(headers={"timelimit": [None, 121]}), "unknown_message"),  # above the worker's own
+        (envelope(headers={"timelimit": [0, None]}), "unknown_message"),
+        (envelope(body="not base64!"), "invalid_body"),
+        (envelope(body_text="[1, 2, 3]"), "invalid_body"),
+        (envelope(body_text='[[], {}, {"chain": [{"task": "x"}]}]'), "invalid_body"),
+        (envelope(body_text='[[{"__type__": "nope", "__value__": 1}], {}, {}]'), "invalid_body"),
+    ],
+)
+def test_what_kombu_or_celery_would_choke_on_gets_a_reason(raw: bytes, reason: str) -> None:
+    verdict = _inspect(raw)
+    assert verdict is not None and verdict.reason == reason
+    assert verdict.size == len(raw) and "\n" not in verdict.detail
+
+
+def test_size_is_checked_before_anything_is_parsed() -> None:
+    verdict = _inspect(b"[" * 100, max_bytes=99)
+    assert verdict is not None and verdict.reason == "too_large"
+    assert verdict.detail.startswith("message is 100 bytes, above the limit of 99 bytes")
+
+
+def test_depth_is_counted_on_the_text_ignoring_brackets_inside_strings() -> None:
+    assert not depth_exceeds(json.dumps({"a": "[[[[[[" * 10, "b": [[1]]}), 3)
+    assert depth_exceeds(json.dumps({"a": [[[1]]]}), 3)
+    assert not depth_exceeds(json.dumps({"a": "\\\"[[[[["}), 1)  # an escaped quote does not end the string
+
+
+def test_a_deep_intake_request_names_its_id_and_field() -> None:
+    deep = _request("deep-1", hf_config={"rope": nested(BODY_DEPTH)})
+    verdict = _inspect(envelope(args=[deep]))
+    assert verdict is not None and verdict.reason == "too_deep"
+    assert verdict.request == DeepRequest("deep-1", "model.hf_config")
+    assert verdict.task == "gpusched.decide" and verdict.task_id
+    anonymous = {"model": {"name": "m"}, "extra": nested(200)}
+    unnamed = _inspect(envelope(args=[anonymous]))
+    assert unnamed is not None and unnamed.request == DeepRequest(UNHASHABLE_REQUEST_ID, "extra")
+    # a request id outside the alphabet is not trusted: the core's fixed id
+    bad_id = _inspect(envelope(args=[{**_request("a;b"), "x": nested(200)}]))
+    assert bad_id is not None and bad_id.request == DeepRequest(UNHASHABLE_REQUEST_ID, "x")
+    # the same depth on another task is refused without a request
+    other = _inspect(envelope("gpusched.resume", [nested(200)]))
+    assert other is not None and other.reason == "too_deep" and other.request is None
+
+
+def test_excerpts_are_bounded_and_printable() -> None:
+    assert excerpt_of(b"abc") == "abc"
+    assert excerpt_of(b"\xff" * 10_000) == "\\xff" * EXCERPT_BYTES
+    assert len(excerpt_of("é" * 10_000).encode()) <= EXCERPT_BYTES

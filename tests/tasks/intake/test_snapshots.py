@@ -1,0 +1,48 @@
+"""Snapshots: bounded, rows validated, names and GPU types in their key alphabets, duplicates named."""
+
+from __future__ import annotations
+
+import pytest
+from builders import RTX_4090, instance, uniform_worker
+from service_builders import cluster_of, worker_row
+
+from tasks.intake.snapshots import InvalidField, check_snapshot_size, parse_snapshot
+from tasks.testing import Harness
+
+
+def _field(document: dict[str, object]) -> str:
+    with pytest.raises(InvalidField) as raised:
+        parse_snapshot(document)
+    return raised.value.field
+
+
+def test_a_gpu_type_that_could_cross_a_ledger_entry_is_refused() -> None:
+    row = uniform_worker(1, "w1", 2, RTX_4090)
+    row["status"]["gpu_devices"][1]["type"] = "x;2:cuda"
+    assert _field(cluster_of(worker_row(2, "w2"), row)) == "workers.1.status.gpu_devices.1.type"
+
+
+def test_worker_names_and_instance_rows_are_checked() -> None:
+    assert _field(cluster_of(worker_row(1, "no:colons"))) == "workers.0.name"
+    assert _field(cluster_of(worker_row(1, "bad\ud800"))) == "workers.0.name"
+    rows = instance(1, 1, {0: 1 << 30}, gpu_type="a=1")
+    document = {**cluster_of(worker_row(1, "w1")), "model_instances": [rows]}
+    assert _field(document) == "model_instances.0.gpu_type"
+
+
+def test_nothing_is_written_for_a_refused_snapshot() -> None:
+    h = Harness()
+    row = worker_row(1, "w1")
+    row["status"]["gpu_devices"][0]["type"] = "cuda;1:cuda"
+    summary = h.event({"kind": "snapshot", **cluster_of(row)})
+    assert (summary["status"], summary["field"]) == ("rejected", "workers.0.status.gpu_devices.0.type")
+    assert h.rt.cluster.version() == 0 and h.rt.cluster.ledger() == ({}, {})
+
+
+def test_snapshot_size_names_the_limit() -> None:
+    document = cluster_of(*(worker_row(w, f"w{w}") for w in range(1, 20)))
+    check_snapshot_size(document, 1 << 20)
+    with pytest.raises(InvalidField) as raised:
+        check_snapshot_size(document, 4096)
+    assert raised.value.field == "snapshot"
+    assert "max_snapshot_bytes limit of 4096 bytes" in raised.value.message
