@@ -60,13 +60,13 @@ def parse_snapshot(document: Mapping[str, Any]) -> SnapshotRows:
             Unicode; a worker name or GPU type outside its alphabet; duplicate
             worker ids or instance keys (naming the later row).
     """
+    check_document(document)
+    parsed = _SnapshotDocument.model_validate(document)  # a bad row is named before a missing key
     missing = [key for key in REQUIRED_KEYS if key not in document]
     if missing:
         needed = " and ".join(REQUIRED_KEYS)
         raise InvalidField(missing[0], f"required key missing (a snapshot needs {needed}; "
                            f"missing: {', '.join(missing)})")
-    check_document(document)
-    parsed = _SnapshotDocument.model_validate(document)
     seen_ids: set[int] = set()
     for position, worker in enumerate(parsed.workers):
         check_worker_row(worker.name, (worker.status or {}).get("gpu_devices") or (), f"workers.{position}")

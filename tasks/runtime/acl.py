@@ -18,7 +18,8 @@ that by role (``docs/security.md``):
   ``gpusched.requests`` (``LPUSH``; the workers record and validate each
   request, ``submit_via = "queue"``), read kombu's binding of that queue,
   read the results stream (``XREAD``, ``XRANGE``, ``XREVRANGE``, ``XLEN``), the
-  request records and the data generation — and nothing else: no script, no
+  request records, the worker nodes' heartbeats and the data generation — and
+  nothing else: no script, no
   other queue (no cluster event), no write to the ledger, the records or the
   streams. What it pushes onto the requests queue can only be a decision:
   :mod:`tasks.runtime.middleware.queue_guard` dead-letters any other task.
@@ -67,6 +68,8 @@ def role_rules(role: str, keys: Keys) -> tuple[str, ...]:
         # results and records: read only
         "+xread", "+xrange", "+xrevrange", "+xlen", f"%R~{keys.results}",
         "+hget", "+hmget", "+hgetall", "+exists", f"%R~{keys.request('*')}",
+        # waiting for a result: is any worker node alive (its heartbeats)
+        f"%R~{keys.nodes}",
         # the data generation check before submitting
         "+get", "+mget", f"%R~{keys.generation}", f"%R~{keys.data_lost}", f"%R~{keys.version}",
     )

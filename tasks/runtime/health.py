@@ -102,7 +102,7 @@ def data_generation_ok(rt: Runtime) -> Check:
 #: Behind a worker node's ``/healthz``.
 NODE_CHECKS: tuple[HealthCheck, ...] = (redis_reachable, data_generation_ok, drainer_alive)
 #: Behind ``gpusched health``.
-DEPLOYMENT_CHECKS: tuple[HealthCheck, ...] = (redis_reachable, data_generation_ok, worker_nodes_live)
+DEPLOYMENT_CHECKS: tuple[HealthCheck, ...] = (redis_reachable, worker_nodes_live, data_generation_ok)
 
 
 def run_checks(rt: Runtime, checks: Sequence[HealthCheck]) -> list[Check]:
