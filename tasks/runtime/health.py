@@ -88,21 +88,25 @@ def data_generation_ok(rt: Runtime) -> Check:
 
     Fails when a loss was detected and not recovered (the marker), when this
     process sees Redis wiped, replaced or rolled back (it then writes the
-    marker, as every check does), and when Redis holds no generation at all
-    (empty, or wiped before any process that knew it looked: no worker has
-    checked it since it started). Never writes a first generation.
+    marker, as every check does), and when Redis holds no generation although
+    worker nodes are registered (they write it when they boot: it was wiped
+    before any process that knew it looked). A Redis with neither is a
+    deployment no worker has started yet: this check passes, the worker check
+    says so. Never writes a first generation.
     """
     status = rt.generation.check(create=False)
-    if status.verdict == "new":
-        return Check("data", False, "no data generation: Redis is empty or lost its data "
-                     "(no worker node has checked it since)")
-    return Check("data", status.ok, status.detail)
+    if status.verdict != "new":
+        return Check("data", status.ok, status.detail)
+    if not rt.client.hlen(rt.keys.nodes):
+        return Check("data", True, "no data generation yet: no worker node has started")
+    return Check("data", False, "no data generation: Redis is empty or lost its data "
+                 "(no worker node has checked it since)")
 
 
 #: Behind a worker node's ``/healthz``.
 NODE_CHECKS: tuple[HealthCheck, ...] = (redis_reachable, data_generation_ok, drainer_alive)
 #: Behind ``gpusched health``.
-DEPLOYMENT_CHECKS: tuple[HealthCheck, ...] = (redis_reachable, worker_nodes_live, data_generation_ok)
+DEPLOYMENT_CHECKS: tuple[HealthCheck, ...] = (redis_reachable, data_generation_ok, worker_nodes_live)
 
 
 def run_checks(rt: Runtime, checks: Sequence[HealthCheck]) -> list[Check]:

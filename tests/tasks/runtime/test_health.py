@@ -88,6 +88,9 @@ def test_the_data_generation_must_be_the_one_the_service_wrote() -> None:
     fresh = Harness()
     fresh.rt.client.delete(fresh.rt.keys.generation)
     fresh.rt.generation.memory = GenerationMemory()  # a process that never saw it (gpusched health)
+    assert data_generation_ok(fresh.rt) == health.Check(
+        "data", True, "no data generation yet: no worker node has started")
+    _beat(fresh, "n@host", NOW, NOW)  # a node booted, yet no generation: it was wiped since
     empty = data_generation_ok(fresh.rt)
     assert empty == health.Check("data", False, "no data generation: Redis is empty or lost its data "
                                  "(no worker node has checked it since)")
