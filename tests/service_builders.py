@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from builders import GIB, RTX_4090, model, uniform_worker
+from builders import GIB, H100, RTX_4090, instance, model, uniform_worker
 
 from tasks.decision.decide import decide
 from tasks.decision.step import Step
@@ -90,3 +90,30 @@ def assert_rescheduled_after_grace(h: Harness) -> None:
     h.drain()
     h.pump()
     assert statuses(h)[-1] == ("r~1", "scheduled")
+
+
+def two_node_snapshot() -> dict[str, Any]:
+    """Two workers (2 × H100 with 1 GiB reserved, 1 × 4090): a 30 GiB instance on worker 1's GPU 0
+    and a two-node instance holding 10 GiB of worker 1's GPU 1 and 5 GiB of worker 2's GPU 0."""
+    return {
+        "workers": [
+            uniform_worker(1, "a", 2, H100, reserved_vram=GIB),
+            uniform_worker(2, "b", 1, RTX_4090),
+        ],
+        "model_instances": [
+            instance(10, 1, {0: 30 * GIB}),
+            instance(
+                11,
+                1,
+                {1: 10 * GIB},
+                subordinates=[
+                    {
+                        "worker_id": 2,
+                        "gpu_type": "cuda",
+                        "gpu_indexes": [0],
+                        "computed_resource_claim": {"vram": {"0": 5 * GIB}},
+                    },
+                ],
+            ),
+        ],
+    }

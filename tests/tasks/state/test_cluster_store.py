@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from builders import GIB, H100, RTX_4090, instance, uniform_worker
+from builders import GIB, H100, RTX_4090, uniform_worker
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from record_steps import booking, decided, event_types, reserve_booking, set_capacity
+from service_builders import two_node_snapshot
 
 from scheduler_core import Worker
 from tasks.intake.snapshots import parse_snapshot
@@ -20,35 +21,10 @@ from tasks.state.ledger import (
 from tasks.testing import Harness
 
 
-def _snapshot() -> dict[str, object]:
-    return {
-        "workers": [
-            uniform_worker(1, "a", 2, H100, reserved_vram=GIB),
-            uniform_worker(2, "b", 1, RTX_4090),
-        ],
-        "model_instances": [
-            instance(10, 1, {0: 30 * GIB}),
-            instance(
-                11,
-                1,
-                {1: 10 * GIB},
-                subordinates=[
-                    {
-                        "worker_id": 2,
-                        "gpu_type": "cuda",
-                        "gpu_indexes": [0],
-                        "computed_resource_claim": {"vram": {"0": 5 * GIB}},
-                    },
-                ],
-            ),
-        ],
-    }
-
-
 def test_apply_snapshot_rebuilds_the_ledger_and_stores_the_snapshot_once() -> None:
     h = Harness()
-    first = h.rt.cluster.apply_snapshot(_snapshot())
-    again = h.rt.cluster.apply_snapshot(_snapshot())
+    first = h.rt.cluster.apply_snapshot(two_node_snapshot())
+    again = h.rt.cluster.apply_snapshot(two_node_snapshot())
     assert (first.version, again.version) == (1, 2) and first.digest == again.digest
     capacity, booked = h.rt.cluster.ledger()
     assert capacity == {"1:cuda:0": H100 - GIB, "1:cuda:1": H100 - GIB, "2:cuda:0": RTX_4090}
@@ -61,17 +37,18 @@ def test_apply_snapshot_rebuilds_the_ledger_and_stores_the_snapshot_once() -> No
 
 
 def test_snapshot_digest_is_over_normalised_rows() -> None:
-    raw = _snapshot()
+    raw = two_node_snapshot()
     raw["workers"][0]["heartbeat_time"] = "ignored"  # type: ignore[index]
     legacy = dict(raw["workers"][1])  # type: ignore[index]
     legacy["system_reserved"] = {"memory": 0, "gpu_memory": 0}
     raw["workers"][1] = legacy  # type: ignore[index]
-    assert snapshot_document(parse_snapshot(raw))[1] == snapshot_document(parse_snapshot(_snapshot()))[1]
+    expected = snapshot_document(parse_snapshot(two_node_snapshot()))[1]
+    assert snapshot_document(parse_snapshot(raw))[1] == expected
 
 
 def test_invalid_snapshot_changes_nothing() -> None:
     h = Harness()
-    bad = _snapshot()
+    bad = two_node_snapshot()
     bad["workers"][0]["state"] = "sleepy"  # type: ignore[index]
     with pytest.raises(ValueError):
         h.rt.cluster.apply_snapshot(bad)
@@ -99,10 +76,10 @@ def _book(h: Harness, rid: str, claims: dict[str, int], workers: list[int]) -> s
 
 def test_snapshot_keeps_live_bookings_and_drops_those_on_vanished_workers() -> None:
     h = Harness()
-    h.rt.cluster.apply_snapshot(_snapshot())
+    h.rt.cluster.apply_snapshot(two_node_snapshot())
     assert _book(h, "keep", {"2:cuda:0": GIB}, [2]) == "booked"
     assert _book(h, "lose", {"1:cuda:0": GIB}, [1]) == "booked"
-    smaller = {"workers": [_snapshot()["workers"][1]], "model_instances": []}  # type: ignore[index]
+    smaller = {"workers": [two_node_snapshot()["workers"][1]], "model_instances": []}  # type: ignore[index]
     applied = h.rt.cluster.apply_snapshot(smaller)
     assert [item.key for item in applied.dropped] == ["req:lose"]
     assert applied.dropped[0].meta.request_id == "lose"
@@ -112,7 +89,7 @@ def test_snapshot_keeps_live_bookings_and_drops_those_on_vanished_workers() -> N
 
 def test_worker_upsert_is_compare_and_set_and_reports_overbooking() -> None:
     h = Harness()
-    h.rt.cluster.apply_snapshot(_snapshot())
+    h.rt.cluster.apply_snapshot(two_node_snapshot())
     current = h.rt.cluster.worker_row(1)
     shrunk = Worker.model_validate(uniform_worker(1, "a", 2, 20 * GIB, reserved_vram=GIB))
     assert h.rt.cluster.upsert_worker(shrunk, "stale-row", {}).status == "stale"
@@ -128,7 +105,7 @@ def test_worker_upsert_is_compare_and_set_and_reports_overbooking() -> None:
 
 def test_worker_removal_releases_everything_it_held_and_is_idempotent() -> None:
     h = Harness()
-    h.rt.cluster.apply_snapshot(_snapshot())
+    h.rt.cluster.apply_snapshot(two_node_snapshot())
     version, released = h.rt.cluster.remove_worker(2, "test")
     assert version == 2 and [item.key for item in released] == ["id:11"]
     capacity, booked = h.rt.cluster.ledger()
@@ -139,7 +116,7 @@ def test_worker_removal_releases_everything_it_held_and_is_idempotent() -> None:
 
 def test_release_is_idempotent() -> None:
     h = Harness()
-    h.rt.cluster.apply_snapshot(_snapshot())
+    h.rt.cluster.apply_snapshot(two_node_snapshot())
     version, released = h.rt.cluster.release(["id:10", "nope"], "instance_deleted")
     assert version == 2 and [item.key for item in released] == ["id:10"]
     assert h.rt.cluster.release(["id:10"], "instance_deleted") == (None, ())

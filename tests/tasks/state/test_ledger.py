@@ -6,6 +6,7 @@ import pytest
 from builders import GIB, H100, RTX_4090, gpu, instance, uniform_worker, worker
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from service_builders import two_node_snapshot
 
 from scheduler_core import ModelInstance, Worker
 from scheduler_core.cluster import ClusterState
@@ -22,31 +23,6 @@ from tasks.state.ledger import (
 from tasks.testing import Harness
 
 
-def _snapshot() -> dict[str, object]:
-    return {
-        "workers": [
-            uniform_worker(1, "a", 2, H100, reserved_vram=GIB),
-            uniform_worker(2, "b", 1, RTX_4090),
-        ],
-        "model_instances": [
-            instance(10, 1, {0: 30 * GIB}),
-            instance(
-                11,
-                1,
-                {1: 10 * GIB},
-                subordinates=[
-                    {
-                        "worker_id": 2,
-                        "gpu_type": "cuda",
-                        "gpu_indexes": [0],
-                        "computed_resource_claim": {"vram": {"0": 5 * GIB}},
-                    },
-                ],
-            ),
-        ],
-    }
-
-
 def test_capacity_is_total_minus_reserved_per_gpu() -> None:
     row = Worker.model_validate(uniform_worker(1, "a", 2, H100, reserved_vram=GIB))
     assert worker_capacity(row) == {"1:cuda:0": H100 - GIB, "1:cuda:1": H100 - GIB}
@@ -58,7 +34,7 @@ def test_gpus_without_memory_or_index_are_not_bookable() -> None:
 
 
 def test_claims_follow_the_core_rules_for_leaders_and_subordinates() -> None:
-    rows = _snapshot()["model_instances"]
+    rows = two_node_snapshot()["model_instances"]
     inst = ModelInstance.model_validate(rows[1])  # type: ignore[index]
     assert instance_claims(inst, {}) == {"1:cuda:1": 10 * GIB, "2:cuda:0": 5 * GIB}
     assert occupied_workers(inst) == [1, 2]
