@@ -7,7 +7,7 @@ Public API::
     plan = tune({"explicit_args": {...}, "platform": {...}, "pipeline": {...}})
 
 Besides the two entry points, the names a service built on the core needs:
-the wire models, the chain and its plugins by name, the reason codes and the
+the wire models, the chain, its plugins by name and the precise policy's settings, the reason codes and the
 wake rules they imply, the claims arithmetic the ledger shares with the core,
 the GPU-id parser and the request-id rule.
 """
@@ -42,6 +42,7 @@ from scheduler_core.plugins import (
     free_share_floor,
     worker_admits,
 )
+from scheduler_core.precise.settings import PreciseSettings
 from scheduler_core.reasons import MORE_CAPACITY, ClusterChange, Reason
 
 __all__ = [
@@ -61,6 +62,7 @@ __all__ = [
     "LaunchOut",
     "ModelInstance",
     "ModelSpec",
+    "PreciseSettings",
     "Reason",
     "ScheduleRequest",
     "ScheduleResult",

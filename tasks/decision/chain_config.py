@@ -8,7 +8,8 @@ run, each with an ``enabled`` switch, and the scorer::
       "filters":    [{"name": "cluster", "enabled": true}, ...],
       "strategies": [{"name": "manual_gpu_selection", "enabled": true}, ...],
       "scorer": "model",
-      "max_candidates": 16
+      "max_candidates": 16,
+      "precise": {"gpu_sharing": true}
     }
 
 Filter and strategy names are the keys of the core's
@@ -19,7 +20,12 @@ Filter and strategy names are the keys of the core's
 (the model's own ``placement_strategy``, GPUStack's behaviour), ``spread`` or
 ``binpack`` (forced for every request). ``max_candidates`` caps the candidates
 a result lists (the chosen one is always among them; ``candidates_total`` says
-how many there were); leave it out to list all of them. Only the default chain keeps
+how many there were); leave it out to list all of them. ``precise`` (optional) sets
+the knobs of ``policy: precise`` for every request it decides
+(:class:`scheduler_core.PreciseSettings`: ``gpu_sharing``, ``free_margin``,
+``runtime_overhead``, ``headroom_ratio``, ``headroom_min``, ``kv_floor_cap``,
+``max_window_candidates``, ``max_shape_candidates``; a request's own ``gpu_sharing``
+wins); ``policy: gpustack`` never reads them. Only the default chain keeps
 ``policy: gpustack`` parity. The spec is recorded in every decision event so a
 replay runs the same chain.
 """
@@ -35,7 +41,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from scheduler_core import DEFAULT_CHAIN, FILTERS_BY_NAME, STRATEGIES_BY_NAME, Chain, canonical_json
+from scheduler_core import (
+    DEFAULT_CHAIN,
+    FILTERS_BY_NAME,
+    STRATEGIES_BY_NAME,
+    Chain,
+    PreciseSettings,
+    canonical_json,
+)
 
 
 class ChainConfigError(ValueError):
@@ -49,6 +62,29 @@ class PluginSwitch(BaseModel):
 
     name: str
     enabled: bool = True
+
+
+_PRECISE_DEFAULTS = PreciseSettings()
+
+
+class PreciseSpec(BaseModel):
+    """The ``precise`` block: :class:`scheduler_core.PreciseSettings` for every request
+    decided under ``policy: precise`` (defaults as there; bytes as integers)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gpu_sharing: bool = False
+    free_margin: int = Field(default=_PRECISE_DEFAULTS.free_margin, ge=0, le=1 << 50)
+    runtime_overhead: int = Field(default=_PRECISE_DEFAULTS.runtime_overhead, ge=0, le=1 << 50)
+    headroom_ratio: float = Field(default=_PRECISE_DEFAULTS.headroom_ratio, ge=0, le=10)
+    headroom_min: int = Field(default=_PRECISE_DEFAULTS.headroom_min, ge=0, le=1 << 50)
+    kv_floor_cap: int = Field(default=_PRECISE_DEFAULTS.kv_floor_cap, ge=1, le=1 << 30)
+    max_window_candidates: int = Field(default=_PRECISE_DEFAULTS.max_window_candidates, ge=1, le=1024)
+    max_shape_candidates: int = Field(default=_PRECISE_DEFAULTS.max_shape_candidates, ge=1, le=1024)
+
+    def settings(self) -> PreciseSettings:
+        """The core's settings object."""
+        return PreciseSettings(**self.model_dump())
 
 
 class ChainSpec(BaseModel):
@@ -67,6 +103,9 @@ class ChainSpec(BaseModel):
     #: Candidates reported per result (the chosen one plus the best-scoring, in selector
     #: order); None reports all, as GPUStack does. A 500-node cluster yields thousands.
     max_candidates: int | None = Field(default=None, ge=1)
+    #: ``policy: precise`` settings; absent: the defaults (not recorded, so a chain without
+    #: the block keeps the digest it always had).
+    precise: PreciseSpec | None = None
 
     @model_validator(mode="after")
     def _known_plugins(self) -> ChainSpec:
@@ -76,10 +115,17 @@ class ChainSpec(BaseModel):
             raise ValueError("strategies: at least one strategy must be enabled")
         return self
 
+    def document(self) -> dict[str, Any]:
+        """The spec as JSON (an absent ``precise`` block left out)."""
+        dumped = self.model_dump(mode="json")
+        if dumped["precise"] is None:
+            del dumped["precise"]
+        return dumped
+
     @property
     def digest(self) -> str:
-        """sha256 of the canonical spec (names, order, switches, scorer)."""
-        return hashlib.sha256(canonical_json(self.model_dump(mode="json")).encode()).hexdigest()
+        """sha256 of the canonical spec (names, order, switches, scorer, precise settings)."""
+        return hashlib.sha256(canonical_json(self.document()).encode()).hexdigest()
 
 
 def _check_names(section: str, switches: list[PluginSwitch], known: Mapping[str, Any]) -> None:
@@ -102,7 +148,7 @@ class LoadedChain:
     recorded_spec: dict[str, Any] = field(init=False)
 
     def __post_init__(self) -> None:
-        recorded = {**self.spec.model_dump(mode="json"), "digest": self.spec.digest}
+        recorded = {**self.spec.document(), "digest": self.spec.digest}
         object.__setattr__(self, "recorded_spec", recorded)
 
     @property
@@ -115,9 +161,11 @@ def build_chain(spec: ChainSpec) -> LoadedChain:
     """Turn a validated spec into the core's chain (enabled plugins, in order)."""
     filters = tuple(FILTERS_BY_NAME[s.name] for s in spec.filters if s.enabled)
     strategies = tuple(STRATEGIES_BY_NAME[s.name] for s in spec.strategies if s.enabled)
-    return LoadedChain(
-        spec, Chain(filters=filters, strategies=strategies, max_candidates=spec.max_candidates)
+    settings = (spec.precise or PreciseSpec()).settings()
+    chain = Chain(
+        filters=filters, strategies=strategies, max_candidates=spec.max_candidates, settings=settings
     )
+    return LoadedChain(spec, chain)
 
 
 def parse_chain(data: Any) -> LoadedChain:

@@ -22,6 +22,7 @@ PUBLIC = [
     "LaunchOut",
     "ModelInstance",
     "ModelSpec",
+    "PreciseSettings",
     "Reason",
     "ScheduleRequest",
     "ScheduleResult",

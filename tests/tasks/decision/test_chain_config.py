@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from service_builders import small_request, uniform_cluster
+from builders import H100, model, uniform_worker
+from service_builders import cluster_of, small_request, uniform_cluster
 
+from tasks.audit.replay import replay
 from tasks.decision.chain_config import ChainConfigError, load_chain, parse_chain
 from tasks.testing import Harness
 
@@ -39,3 +41,67 @@ def test_the_configured_scorer_overrides_the_models_placement_strategy() -> None
     h.submit(small_request("r"))
     h.pump()
     assert h.events(["sched.decision.made"])[0].data["chain"]["scorer"] == "binpack"
+
+
+QWEN_05B = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "model_type": "qwen2",
+    "hidden_size": 896,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 24,
+    "vocab_size": 152064,
+    "max_position_embeddings": 32768,
+    "torch_dtype": "bfloat16",
+}
+
+
+def _tiny(rid: str, **fields: Any) -> dict[str, Any]:
+    row = model(name="tiny", hf_config=QWEN_05B, weight_bytes=988_097_536)
+    return {"request_id": rid, "policy": "precise", "model": row, **fields}
+
+
+def _fractions(h: Harness) -> dict[str, list[str]]:
+    return {
+        e.request_id or "": e.data["outcome"]["launch"]["backend_parameters"]
+        for e in h.events(["sched.decision.made"])
+    }
+
+
+def test_the_chains_precise_block_sets_sharing_for_every_precise_request() -> None:
+    """``precise.gpu_sharing`` in chain.json right-sizes the fraction of a 0.5B on an H100 to
+    0.189 (the core's worked example: weights + reserve + KV floor + headroom over the total);
+    a request's own ``gpu_sharing: false`` wins, as the default chain's absent block does."""
+    sharing = Harness(chain=parse_chain({"precise": {"gpu_sharing": True}}))
+    sharing.apply(cluster_of(uniform_worker(1, "h100", 2, H100)))
+    sharing.submit(_tiny("shared"))
+    sharing.submit(_tiny("own", gpu_sharing=False))
+    sharing.pump()
+    assert _fractions(sharing) == {
+        "shared": ["--mem-fraction-static", "0.189"],
+        "own": ["--mem-fraction-static", "0.83"],  # SGLang's default for an H100, whole
+    }
+    first, second = (e.data for e in sharing.events(["sched.decision.made"]))
+    assert first["outcome"]["selected_candidate"]["computed_resource_claim"]["vram"] == {"0": 30_814_377_083}
+    # GPU 0 is shared (0.189 of it booked); the unshared one takes GPU 1 at ⌈0.83 × 80 GiB⌉
+    assert second["outcome"]["selected_candidate"]["computed_resource_claim"]["vram"] == {"1": 71_296_457_114}
+    recorded = first["chain"]
+    assert recorded["precise"]["gpu_sharing"] is True
+    assert replay(sharing.rt.client, sharing.rt.cluster).identical == 2
+
+    default = Harness()
+    default.apply(cluster_of(uniform_worker(1, "h100", 2, H100)))
+    default.submit(_tiny("plain"))
+    default.pump()
+    assert _fractions(default) == {"plain": ["--mem-fraction-static", "0.83"]}
+    assert "precise" not in default.events(["sched.decision.made"])[0].data["chain"]
+
+
+def test_a_bad_precise_block_names_the_field() -> None:
+    for bad, where in [
+        ({"precise": {"gpu_sharin": True}}, "precise.gpu_sharin"),
+        ({"precise": {"free_margin": -1}}, "precise.free_margin"),
+        ({"precise": {"kv_floor_cap": 0}}, "precise.kv_floor_cap"),
+    ]:
+        with pytest.raises(ChainConfigError, match=where):
+            parse_chain(bad)
