@@ -167,7 +167,7 @@ class SnapshotMemo:
     """
 
     __slots__ = (
-        "_derived", "_entries", "_functions", "_ids", "_index", "_instances", "_stages", "_views",
+        "_derived", "_entries", "_functions", "_ids", "_index", "_instances", "_passed", "_stages", "_views",
         "generations",
     )
 
@@ -189,6 +189,8 @@ class SnapshotMemo:
         #: Views of worker rows by row identity (the row is kept, so its id stays its own).
         self._views: dict[int, tuple[object, WorkerView]] = {}
         self._functions: dict[tuple[str, Hashable], Memoized[Any, Any]] = {}
+        #: Per check, the last sequence every item of which passed it (see :meth:`first_failure`).
+        self._passed: dict[str, tuple[object, ...]] = {}
         #: Per worker id, how many times its bound instances changed (absent: never).
         self.generations: dict[int, int] = {}
 
@@ -296,6 +298,24 @@ class SnapshotMemo:
             self._derived.clear()
         self._derived[slot] = (tuple(items), value)
         return value
+
+    def first_failure(self, check: str, items: Sequence[_T], passes: Callable[[_T], bool]) -> int | None:
+        """The position of the first item that does not ``pass``, None when all do.
+
+        ``passes`` must be a pure function of the (frozen) item, named by ``check``.
+        When ``items`` starts with the very objects of the last sequence that
+        passed entirely (a booking appends an instance), only the items after
+        them are checked.
+        """
+        passed = self._passed.get(check, ())
+        start = len(passed) if passed and _extends(items, passed) else 0
+        for position in range(start, len(items)):
+            if not passes(items[position]):
+                return position
+        if len(self._passed) >= 64:  # a handful of checks in use
+            self._passed.clear()
+        self._passed[check] = tuple(items)
+        return None
 
     def memoized(self, name: str, signature: Hashable, compute: Callable[[_K], _V]) -> Memoized[_K, _V]:
         """The remembered :class:`Memoized` of ``name`` for an equal signature, else a new one."""

@@ -298,11 +298,14 @@ def test_spread_scores_match_the_direct_formula(seed: int) -> None:
                 "gpu_type": host.gpus[0].type, "gpu_indexes": indexes,
             }))
         claim = Claim({}, None, None, None)
+        def indexes(index: int) -> tuple[int, ...]:
+            return rng.choice([(index,), (index,), (index, 0), (index, 1), ()])  # (): a CPU candidate
+
         candidates = [
-            Candidate(view, g.type, (g.index,) if rng.random() < 0.7 else (g.index, 0), claim)
+            Candidate(view, g.type, indexes(g.index), claim)
             for view in views for g in view.gpus[:2] if g.index is not None
         ]
-        model_id = rng.choice([1, 2, None])
+        model_id = rng.choice([1, 2, 3, None])  # 3 never runs: a newcomer on every worker
         cluster = ClusterState(views, placed, memo)
         expected = _reference_spread(candidates, placed, model_id)
         assert spread_scores(candidates, cluster, model_id) == expected, step
@@ -332,3 +335,67 @@ def test_memo_index_of_appended_removed_and_repeated_instances(seed: int) -> Non
             placed.append(rng.choice(placed))  # the same object listed twice
         elif placed and roll < 0.9:
             placed.pop(rng.randrange(len(placed)))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(st.sampled_from(["append", "append", "drop", "replace", "same"]), st.booleans()),
+        max_size=25,
+    )
+)
+def test_first_failure_reads_only_what_was_appended_and_answers_like_a_full_scan(
+    steps: list[tuple[str, bool]],
+) -> None:
+    """``first_failure`` equals a scan from the start after any sequence of appends, removals and
+    replacements, and after a passing sequence it reads only the items appended since."""
+    memo = SnapshotMemo()
+    items: list[tuple[bool]] = []
+    read: list[tuple[bool]] = []
+
+    def passes(item: tuple[bool]) -> bool:
+        read.append(item)
+        return item[0]
+
+    for action, good in steps:
+        previous = list(items)
+        if action == "append":
+            items.append((good,))
+        elif action == "drop" and items:
+            items.pop(0)
+        elif action == "replace" and items:
+            items[-1] = (good,)
+        read.clear()
+        answer = memo.first_failure("check", items, passes)
+        expected = next((i for i, item in enumerate(items) if not item[0]), None)
+        assert answer == expected
+        kept = memo._passed.get("check")
+        if expected is None:
+            assert kept == tuple(items)
+        if all(item[0] for item in previous) and items[: len(previous)] == previous and action != "replace":
+            assert all(any(r is item for item in items[len(previous):]) for r in read)
+
+
+def test_an_appended_instance_with_a_lone_surrogate_is_rejected_through_the_memo() -> None:
+    """With a memo the instance names are read only once; one appended later with a lone
+    surrogate is still rejected, with its position, exactly as without the memo."""
+    rows = [Worker.model_validate(worker(1, "w1", [gpu(0, H100), gpu(1, H100)]))]
+    memo = SnapshotMemo()
+    placed = [
+        ModelInstance.model_validate({"id": i, "name": f"ok-{i}", "model_id": 9, "worker_id": 1,
+                                      "gpu_indexes": [0], "computed_resource_claim": {"vram": {"0": GIB}}})
+        for i in range(3)
+    ]
+    base = ScheduleRequest.model_validate({"request_id": "r", "model": model()})
+
+    def both(instances: list[ModelInstance]) -> tuple[Any, Any]:
+        request = base.model_copy(update={"workers": rows, "model_instances": instances})
+        return schedule(request, memo=memo), schedule(request)
+
+    first, fresh = both(list(placed))
+    assert first.status == "scheduled" and first.model_dump_json() == fresh.model_dump_json()
+    bad = ModelInstance.model_validate({"id": 7, "name": "bad\ud800", "model_id": 9, "worker_id": 1})
+    rejected, fresh = both([*placed, bad])
+    assert rejected.status == "rejected" and rejected.error is not None
+    assert rejected.error.field == "model_instances.3.name"
+    assert rejected.model_dump_json() == fresh.model_dump_json()
