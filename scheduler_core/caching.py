@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Hashable, Iterable, Sequence
+from itertools import compress, count, filterfalse, repeat
 from typing import Any, Generic, Protocol, TypeVar
 
 from scheduler_core._schemas import ModelInstance
@@ -95,10 +96,40 @@ class StageOutcomes:
     generation in :attr:`SnapshotMemo.generations` is unchanged.
     """
 
-    __slots__ = ("entries",)
+    __slots__ = ("entries", "last")
 
     def __init__(self) -> None:
         self.entries: dict[int, _StageEntry] = {}
+        #: The last full run: the workers it ran over, their results and the memo's journal mark.
+        self.last: LastRun | None = None
+
+
+class LastRun:
+    """One run of a rule over a worker sequence, kept so that the next run over the same
+    workers only evaluates the workers whose instances changed since (the journal)."""
+
+    __slots__ = ("mark", "positions", "results", "workers")
+
+    def __init__(
+        self,
+        workers: Sequence[WorkerView],
+        results: list[tuple[WorkerView, object]],
+        mark: tuple[int, int],
+        positions: dict[int, int] | None = None,
+    ) -> None:
+        self.workers = workers
+        self.results = results
+        self.mark = mark
+        #: Each worker's position (None: a worker id listed twice, so no patching).
+        self.positions = positions if positions is not None else _positions(workers)
+
+
+def _positions(workers: Sequence[WorkerView]) -> dict[int, int] | None:
+    positions = dict(zip(map(_WORKER_ID, workers), range(len(workers)), strict=True))
+    return positions if len(positions) == len(workers) else None
+
+
+_WORKER_ID = operator.attrgetter("id")
 
 
 class Memoized(Generic[_K, _V]):
@@ -142,6 +173,37 @@ class Memoized(Generic[_K, _V]):
         return f"Memoized({self.signature!r})"
 
 
+class _Kept:
+    """Values computed from workers' states, for :meth:`SnapshotMemo.worker_values` and
+    :meth:`SnapshotMemo.item_values`: each value belongs to one worker and is dropped when
+    that worker's generation changes (the journal); all are dropped when the worker views do.
+
+    ``values`` is keyed by worker id, or by an item's identity (then ``items`` keeps the
+    item alive, so its id stays its own, and ``by_worker`` lists each worker's keys).
+    """
+
+    __slots__ = ("by_worker", "items", "mark", "values", "views")
+
+    def __init__(self, views: Sequence[WorkerView], mark: tuple[int, int]) -> None:
+        self.values: dict[int, object] = {}
+        self.items: dict[int, object] = {}
+        self.by_worker: dict[int, list[int]] = {}
+        self.views = tuple(views)
+        self.mark = mark
+
+    def clear(self) -> None:
+        self.values.clear()
+        self.items.clear()
+        self.by_worker.clear()
+
+    def drop(self, worker_id: int) -> None:
+        """Forget what belongs to the worker."""
+        self.values.pop(worker_id, None)
+        for key in self.by_worker.pop(worker_id, ()):
+            self.values.pop(key, None)
+            self.items.pop(key, None)
+
+
 class SnapshotMemo:
     """State remembered *across* decisions on a slowly changing cluster.
 
@@ -167,8 +229,8 @@ class SnapshotMemo:
     """
 
     __slots__ = (
-        "_derived", "_entries", "_functions", "_ids", "_index", "_instances", "_passed", "_stages", "_views",
-        "generations",
+        "_derived", "_entries", "_era", "_functions", "_ids", "_index", "_instances", "_journal", "_kept",
+        "_passed", "_stages", "_views", "generations",
     )
 
     #: Entries kept at most per kind; beyond it that kind starts over (workers come and go).
@@ -177,6 +239,10 @@ class SnapshotMemo:
     STAGE_TABLES = 512
     #: Memoized functions kept at most (each holds up to :attr:`Memoized.LIMIT` values).
     FUNCTIONS = 32
+    #: Generation changes the journal holds before it starts over.
+    JOURNAL = 100_000
+    #: Tables of values per worker or per item kept at most (the least recently used goes).
+    KEPT_TABLES = 8
 
     def __init__(self) -> None:
         self._entries: dict[int, _MemoEntry] = {}
@@ -193,6 +259,12 @@ class SnapshotMemo:
         self._passed: dict[str, tuple[object, ...]] = {}
         #: Per worker id, how many times its bound instances changed (absent: never).
         self.generations: dict[int, int] = {}
+        #: The worker ids whose generation changed, in order; ``_era`` counts the times it
+        #: started over (every generation forgotten, or the journal grown past its limit).
+        self._journal: list[int] = []
+        self._era = 0
+        #: Tables of :meth:`worker_values` and :meth:`item_values`, least recently used first.
+        self._kept: dict[Hashable, _Kept] = {}
 
     def track_instances(self, instances: tuple[ModelInstance, ...]) -> InstanceIndex | None:
         """Give every worker whose bound instances changed a new generation; return the
@@ -225,9 +297,7 @@ class SnapshotMemo:
                 return False
             ids.add(id(instance))
             touched.update(occupied_workers(instance))
-        generations = self.generations
-        for worker_id in touched:
-            generations[worker_id] = generations.get(worker_id, 0) + 1
+        self._bump(touched)
         return True
 
     def _rediff(self, previous: tuple[ModelInstance, ...], instances: tuple[ModelInstance, ...]) -> None:
@@ -245,14 +315,37 @@ class SnapshotMemo:
         for instance in instances:
             if id(instance) not in before:
                 touched.update(occupied_workers(instance))
-        generations = self.generations
-        for worker_id in touched:
+        self._bump(touched)
+
+    def _bump(self, worker_ids: Iterable[int]) -> None:
+        """A new generation for each worker, noted in the journal."""
+        generations, journal = self.generations, self._journal
+        for worker_id in worker_ids:
             generations[worker_id] = generations.get(worker_id, 0) + 1
+            journal.append(worker_id)
+        if len(journal) > self.JOURNAL:
+            journal.clear()
+            self._era += 1
 
     def _forget_workers(self) -> None:
         self._entries.clear()
         self._stages.clear()
+        self._kept.clear()
         self.generations.clear()
+        self._journal.clear()
+        self._era += 1
+
+    def journal_mark(self) -> tuple[int, int]:
+        """Where the journal stands now (for :meth:`changed_since`)."""
+        return self._era, len(self._journal)
+
+    def changed_since(self, mark: tuple[int, int]) -> Sequence[int] | None:
+        """The ids of the workers whose generation changed since ``mark`` (repeats possible),
+        None when that is no longer known (the journal started over)."""
+        era, position = mark
+        if era != self._era:
+            return None
+        return self._journal[position:]
 
     def get(self, worker_id: int, key: object, view: WorkerView) -> object | None:
         """A per-worker value while ``view`` and the worker's generation are unchanged, else None."""
@@ -270,6 +363,79 @@ class SnapshotMemo:
                 self._entries.clear()
             entry = self._entries[worker_id] = (view, generation, {})
         entry[2][key] = value
+
+    def worker_values(
+        self,
+        slot: Hashable,
+        views: Sequence[WorkerView],
+        worker_ids: Sequence[int],
+        compute: Callable[[int], _T],
+    ) -> dict[int, _T]:
+        """``compute(worker_id)`` for each of ``worker_ids``, kept across decisions.
+
+        ``compute`` must be a pure function of the worker's view (in ``views``) and of
+        the instances bound to it; ``slot`` names it. A value is computed again after
+        the worker's instances change, every value after ``views`` does.
+        """
+        table = self._kept_table(("workers", slot), views)
+        values = table.values
+        for worker_id in filterfalse(values.__contains__, worker_ids):
+            values[worker_id] = compute(worker_id)
+        return dict(zip(worker_ids, map(values.__getitem__, worker_ids), strict=True))  # type: ignore[arg-type]
+
+    def item_values(
+        self,
+        slot: Hashable,
+        views: Sequence[WorkerView],
+        items: Sequence[_T],
+        worker_of: Callable[[_T], int],
+        compute: Callable[[Sequence[_T]], list[_V]],
+    ) -> list[_V]:
+        """``compute(items)``, with the value of every item seen before (the very same object)
+        taken from earlier decisions and ``compute`` run on the others only.
+
+        ``compute`` must give each item's value (never None) as a pure function of the
+        item, of the view and bound instances of the worker ``worker_of(item)``, and of
+        constants ``slot`` names; whatever other items it is given with.
+        """
+        table = self._kept_table(("items", slot), views)
+        values = table.values
+        found: list[Any] = list(map(values.get, map(id, items)))
+        missing = list(compress(count(), map(operator.is_, found, repeat(None))))
+        if not missing:
+            return found
+        if len(values) + len(missing) > self.LIMIT:
+            table.clear()
+        fresh = [items[position] for position in missing]
+        for position, item, value in zip(missing, fresh, compute(fresh), strict=True):
+            found[position] = value
+            key = id(item)
+            values[key] = value
+            table.items[key] = item
+            table.by_worker.setdefault(worker_of(item), []).append(key)
+        return found
+
+    def _kept_table(self, slot: Hashable, views: Sequence[WorkerView]) -> _Kept:
+        """The table of ``slot``, with what changed since its last use dropped."""
+        kept = self._kept
+        table = kept.pop(slot, None)
+        if table is None:
+            table = _Kept(views, self.journal_mark())
+        elif not same_objects(table.views, views):
+            table.clear()
+            table.views = tuple(views)
+        else:
+            changed = self.changed_since(table.mark)
+            if changed is None:
+                table.clear()
+            else:
+                for worker_id in set(changed):
+                    table.drop(worker_id)
+        table.mark = self.journal_mark()
+        if len(kept) >= self.KEPT_TABLES:
+            del kept[next(iter(kept))]
+        kept[slot] = table  # the most recently used last
+        return table
 
     def view_of(self, row: _R, build: Callable[[_R], WorkerView]) -> WorkerView:
         """``build(row)``, kept while the (frozen) row is the same object: a worker row
@@ -381,6 +547,10 @@ class StageRunner:
         if memo is None:
             return [(worker, self._result(rule, inputs, gpu_type, worker)) for worker in workers]
         table = memo.stage_outcomes((rule.name, inputs, gpu_type))
+        if isinstance(workers, Sequence):
+            patched = self._patched(rule, inputs, gpu_type, workers, table, memo)
+            if patched is not None:
+                return patched  # type: ignore[return-value]
         entries, generations = table.entries, memo.generations
         results: list[tuple[WorkerView, _P]] = []
         for worker in workers:
@@ -392,7 +562,59 @@ class StageRunner:
                 result = self._result(rule, inputs, gpu_type, worker)
                 entries[worker.id] = (worker, generation, result)
             results.append((worker, result))
+        if isinstance(workers, Sequence):
+            table.last = LastRun(workers, results, memo.journal_mark())  # type: ignore[arg-type]
         return results
+
+    #: Changed workers beyond which a run walks every worker instead of patching the last run.
+    PATCH_LIMIT = 256
+
+    def _patched(
+        self,
+        rule: WorkerRule[_I, _O, _P],
+        inputs: _I,
+        gpu_type: str | None,
+        workers: Sequence[WorkerView],
+        table: StageOutcomes,
+        memo: SnapshotMemo,
+    ) -> list[tuple[WorkerView, object]] | None:
+        """The last run over the very same workers, with the workers whose generation changed
+        since evaluated again; None when there is no such run (or too much changed)."""
+        last = table.last
+        if last is None or last.positions is None:
+            return None
+        if not (last.workers is workers or same_objects(last.workers, workers)):
+            return None
+        changed = memo.changed_since(last.mark)
+        if changed is None or len(changed) > self.PATCH_LIMIT:
+            return None
+        results = list(last.results)
+        positions = last.positions
+        entries, generations = table.entries, memo.generations
+        for worker_id in set(changed):
+            position = positions.get(worker_id)
+            if position is None:  # not among these workers
+                continue
+            worker = results[position][0]
+            generation = generations.get(worker_id, 0)
+            result = self._result(rule, inputs, gpu_type, worker)
+            entries[worker_id] = (worker, generation, result)
+            results[position] = (worker, result)
+        table.last = LastRun(workers, results, memo.journal_mark(), positions)
+        return results
+
+    def subset(
+        self, slot: Hashable, workers: Sequence[WorkerView], keep: Callable[[WorkerView], bool]
+    ) -> Sequence[WorkerView]:
+        """The workers ``keep`` accepts, in order. With a memo, the same list object while
+        ``workers`` holds the same objects (a rule run over it can then be patched).
+
+        ``keep`` must be a pure function of the worker; ``slot`` names it and the list.
+        """
+        memo = self._memo
+        if memo is None:
+            return [worker for worker in workers if keep(worker)]
+        return memo.derived(("subset", slot), workers, lambda: [worker for worker in workers if keep(worker)])
 
     def _result(
         self, rule: WorkerRule[_I, _O, _P], inputs: _I, gpu_type: str | None, worker: WorkerView

@@ -10,8 +10,9 @@ remembered from earlier decisions; the view never decides what to reuse.
 
 from __future__ import annotations
 
+import operator
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import NamedTuple, Protocol, TypeVar
 
@@ -22,6 +23,9 @@ from scheduler_core.workers import Gpu, WorkerView
 #: GPUStack's memory-balance rule: a GPU joins a group when the group's smallest
 #: allocatable is at least 0.9 × its own (``policies/utils.py: group_worker_gpu_by_memory``).
 MEMORY_BALANCE_RATIO = 0.9
+
+#: A worker view's id.
+_ID = operator.attrgetter("id")
 
 #: The claims of a worker without instances.
 _NOTHING: Mapping[int, int] = MappingProxyType({})
@@ -66,6 +70,29 @@ class WorkerValues(Protocol):
         """Remember a value for this exact worker view."""
         ...
 
+    def worker_values(
+        self,
+        slot: Hashable,
+        views: Sequence[WorkerView],
+        worker_ids: Sequence[int],
+        compute: Callable[[int], _T],
+    ) -> dict[int, _T]:
+        """``compute(worker_id)`` per worker (a pure function of its view and bound instances),
+        kept while the worker and ``views`` are unchanged."""
+        ...
+
+    def item_values(
+        self,
+        slot: Hashable,
+        views: Sequence[WorkerView],
+        items: Sequence[_S],
+        worker_of: Callable[[_S], int],
+        compute: Callable[[Sequence[_S]], list[_T]],
+    ) -> list[_T]:
+        """``compute(items)``, each item's value (a pure function of the item and its worker's
+        view and bound instances) kept while that worker and ``views`` are unchanged."""
+        ...
+
 
 class GpuSlot(NamedTuple):
     """A GPU with the allocatable VRAM it had when the slot was taken.
@@ -82,7 +109,7 @@ class GpuSlot(NamedTuple):
 class ClusterState:
     """Instances indexed by the workers they occupy, and each worker's allocatable resources."""
 
-    __slots__ = ("_bound", "_computed", "_held", "_remembered", "_workers", "instances")
+    __slots__ = ("_bound", "_computed", "_held", "_remembered", "_views", "_workers", "instances")
 
     def __init__(
         self,
@@ -90,7 +117,8 @@ class ClusterState:
         instances: Sequence[ModelInstance],
         remembered: WorkerValues | None = None,
     ) -> None:
-        self._workers = {worker.id: worker for worker in workers}
+        self._views = workers
+        self._workers = dict(zip(map(_ID, workers), workers, strict=True))
         self.instances = tuple(instances)
         index = remembered.track_instances(self.instances) if remembered is not None else None
         # Only read through .get below: the index may be the memo's, shared across decisions.
@@ -123,6 +151,11 @@ class ClusterState:
         ``key`` names the value and every other input it depends on.
         """
         remembered = self._remembered
+        if remembered is not None:
+            ids = list(worker_ids)
+            if all(map(self._workers.__contains__, ids)):
+                return remembered.worker_values(key, self._views, ids, compute)
+            worker_ids = ids
         values: dict[int, _T] = {}
         for worker_id in worker_ids:
             view = self._workers.get(worker_id)
@@ -135,6 +168,22 @@ class ClusterState:
                 remembered.put(worker_id, key, view, value)
             values[worker_id] = value  # type: ignore[assignment]
         return values
+
+    def per_item(
+        self,
+        slot: Hashable,
+        items: Sequence[_S],
+        worker_of: Callable[[_S], int],
+        compute: Callable[[Sequence[_S]], list[_T]],
+    ) -> list[_T]:
+        """``compute(items)``: per item, a pure function of the item, of the view and bound
+        instances of the worker ``worker_of(item)`` and of what ``slot`` names (never None);
+        with a memo, the values of items seen in earlier decisions are reused.
+        """
+        remembered = self._remembered
+        if remembered is None:
+            return compute(items)
+        return remembered.item_values(slot, self._views, items, worker_of, compute)
 
     def _per_worker(self, view: WorkerView, key: object, compute: Callable[[], _T]) -> _T:
         remembered = self._remembered

@@ -220,14 +220,21 @@ def spread_scores(
     )
     if _runs_on_any(loads, model_id):
         return _spread_with_replicas(candidates, loads, model_id)
-    return _spread_for_newcomer(candidates, loads)
-
-
-def _spread_for_newcomer(candidates: Sequence[Candidate], loads: Mapping[int, _WorkerLoad]) -> list[float]:
-    """:func:`spread_scores` of a model with no instance on any candidate worker: its own
-    count is 0 everywhere, so the worker term depends on the worker's total alone."""
+    # A model with no instance on any candidate worker: its own count is 0 everywhere, so a
+    # score depends on the candidate, its worker's load and the range of the workers' totals.
     totals = list(map(_TOTAL, loads.values()))
     ranges = _Ranges((0, 0), (min(totals), max(totals)), True)
+    return cluster.per_item(
+        ("spread_newcomer", ranges), candidates, _WORKER_ID,
+        lambda part: _spread_for_newcomer(part, loads, ranges),
+    )
+
+
+def _spread_for_newcomer(
+    candidates: Sequence[Candidate], loads: Mapping[int, _WorkerLoad], ranges: _Ranges
+) -> list[float]:
+    """:func:`spread_scores` of a model with no instance on any candidate worker, each
+    candidate's score from its own worker's load and ``ranges`` alone."""
     by_total: dict[int, float] = {}
     scores: list[float] = []
     append = scores.append

@@ -150,7 +150,7 @@ class SingleWorkerMultiGpu:
                 selection.tp_rule,
                 selection.ram_rule,
             )
-            several = (worker for worker in workers if len(worker.gpus) >= 2)
+            several = selection.runner.subset(("several_gpus", gpu_type), workers, _several_gpus)
             recorded: tuple[int, int, int] | None = None
             for worker, outcome in selection.runner.run(_RULE, inputs, gpu_type, several):
                 for total, satisfied in outcome.tracked:  # GPUStack's "largest group" bookkeeping
@@ -164,6 +164,10 @@ class SingleWorkerMultiGpu:
                     recorded = (tracker.vram, tracker.satisfied, tracker.total_gpus)
                     _record_failure(selection, gpu_type)
         return candidates
+
+
+def _several_gpus(worker: WorkerView) -> bool:
+    return len(worker.gpus) >= 2
 
 
 def _record_failure(selection: Selection, gpu_type: str | None) -> None:
