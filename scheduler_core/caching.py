@@ -27,7 +27,8 @@ wrapper alone decides when its answer can be reused.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from itertools import compress, count, filterfalse, repeat
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -130,6 +131,7 @@ def _positions(workers: Sequence[WorkerView]) -> dict[int, int] | None:
 
 
 _WORKER_ID = operator.attrgetter("id")
+_MODEL_ID = operator.attrgetter("model_id")
 
 
 class Memoized(Generic[_K, _V]):
@@ -230,7 +232,7 @@ class SnapshotMemo:
 
     __slots__ = (
         "_derived", "_entries", "_era", "_functions", "_ids", "_index", "_instances", "_journal", "_kept",
-        "_passed", "_stages", "_views", "generations",
+        "_models", "_passed", "_stages", "_views", "generations",
     )
 
     #: Entries kept at most per kind; beyond it that kind starts over (workers come and go).
@@ -250,6 +252,8 @@ class SnapshotMemo:
         #: The index of :attr:`_instances` and their identities (None: not kept).
         self._index: InstanceIndex | None = None
         self._ids: set[int] | None = set()
+        #: Instances of :attr:`_instances` per model id.
+        self._models: Counter[int | None] = Counter()
         self._derived: dict[object, tuple[tuple[object, ...], object]] = {}
         self._stages: dict[tuple[object, ...], StageOutcomes] = {}
         #: Views of worker rows by row identity (the row is kept, so its id stays its own).
@@ -282,10 +286,16 @@ class SnapshotMemo:
             added = instances[len(previous) :]
             if self._note_added(added):
                 index_instances(added, self._index)
+                self._models.update(map(_MODEL_ID, added))
                 return self._index
         self._index = index_instances(instances)
+        self._models = Counter(map(_MODEL_ID, instances))
         self._rediff(previous, instances)
         return self._index
+
+    def running_models(self) -> Mapping[int | None, int]:
+        """Instances per model id among the instances of the last :meth:`track_instances`."""
+        return self._models
 
     def _note_added(self, added: tuple[ModelInstance, ...]) -> bool:
         """Bump the generations of the workers ``added`` occupies; False for an object listed twice."""

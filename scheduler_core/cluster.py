@@ -62,6 +62,10 @@ class WorkerValues(Protocol):
         returns their :func:`index_instances` when it keeps one (read it, never change it)."""
         ...
 
+    def running_models(self) -> Mapping[int | None, int]:
+        """Instances per model id among the instances of the last ``track_instances``."""
+        ...
+
     def get(self, worker_id: int, key: object, view: WorkerView) -> object | None:
         """A value remembered for this exact worker view, or None."""
         ...
@@ -109,7 +113,7 @@ class GpuSlot(NamedTuple):
 class ClusterState:
     """Instances indexed by the workers they occupy, and each worker's allocatable resources."""
 
-    __slots__ = ("_bound", "_computed", "_held", "_remembered", "_views", "_workers", "instances")
+    __slots__ = ("_bound", "_computed", "_held", "_models", "_remembered", "_views", "_workers", "instances")
 
     def __init__(
         self,
@@ -125,6 +129,15 @@ class ClusterState:
         self._bound, self._held = index if index is not None else index_instances(self.instances)
         self._computed: dict[tuple[int, str | None], Allocatable] = {}
         self._remembered = remembered
+        self._models: set[int | None] | None = None
+
+    def runs_model(self, model_id: int | None) -> bool:
+        """Whether any instance of the cluster belongs to ``model_id``."""
+        if self._remembered is not None:
+            return self._remembered.running_models().get(model_id, 0) > 0
+        if self._models is None:
+            self._models = {instance.model_id for instance in self.instances}
+        return model_id in self._models
 
     def instances_on(self, worker_id: int) -> Sequence[ModelInstance]:
         """Instances bound to the worker as main or as subordinate, in input order."""

@@ -191,9 +191,9 @@ _WORKER_ID = operator.attrgetter("worker.id")
 _TOTAL, _BY_MODEL = operator.attrgetter("total"), operator.attrgetter("by_model")
 
 
-def _runs_on_any(loads: Mapping[int, _WorkerLoad], model_id: int | None) -> bool:
+def _runs_on_any(cluster: ClusterState, loads: Mapping[int, _WorkerLoad], model_id: int | None) -> bool:
     """Whether the model has an instance on any of the workers (usually not: a new model)."""
-    if model_id is None:
+    if model_id is None or not cluster.runs_model(model_id):
         return False
     return any(map(operator.contains, map(_BY_MODEL, loads.values()), repeat(model_id)))
 
@@ -218,7 +218,7 @@ def spread_scores(
         dict.fromkeys(map(_WORKER_ID, candidates)), ("spread_load",),
         lambda worker_id: _worker_load(cluster, worker_id),
     )
-    if _runs_on_any(loads, model_id):
+    if _runs_on_any(cluster, loads, model_id):
         return _spread_with_replicas(candidates, loads, model_id)
     # A model with no instance on any candidate worker: its own count is 0 everywhere, so a
     # score depends on the candidate, its worker's load and the range of the workers' totals.

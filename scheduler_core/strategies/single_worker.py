@@ -12,7 +12,7 @@ from __future__ import annotations
 import operator
 from bisect import bisect_left
 from dataclasses import dataclass
-from itertools import accumulate, compress, count
+from itertools import compress, count, islice, repeat
 from typing import ClassVar
 
 from scheduler_core._units import byte_to_gib
@@ -180,13 +180,26 @@ _CANDIDATE = operator.attrgetter("candidate")
 _PEAK_TOTAL = operator.attrgetter("peak_total")
 
 
+def _record_breakers(peaks: list[int], start: int) -> list[int]:
+    """Positions whose value beats ``start`` and every value before it (strictly), in order."""
+    breakers: list[int] = []
+    threshold, position = start, 0
+    while True:
+        beats = map(operator.gt, islice(peaks, position, None), repeat(threshold))
+        found = next(compress(count(position), beats), None)
+        if found is None:
+            return breakers
+        breakers.append(found)
+        threshold, position = peaks[found], found + 1
+
+
 def _track_failures(selection: Selection, gpu_type: str | None, outcomes: list[_WorkerCandidate]) -> None:
     """GPUStack's walk over the workers of one GPU type, without visiting each of them.
 
     Walking the workers in order, the tracker takes a worker's peak when it beats the
     tracker's VRAM (strictly), and a worker without a candidate records the failure
     message for the tracker's state, once per state. The state only changes at the
-    workers whose peak beats every earlier one (found from running maxima), so each
+    workers whose peak beats every earlier one (:func:`_record_breakers`), so each
     stretch between two of them records one message if a worker in it failed.
     """
     tracker = selection.log.multi_gpu
@@ -199,8 +212,7 @@ def _track_failures(selection: Selection, gpu_type: str | None, outcomes: list[_
             tracker.vram, tracker.satisfied, tracker.total_gpus = peak
         return
     failing = list(compress(count(), map(operator.not_, map(_CANDIDATE, outcomes))))
-    before = accumulate(peaks, max, initial=tracker.vram)  # the tracker's VRAM before each worker
-    setters = list(compress(count(), map(operator.gt, peaks, before)))
+    setters = _record_breakers(peaks, tracker.vram)
     recorded: tuple[int, int, int] | None = None
     for setter, start, end in zip([None, *setters], [0, *setters], [*setters, len(outcomes)], strict=True):
         if setter is not None:

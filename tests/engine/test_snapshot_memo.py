@@ -11,6 +11,7 @@ GPU types (CUDA and ROCm, mixed workers), states and the worker list itself.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import replace
 from typing import Any
 
@@ -328,6 +329,8 @@ def test_memo_index_of_appended_removed_and_repeated_instances(seed: int) -> Non
         )
         remembered = schedule(request, memo=memo)
         assert remembered.model_dump_json() == schedule(request).model_dump_json(), f"step {step}"
+        memo.track_instances(tuple(placed))  # what a decision that reaches the strategies tracks
+        assert memo.running_models() == Counter(i.model_id for i in placed), f"step {step}"
         roll = rng.random()
         if remembered.status == "scheduled" and roll < 0.6:
             placed.append(_booked(remembered, step, row["id"]))
