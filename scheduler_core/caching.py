@@ -29,7 +29,7 @@ from __future__ import annotations
 import operator
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from itertools import compress, count, filterfalse, repeat
+from itertools import filterfalse
 from typing import Any, Generic, Protocol, TypeVar
 
 from scheduler_core._schemas import ModelInstance
@@ -126,11 +126,10 @@ class LastRun:
 
 
 def _positions(workers: Sequence[WorkerView]) -> dict[int, int] | None:
-    positions = dict(zip(map(_WORKER_ID, workers), range(len(workers)), strict=True))
+    positions = {worker.id: position for position, worker in enumerate(workers)}
     return positions if len(positions) == len(workers) else None
 
 
-_WORKER_ID = operator.attrgetter("id")
 _MODEL_ID = operator.attrgetter("model_id")
 
 
@@ -411,9 +410,9 @@ class SnapshotMemo:
         table = self._kept_table(("items", slot), views)
         values = table.values
         found: list[Any] = list(map(values.get, map(id, items)))
-        missing = list(compress(count(), map(operator.is_, found, repeat(None))))
-        if not missing:
+        if None not in found:
             return found
+        missing = [position for position, value in enumerate(found) if value is None]
         if len(values) + len(missing) > self.LIMIT:
             table.clear()
         fresh = [items[position] for position in missing]

@@ -10,7 +10,6 @@ remembered from earlier decisions; the view never decides what to reuse.
 
 from __future__ import annotations
 
-import operator
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from types import MappingProxyType
@@ -23,9 +22,6 @@ from scheduler_core.workers import Gpu, WorkerView
 #: GPUStack's memory-balance rule: a GPU joins a group when the group's smallest
 #: allocatable is at least 0.9 × its own (``policies/utils.py: group_worker_gpu_by_memory``).
 MEMORY_BALANCE_RATIO = 0.9
-
-#: A worker view's id.
-_ID = operator.attrgetter("id")
 
 #: The claims of a worker without instances.
 _NOTHING: Mapping[int, int] = MappingProxyType({})
@@ -122,7 +118,7 @@ class ClusterState:
         remembered: WorkerValues | None = None,
     ) -> None:
         self._views = workers
-        self._workers = dict(zip(map(_ID, workers), workers, strict=True))
+        self._workers = {worker.id: worker for worker in workers}
         self.instances = tuple(instances)
         index = remembered.track_instances(self.instances) if remembered is not None else None
         # Only read through .get below: the index may be the memo's, shared across decisions.

@@ -188,14 +188,13 @@ _WORKER_WEIGHT, _GPU_WEIGHT = 0.85, 0.15
 _IDLE_SHARE = _GPU_WEIGHT * _IDLE_GPU_SCORE * MAX_SCORE
 #: A candidate's worker id (the candidates of one worker come one after another).
 _WORKER_ID = operator.attrgetter("worker.id")
-_TOTAL, _BY_MODEL = operator.attrgetter("total"), operator.attrgetter("by_model")
 
 
 def _runs_on_any(cluster: ClusterState, loads: Mapping[int, _WorkerLoad], model_id: int | None) -> bool:
     """Whether the model has an instance on any of the workers (usually not: a new model)."""
     if model_id is None or not cluster.runs_model(model_id):
         return False
-    return any(map(operator.contains, map(_BY_MODEL, loads.values()), repeat(model_id)))
+    return any(model_id in load.by_model for load in loads.values())
 
 
 def spread_scores(
@@ -215,14 +214,14 @@ def spread_scores(
     if not candidates:
         return []
     loads = cluster.per_worker(
-        dict.fromkeys(map(_WORKER_ID, candidates)), ("spread_load",),
+        dict.fromkeys([candidate.worker.id for candidate in candidates]), ("spread_load",),
         lambda worker_id: _worker_load(cluster, worker_id),
     )
     if _runs_on_any(cluster, loads, model_id):
         return _spread_with_replicas(candidates, loads, model_id)
     # A model with no instance on any candidate worker: its own count is 0 everywhere, so a
     # score depends on the candidate, its worker's load and the range of the workers' totals.
-    totals = list(map(_TOTAL, loads.values()))
+    totals = [load.total for load in loads.values()]
     ranges = _Ranges((0, 0), (min(totals), max(totals)), True)
     return cluster.per_item(
         ("spread_newcomer", ranges), candidates, _WORKER_ID,

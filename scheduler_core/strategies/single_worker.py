@@ -165,19 +165,15 @@ class SingleWorkerMultiGpu:
                 selection.ram_rule,
             )
             several = selection.runner.subset(("several_gpus", gpu_type), workers, _several_gpus)
-            outcomes = list(map(_OUTCOME, selection.runner.run(_RULE, inputs, gpu_type, several)))
-            candidates += filter(None, map(_CANDIDATE, outcomes))
-            _track_failures(selection, gpu_type, outcomes)
+            outcomes = [outcome for _, outcome in selection.runner.run(_RULE, inputs, gpu_type, several)]
+            found = [outcome.candidate for outcome in outcomes]
+            candidates += [candidate for candidate in found if candidate is not None]
+            _track_failures(selection, gpu_type, outcomes, found)
         return candidates
 
 
 def _several_gpus(worker: WorkerView) -> bool:
     return len(worker.gpus) >= 2
-
-
-_OUTCOME = operator.itemgetter(1)
-_CANDIDATE = operator.attrgetter("candidate")
-_PEAK_TOTAL = operator.attrgetter("peak_total")
 
 
 def _record_breakers(peaks: list[int], start: int) -> list[int]:
@@ -193,7 +189,12 @@ def _record_breakers(peaks: list[int], start: int) -> list[int]:
         threshold, position = peaks[found], found + 1
 
 
-def _track_failures(selection: Selection, gpu_type: str | None, outcomes: list[_WorkerCandidate]) -> None:
+def _track_failures(
+    selection: Selection,
+    gpu_type: str | None,
+    outcomes: list[_WorkerCandidate],
+    found: list[Candidate | None],
+) -> None:
     """GPUStack's walk over the workers of one GPU type, without visiting each of them.
 
     Walking the workers in order, the tracker takes a worker's peak when it beats the
@@ -201,17 +202,21 @@ def _track_failures(selection: Selection, gpu_type: str | None, outcomes: list[_
     message for the tracker's state, once per state. The state only changes at the
     workers whose peak beats every earlier one (:func:`_record_breakers`), so each
     stretch between two of them records one message if a worker in it failed.
+
+    Args:
+        outcomes: the workers' parts, in worker order.
+        found: each part's candidate (None: the worker failed).
     """
     tracker = selection.log.multi_gpu
-    peaks = list(map(_PEAK_TOTAL, outcomes))
-    if all(map(_CANDIDATE, outcomes)):  # no failure: only the tracker's last state matters
+    peaks = [outcome.peak_total for outcome in outcomes]
+    if None not in found:  # no failure: only the tracker's last state matters
         highest = max(peaks, default=-1)
         if highest > tracker.vram:
             peak = outcomes[peaks.index(highest)].peak  # the first of the largest, as the walk keeps
             assert peak is not None
             tracker.vram, tracker.satisfied, tracker.total_gpus = peak
         return
-    failing = list(compress(count(), map(operator.not_, map(_CANDIDATE, outcomes))))
+    failing = [position for position, candidate in enumerate(found) if candidate is None]
     setters = _record_breakers(peaks, tracker.vram)
     recorded: tuple[int, int, int] | None = None
     for setter, start, end in zip([None, *setters], [0, *setters], [*setters, len(outcomes)], strict=True):

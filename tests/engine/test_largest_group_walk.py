@@ -79,6 +79,7 @@ def test_the_stage_records_what_the_walk_records(first: list[Any], second: list[
                 for view, (_, tracked, has) in zip(views, entries, strict=True)
             ]
             expected += _walk(expected_log, gpu_type, entries, views)
-            single_worker._track_failures(SimpleNamespace(log=got_log), gpu_type, outcomes)  # type: ignore[arg-type]
+            found = [outcome.candidate for outcome in outcomes]
+            single_worker._track_failures(SimpleNamespace(log=got_log), gpu_type, outcomes, found)  # type: ignore[arg-type]
     assert got == expected
     assert got_log.multi_gpu == expected_log.multi_gpu
