@@ -18,8 +18,12 @@ COPY examples ./examples
 # Editable install: the data (configs/, the gpusched_configs package) stays next to the
 # source tree, as in a checkout. flower serves the monitoring UI in docker-compose.yml;
 # it is not a library dependency.
+# /var/lib/gpusched: the ACL file docker-compose writes (acl/) and the workers' data
+# generation file (state/), owned by the unprivileged user so its volumes are too.
 RUN pip install -e . "flower>=2.0,<3" \
-    && useradd --system --uid 10001 --home-dir /app gpusched
+    && useradd --system --uid 10001 --home-dir /app gpusched \
+    && mkdir -p /var/lib/gpusched/acl /var/lib/gpusched/state \
+    && chown -R gpusched /var/lib/gpusched
 USER gpusched
 
 # The worker runs unprivileged (Celery warns when started as root).

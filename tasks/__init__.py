@@ -7,6 +7,7 @@ Public API (for control planes and operators)::
 
     from tasks import Keys, ensure_group, read_group, ack      # consume gpusched:results
     from tasks import replay, format_report                    # audit recorded decisions
+    from tasks import RedisOutOfMemory, DataLost                # what submit() raises on Redis faults
 
 The names are loaded on first use, so ``gpusched schedule`` (no Redis, no
 Celery) imports neither. Everything else is internal; the code is organised
@@ -28,13 +29,17 @@ if _typing.TYPE_CHECKING:  # the real definitions, for type checkers (nothing is
     from tasks.edges.client import ServiceClient, WaitTimeout, default_client, submit
     from tasks.intake.submit import Submission
     from tasks.runtime.context import redis_client
+    from tasks.runtime.outages import RedisOutOfMemory
     from tasks.runtime.settings import Settings, get_settings
+    from tasks.state.generation import DataLost
     from tasks.state.keys import Keys
 
 #: Public name → the module that defines it.
 _EXPORTS = {
+    "DataLost": "tasks.state.generation",
     "Event": "tasks.audit.events",
     "Keys": "tasks.state.keys",
+    "RedisOutOfMemory": "tasks.runtime.outages",
     "ReplayReport": "tasks.audit.replay",
     "ServiceClient": "tasks.edges.client",
     "Settings": "tasks.runtime.settings",
@@ -54,8 +59,10 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "DataLost",
     "Event",
     "Keys",
+    "RedisOutOfMemory",
     "ReplayReport",
     "ServiceClient",
     "Settings",

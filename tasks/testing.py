@@ -72,7 +72,9 @@ def booking_violations(rt: Runtime) -> list[str]:
 
     Every ``scheduled`` result on the results stream whose booking is still held
     must have published exactly the claims the ledger books for its request,
-    and every gpusched booking of a finished request must have been published.
+    and every gpusched booking of a finished request must have been published
+    — or restored by a recovery (its result was published before Redis lost
+    it; the result kept with the restored record must match the ledger too).
     """
     claims = rt.cluster.claims()
     types = rt.mirror.sync().gpu_types()
@@ -90,7 +92,12 @@ def booking_violations(rt: Runtime) -> list[str]:
     for key, meta in rt.cluster.instance_meta().items():
         rid = meta.request_id
         if meta.source == "gpusched" and rid and rid not in published:
-            if rt.records.record(rid).get("state") == "done":
+            record = rt.records.record(rid)
+            if record.get("restored") == "1" and record.get("result"):
+                shown = published_claims(json.loads(record["result"]), types)
+                if shown != claims.get(key):
+                    problems.append(f"{rid}: restored with {shown}, booked {claims.get(key)}")
+            elif record.get("state") == "done" and record.get("restored") != "1":
                 problems.append(f"{rid}: booked {key} but never published")
     return problems
 
@@ -138,6 +145,7 @@ class Harness:
             self.settings, self._dispatch, self._resume, client=client, clock=self.clock,
             chain=self.chain or build_chain(ChainSpec()),
         )
+        self.rt.generation.check()  # as a worker node does on boot: the data generation is written
 
     def _dispatch(self, request_id: str, seq: int, attempt: int, countdown: float) -> None:
         self.queue.append(Dispatched(request_id, seq, attempt, countdown))

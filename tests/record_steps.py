@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from tasks.state.cluster_store import Booking, Reserved
+from tasks.state.ledger import encode_amounts
 from tasks.state.records import Accepted
 from tasks.testing import Harness
 
@@ -31,12 +32,12 @@ def decided(h: Harness, rid: str = "r1") -> None:
     h.rt.partition.call(h.rt.records.record_decision_call(rid, 0, 0, 0, '{"status":"scheduled"}', "d", "{}"))
 
 
-def booking(claims: str, key: str = "req:r1") -> Booking:
-    """A booking of ``claims`` (``gpu_key=bytes;...``) for the instance ``key`` on worker 1."""
+def booking(claims: dict[str, int], key: str = "req:r1") -> Booking:
+    """A booking of ``claims`` (GPU key → bytes) for the instance ``key`` on worker 1."""
     row = json.dumps({"name": key, "worker_id": 1, "gpu_type": "cuda"})
     meta = json.dumps({"src": "gpusched", "rid": key[4:], "pin": False, "w": [1]})
     data = json.dumps({"instance_key": key, "row": json.loads(row), "meta": json.loads(meta)})
-    return Booking(key, row, meta, claims, data)
+    return Booking(key, row, meta, encode_amounts(claims), data)
 
 
 def reserve_booking(h: Harness, booked: Booking, retry_due_ms: int = 0) -> Reserved:

@@ -66,6 +66,9 @@ EVENT_TYPES: dict[str, str] = {
     "sched.reschedule.resumed": "rescheduling off lost workers goes on again (data: down, workers)",
     "sched.cluster.event_rejected": "a cluster event was invalid (data: error, field)",
     "sched.ledger.overbooked": "a worker shrank below what is booked on it",
+    "sched.redis.out_of_memory": "Redis refused writes (maxmemory) for a while; reported once it was over",
+    "sched.data.lost": "Redis lost the service's data (wiped, replaced, rolled back): nothing is decided",
+    "sched.data.recovered": "a recovery rebuilt the state (snapshot, bookings) under a new data generation",
     "sched.request.expired": "a request parked longer than parked_ttl_s got its final result",
     "sched.audit.checkpointed": "the cluster was checkpointed at this version (data: version)",
 }

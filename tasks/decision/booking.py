@@ -37,7 +37,8 @@ def booking_for(
         model_name=model.name, backend=model.backend, state="scheduled",
     )
     types = fold.gpu_types() if instance.gpu_type is None else {}
-    claims = encode_amounts(instance_claims(instance, types))
+    held = instance_claims(instance, types)
+    claims = encode_amounts(held)
     key = booked_instance_key(request_id)
     meta = InstanceMeta(
         "gpusched", (0, 0), request_id=request_id, pinned=is_pinned(model),
@@ -45,7 +46,7 @@ def booking_for(
     ).to_dict_without_order()
     stored_row = row_json(instance)
     data = dumps(
-        {"instance_key": key, "row": json.loads(stored_row), "meta": meta, "claims": claims,
-         "request_id": request_id}
+        {"instance_key": key, "row": json.loads(stored_row), "meta": meta,
+         "claims": dict(sorted(held.items())), "request_id": request_id}
     )
     return Booking(key, stored_row, dumps(meta), claims, data)

@@ -46,6 +46,7 @@ from tasks.decision.step import PUBLISH, RESERVE, Step, resumed_step
 from tasks.intake.submit import accept_raw
 from tasks.runtime import metrics
 from tasks.runtime.context import Runtime
+from tasks.runtime.outages import outage_of
 from tasks.state.mirror import Changes
 from tasks.state.records import Begun, Recorded, RecordOutcome
 from tasks.state.scripts import ScriptCall
@@ -138,6 +139,12 @@ def _decide_once(rt: Runtime, ref: str, seq: int, attempt: int, task_id: str, *,
             return Progress(None)
         step, record = _decision(rt, ref, seq, attempt, begun.request_json, begun.epoch, changes)
         return replace(_advance(rt, step, lease, finish=finish, record=record), created_ms=begun.created_ms)
+    except BaseException as error:
+        if lease is not None and outage_of(error) == "stalled":
+            # The soft time limit fired while Redis did not answer: waiting on it again would reach
+            # the hard limit (which kills the pool process); the lease expires on its own.
+            lease.released()
+        raise
     finally:
         if lease is not None and lease.may_hold:  # also when a reply was lost or an error came first
             rt.partition.call(lease.release_call())

@@ -4,9 +4,9 @@ Nothing here imports Celery or Redis at module import time (the offline
 commands must work without them); handlers import lazily. One-line errors are
 raised as :class:`tasks.edges.cli_support.CliError`: exit 2 for bad input (or a
 rejected request, or invalid settings), 1 for a service failure (Redis
-unreachable or refusing, timeout, no live worker, replay differences or
-decisions replay could not rebuild). The Redis URL is always shown with its
-password masked.
+unreachable, refusing or out of memory, its data lost and not recovered,
+timeout, no live worker, replay differences or decisions replay could not
+rebuild). The Redis URL is always shown with its password masked.
 """
 
 from __future__ import annotations
@@ -34,10 +34,17 @@ def _service_errors() -> Iterator[None]:
     import redis
     from kombu.exceptions import OperationalError
 
+    from tasks.runtime.outages import RedisOutOfMemory
     from tasks.runtime.settings import get_settings
+    from tasks.state.generation import DataLost
 
     try:
         yield
+    except DataLost as error:
+        raise CliError(str(error), EXIT_FAILURE) from None
+    except redis.exceptions.OutOfMemoryError as error:  # Redis answered: at maxmemory
+        message = str(error) if isinstance(error, RedisOutOfMemory) else f"Redis is out of memory: {error}"
+        raise CliError(message, EXIT_FAILURE) from None
     except (redis.ConnectionError, redis.TimeoutError, OperationalError, ConnectionError) as error:
         url = redact_url(get_settings().redis_url)
         raise CliError(f"cannot reach Redis at {url}: {error}", EXIT_FAILURE) from None
@@ -182,10 +189,44 @@ def _cluster_apply(args: argparse.Namespace) -> int:
     with _service_errors():
         client = _client()
         try:
-            summary = client.apply_cluster(document)
+            summary = client.apply_cluster(document, recover=args.recover, allow_removal=args.allow_removal,
+                                           dry_run=args.dry_run)
         except ValueError as error:  # pydantic.ValidationError is a ValueError
             raise _invalid_input(error) from None
     _print(summary, args.pretty)
+    return 0
+
+
+#: Environment variable holding the password of each ACL role (``gpusched acl``).
+ACL_PASSWORD_ENV = {"service": "REDIS_SERVICE_PASSWORD", "control": "REDIS_CONTROL_PASSWORD",
+                    "submit": "REDIS_SUBMIT_PASSWORD"}
+
+
+def _acl(args: argparse.Namespace) -> int:
+    import os
+
+    from tasks.runtime.acl import acl_file
+    from tasks.runtime.settings import get_settings
+    from tasks.state.keys import Keys
+
+    passwords = {role: os.environ.get(name, "") for role, name in ACL_PASSWORD_ENV.items()}
+    missing = [ACL_PASSWORD_ENV[role] for role, password in passwords.items() if not password]
+    if missing:
+        raise CliError(f"set {', '.join(missing)} (the password of each Redis user)")
+    text = acl_file(passwords, Keys(get_settings().cluster))
+    if args.out is None:
+        print(text, end="")
+        return 0
+    descriptor = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as out:
+        out.write(text)
+    return 0
+
+
+def _cluster_export(args: argparse.Namespace) -> int:
+    with _service_errors():
+        document = _client().export_cluster()
+    _print(document, args.pretty)
     return 0
 
 
@@ -347,6 +388,19 @@ def register(commands: Any, cluster_actions: Callable[[Any], None] | None = None
     apply.add_argument("file", metavar="FILE.json",
                        help='{"workers": [...], "model_instances": [...]}; - for stdin')
     apply.add_argument("--pretty", action="store_true", help="indent the JSON output")
+    apply.add_argument("--recover", action="store_true",
+                       help="after Redis lost its data: rebuild from FILE (also its 'bookings', as "
+                            "'cluster export' writes them) and resume deciding")
+    apply.add_argument("--dry-run", action="store_true",
+                       help="change nothing: print the workers, instances and bookings it would add, "
+                            "remove or change, and whether it needs --allow-removal")
+    apply.add_argument("--allow-removal", action="store_true",
+                       help="confirm a snapshot that removes more than max_removed_fraction of the workers")
+    export = _add(actions, "export", "print the cluster and gpusched's bookings as a recovery document",
+                  _cluster_export, "Print the workers, the control plane's instances and gpusched's "
+                  "bookings as one JSON document that 'cluster apply --recover' takes after Redis lost "
+                  "its data. Exit 0, 1 Redis unreachable.")
+    export.add_argument("--pretty", action="store_true", help="indent the JSON output")
     event = _add(actions, "event", "send cluster events (worker_state, instance_deleted, ...)",
                  _cluster_event,
                  "Validate cluster events against the event schema and the current cluster, then "
@@ -357,6 +411,14 @@ def register(commands: Any, cluster_actions: Callable[[Any], None] | None = None
     event.add_argument("--pretty", action="store_true", help="indent the JSON output")
     if cluster_actions is not None:
         cluster_actions(actions)
+
+    acl = _add(commands, "acl", "print the Redis ACL users for redis-server --aclfile", _acl,
+               "Print the Redis ACL file: the default user off, gpusched-service, gpusched-control and "
+               "gpusched-submit with the SHA-256 of their passwords, read from REDIS_SERVICE_PASSWORD, "
+               "REDIS_CONTROL_PASSWORD and REDIS_SUBMIT_PASSWORD (docs/security.md). Exit 0, 2 a "
+               "password missing.")
+    acl.add_argument("--out", default=None, metavar="FILE",
+                     help="write it here (mode 0644: it holds hashes, no password) instead of printing it")
 
     replay = _add(commands, "replay", "re-run recorded decisions and compare", _replay,
                   "Re-run recorded decisions from the event log (from a checkpoint, or the archive) and "

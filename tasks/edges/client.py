@@ -26,6 +26,7 @@ from scheduler_core import Worker
 from tasks.audit.streams import read_new
 from tasks.intake.cluster_events import SnapshotEvent, check_against_worker, event_worker_id, parse_event
 from tasks.intake.limits import IntakeLimits, InvalidField
+from tasks.intake.requests import normalize
 from tasks.intake.snapshots import check_snapshot_size, parse_snapshot
 from tasks.intake.submit import Submission, submit_request
 from tasks.runtime.celery_app import TaskSender, client_app
@@ -34,6 +35,9 @@ from tasks.runtime.middleware.node_heartbeat import HEARTBEAT_DRAIN_PASSES
 from tasks.runtime.settings import Settings, get_settings
 from tasks.state.cancels import cancel_request
 from tasks.state.cluster_changes import apply_snapshot, handle_cluster_event
+from tasks.state.recovery import export_state
+from tasks.state.recovery import recover as recover_partition
+from tasks.state.snapshot_diff import diff_snapshot
 
 #: Longest block of one blocking read in :meth:`ServiceClient.wait` (its socket timeout follows).
 WAIT_BLOCK_MS = 1000
@@ -80,6 +84,9 @@ class ServiceClient:
 
         Raises:
             WaitTimeout: waiting timed out (the request is accepted and still driven).
+            tasks.state.generation.DataLost: Redis lost the service's data (wiped or
+                rolled back) and no recovery ran: nothing is accepted or decided
+                (docs/service.md, *Recovery*).
             redis.RedisError: Redis failed while the request was being recorded
                 (see :func:`tasks.intake.submit.submit_request`: resubmitting is safe). Once it is
                 recorded, a failure to send the decision does not raise: the
@@ -94,7 +101,24 @@ class ServiceClient:
         return self.wait(submission.request_id, timeout=timeout, start_id=start, terminal=terminal)
 
     def _submit(self, request: Any) -> Submission:
+        self.rt.generation.ensure_ok(create=False)
+        if self.settings.submit_via == "queue":
+            return self._enqueue(request)
         return submit_request(self.rt, request)
+
+    def _enqueue(self, request: Any) -> Submission:
+        """``submit_via = "queue"`` (the submitter ACL user): validate here, let a worker record it.
+
+        An invalid request is answered here (its rejection is not published: this
+        user cannot write results); a valid one is pushed onto ``gpusched.requests``
+        as a raw request (``queued``), and a worker records, decides and publishes it.
+        """
+        normalized = normalize(request, IntakeLimits.of(self.settings))
+        if normalized.rejection is not None:
+            return Submission(normalized.request_id, "rejected",
+                              result=json.loads(normalized.rejection.model_dump_json()))
+        self._sender.submit(request)
+        return Submission(normalized.request_id, "queued")
 
     # -------------------------------------------------------------------- wait
     def _last_result_id(self) -> str:
@@ -200,15 +224,44 @@ class ServiceClient:
         return cancel_request(self.rt, request_id, by="client")
 
     # ----------------------------------------------------------------- cluster
-    def apply_cluster(self, document: dict[str, Any]) -> dict[str, Any]:
+    def apply_cluster(
+        self, document: dict[str, Any], *, recover: bool = False, allow_removal: bool = False,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
         """Replace the cluster with a snapshot (in this process) and wake parked requests.
+
+        Args:
+            allow_removal: confirm a snapshot that removes more than
+                ``max_removed_fraction`` of the workers (refused otherwise,
+                :class:`tasks.state.cluster_store.RemovalRefused`).
+            dry_run: change nothing; return what applying it would change
+                (:func:`tasks.state.snapshot_diff.diff_snapshot`).
+            recover: rebuild a partition whose data Redis lost: the document may
+                carry gpusched's ``bookings`` (what :meth:`export_cluster`
+                writes), which are re-created; a new data generation resumes the
+                workers (:func:`tasks.state.recovery.recover`).
 
         Raises:
             pydantic.ValidationError / ValueError: invalid rows, or larger than
                 ``max_snapshot_bytes`` (nothing changes).
+            tasks.state.generation.DataLost: Redis lost the service's data and
+                ``recover`` is not set.
         """
         check_snapshot_size(document, self.settings.max_snapshot_bytes)
-        return apply_snapshot(self.rt, document)
+        if dry_run:
+            return diff_snapshot(self.rt, parse_snapshot(document), allow_removal=allow_removal)
+        if recover:
+            return recover_partition(self.rt, document)
+        self.rt.generation.ensure_ok(create=False)
+        return apply_snapshot(self.rt, document, allow_removal=allow_removal)
+
+    def export_cluster(self) -> dict[str, Any]:
+        """The cluster as a recovery document: workers, the control plane's instances, gpusched's bookings.
+
+        Keep one (``gpusched cluster export``): after Redis lost its data,
+        ``apply_cluster(document, recover=True)`` re-creates the bookings too.
+        """
+        return export_state(self.rt)
 
     def check_cluster_event(self, event: Any) -> InvalidField | None:
         """What is wrong with ``event`` before it is queued, None when nothing is.
@@ -239,7 +292,11 @@ class ServiceClient:
             The summary: ``queued`` with the message id; the applied event's summary
             with ``queue=False``; or ``rejected`` with ``field`` and ``error`` when
             :meth:`check_cluster_event` refuses it (nothing is queued or applied).
+
+        Raises:
+            tasks.state.generation.DataLost: Redis lost the service's data (no recovery ran).
         """
+        self.rt.generation.ensure_ok(create=False)
         problem = self.check_cluster_event(event)
         kind = event.get("kind") if isinstance(event, dict) else None
         if problem is not None:

@@ -92,15 +92,15 @@ def gib(amount: int) -> str:
     return f"{amount / _GIB:.2f} GiB"
 
 
-def describe_claims(claims: str, names: Mapping[int, str]) -> str:
-    """Ledger claims (``<worker>:<type>:<index>=<bytes>;...``) as ``<worker name> <type>:<index> <GiB>``."""
-    from tasks.state.ledger import decode_amounts
-
+def describe_claims(claims: Mapping[str, int], names: Mapping[int, str]) -> str:
+    """A booking's claims (GPU key ``<worker>:<type>:<index>`` → bytes, as its event records them)
+    as ``<worker name> <type>:<index> <GiB>`` (the type is what lies between the first and last colon)."""
     shown = []
-    for key, amount in decode_amounts(claims).items():
-        worker, gpu_type, index = key.split(":")
+    for key, amount in claims.items():
+        worker, _, rest = key.partition(":")
+        gpu_type, _, index = rest.rpartition(":")
         name = names.get(int(worker), f"worker {worker}")
-        shown.append(f"{name} {gpu_type}:{index} {gib(amount)}")
+        shown.append(f"{name} {gpu_type}:{index} {gib(int(amount))}")
     return ", ".join(shown)
 
 
@@ -126,7 +126,7 @@ def describe_event(fields: dict[str, str], names: Mapping[int, str] | None = Non
         detail = ", ".join(f"{g.get('gpu')}: {gib(int(g.get('claim') or 0))} on top of "
                            f"{gib(int(g.get('booked') or 0))}" for g in data.get("gpus") or [])
     elif kind == "sched.reservation.booked":
-        detail = describe_claims(data.get("claims", ""), names)
+        detail = describe_claims(data.get("claims") or {}, names)
     elif kind == "sched.request.woken":
         detail = str([b.get("kind") for b in data.get("by") or []] if isinstance(data.get("by"), list)
                      else data.get("by"))

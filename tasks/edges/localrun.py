@@ -199,7 +199,11 @@ class WorkerProcess:
         from tasks.state.keys import Keys
 
         key = Keys(self.env.get("GPUSCHED_CLUSTER") or None).nodes
-        client = redis.Redis.from_url(self.env["GPUSCHED_REDIS_URL"], decode_responses=True)
+        credentials = {
+            name: self.env[f"GPUSCHED_REDIS_{name.upper()}"]
+            for name in ("username", "password") if self.env.get(f"GPUSCHED_REDIS_{name.upper()}")
+        }
+        client = redis.Redis.from_url(self.env["GPUSCHED_REDIS_URL"], decode_responses=True, **credentials)
         deadline = time.monotonic() + timeout
         try:
             while time.monotonic() < deadline:

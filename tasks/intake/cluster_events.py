@@ -137,11 +137,16 @@ class RequestCancelledEvent(_Event):
 
 
 class SnapshotEvent(_Event):
-    """A whole snapshot (what ``gpusched cluster apply`` sends)."""
+    """A whole snapshot (what ``gpusched cluster apply`` sends); both lists are required.
+
+    ``allow_removal`` confirms a snapshot that removes more than
+    ``max_removed_fraction`` of the workers (refused otherwise).
+    """
 
     kind: Literal["snapshot"]
-    workers: list[dict[str, Any]] = Field(default_factory=list)
-    model_instances: list[dict[str, Any]] = Field(default_factory=list)
+    workers: list[dict[str, Any]]
+    model_instances: list[dict[str, Any]]
+    allow_removal: bool = False
 
 
 ClusterEvent = Annotated[

@@ -25,6 +25,10 @@ from tasks.state.rows import snapshot_instance_key
 __all__ = ["InvalidField", "SnapshotRows", "check_snapshot_size", "parse_snapshot"]
 
 
+#: The keys every snapshot must have (an empty list is a valid value; an absent key is not).
+REQUIRED_KEYS = ("workers", "model_instances")
+
+
 @dataclass(frozen=True, slots=True)
 class SnapshotRows:
     """A control-plane snapshot: worker rows and instance rows, validated, keyed."""
@@ -47,13 +51,22 @@ def check_snapshot_size(document: Mapping[str, Any], limit: int) -> None:
 def parse_snapshot(document: Mapping[str, Any]) -> SnapshotRows:
     """Validate a snapshot document ``{"workers": [...], "model_instances": [...]}``.
 
+    Both keys are required (:data:`REQUIRED_KEYS`): a snapshot is the whole
+    cluster, so a document that lacks one is truncated, not empty.
+
     Raises:
         pydantic.ValidationError: a row has a wrong type (the error names it).
-        InvalidField: too deep or invalid Unicode; a worker name or GPU type outside its
-            alphabet; duplicate worker ids or instance keys (naming the later row).
+        InvalidField: a required key is missing (naming it); too deep or invalid
+            Unicode; a worker name or GPU type outside its alphabet; duplicate
+            worker ids or instance keys (naming the later row).
     """
     check_document(document)
-    parsed = _SnapshotDocument.model_validate(document)
+    parsed = _SnapshotDocument.model_validate(document)  # a bad row is named before a missing key
+    missing = [key for key in REQUIRED_KEYS if key not in document]
+    if missing:
+        needed = " and ".join(REQUIRED_KEYS)
+        raise InvalidField(missing[0], f"required key missing (a snapshot needs {needed}; "
+                           f"missing: {', '.join(missing)})")
     seen_ids: set[int] = set()
     for position, worker in enumerate(parsed.workers):
         check_worker_row(worker.name, (worker.status or {}).get("gpu_devices") or (), f"workers.{position}")

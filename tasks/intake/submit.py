@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-from kombu.exceptions import OperationalError
 
 from tasks.audit.digests import sha256_hex
 from tasks.decision.enqueue import enqueue
@@ -25,6 +24,7 @@ from tasks.intake.limits import IntakeLimits
 from tasks.intake.requests import Normalized, error_of, normalize
 from tasks.runtime.context import Runtime
 from tasks.runtime.logging import get_logger
+from tasks.runtime.outages import RedisOutOfMemory
 
 log = get_logger(__name__)
 
@@ -37,7 +37,10 @@ class Submission:
         request_id: the idempotency key.
         status: ``accepted`` (new), ``duplicate`` (known id, same request; no new
             decision), ``conflict`` (known id, different request: a client bug;
-            nothing changes) or ``rejected`` (invalid input; its result is published).
+            nothing changes), ``rejected`` (invalid input; its result is published —
+            not by a ``submit_via = "queue"`` client, which cannot write it) or
+            ``queued`` (``submit_via = "queue"``: pushed onto the requests queue; a
+            worker records it, answering duplicates and conflicts in its log).
         state: the record's state for a duplicate or a conflict.
         result: the rejected result for ``rejected``.
         digest: for a conflict, the digest of the request submitted now.
@@ -73,6 +76,9 @@ def submit_request(rt: Runtime, request: Any) -> Submission:
     id is visible instead of silently answered with the first request's result.
 
     Raises:
+        tasks.runtime.outages.RedisOutOfMemory: Redis is at ``maxmemory``: the
+            request was not accepted and nothing was written (Lua scripts fail
+            at their first write); resubmit later.
         redis.RedisError: Redis failed before or while the request was recorded.
             Nothing may have been accepted — or it was, and only the reply was
             lost: submitting the same request again is safe (it returns
@@ -80,6 +86,14 @@ def submit_request(rt: Runtime, request: Any) -> Submission:
             is driven to its result).
     """
     normalized = normalize(request, IntakeLimits.of(rt.settings))
+    try:
+        return _record(rt, normalized)
+    except redis.exceptions.OutOfMemoryError:
+        raise RedisOutOfMemory(f"request {normalized.request_id!r}") from None
+
+
+def _record(rt: Runtime, normalized: Normalized) -> Submission:
+    """Record a normalised request (or publish its rejection), then queue its decision."""
     if normalized.rejection is not None:
         outcome, detail = publish_rejection(rt, normalized)
         if outcome == "published":
@@ -101,8 +115,10 @@ def submit_request(rt: Runtime, request: Any) -> Submission:
         return Submission(normalized.request_id, "duplicate", state=accepted.state)
     try:
         enqueue(rt, normalized.request_id, 0, 0)
-    except (redis.RedisError, OperationalError, ConnectionError) as error:
-        # accepted: the outbox entry written with the record sends it after outbox_lease_s
+    except Exception as error:
+        # Accepted: the outbox entry written with the record sends it after outbox_lease_s, so no
+        # failure to send may surface as an error — not an outage, nor kombu tripping over the
+        # channel an out-of-memory publish left closed (AttributeError on its next publish).
         log.warning("enqueue_deferred_to_watchdog", request_id=normalized.request_id,
                     error=repr(error))
     return Submission(normalized.request_id, "accepted")

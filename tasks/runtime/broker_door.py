@@ -44,9 +44,10 @@ from kombu.transport import redis as kombu_redis
 from tasks.intake.broker_messages import Verdict, excerpt_of, inspect_message
 from tasks.intake.limits import MAX_JSON_DEPTH
 from tasks.intake.requests import service_rejection
+from tasks.runtime.broker import RideOutChannel
 from tasks.runtime.celery_app import worker_runtime
 from tasks.runtime.logging import get_logger
-from tasks.runtime.middleware.transient import TRANSIENT_ERRORS
+from tasks.runtime.outages import TRANSIENT_ERRORS
 from tasks.runtime.settings import get_settings
 from tasks.runtime.task_contract import CLUSTER_EVENT, DECIDE, DRAIN_DELAYED, RESUME
 
@@ -143,8 +144,12 @@ def _guarded_client(factory: Callable[..., redis.Redis], *args: Any, **kwargs: A
     return guard_client(factory(*args, **kwargs))
 
 
-class GuardedChannel(kombu_redis.Channel):
-    """kombu's Redis channel whose pops are checked before kombu parses them."""
+class GuardedChannel(RideOutChannel):
+    """kombu's Redis channel whose pops are checked before kombu parses them.
+
+    Based on :class:`tasks.runtime.broker.RideOutChannel`: out-of-memory
+    writes are ridden out and each message carries the queue it came from.
+    """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[no-untyped-call]

@@ -20,7 +20,11 @@ Configuration choices (see ``docs/service.md``):
   leftover steps finish before new requests start.
 * The broker door (:mod:`tasks.runtime.broker_door`, set as ``broker_transport``
   and ``worker_consumer``): a message no task could use is dead-lettered, never
-  fatal to the consumer nor silently dropped. With an explicit transport kombu no
+  fatal to the consumer nor silently dropped. Its channel is
+  :class:`tasks.runtime.broker.RideOutChannel`: the worker rides out a Redis
+  at ``maxmemory`` (it keeps the message it holds and waits instead of
+  exiting), and each message carries the queue it was really taken from.
+  With an explicit transport kombu no
   longer reads TLS from the ``rediss://`` scheme, so a ``rediss://`` URL sets
   ``broker_use_ssl`` (certificates verified, as redis-py does for the state
   clients; ``?ssl_cert_reqs=none`` in the URL opts out).
@@ -47,10 +51,12 @@ from kombu.entity import Exchange, Queue
 
 from tasks.runtime import logging as service_logging
 from tasks.runtime import metrics
+from tasks.runtime.broker import shutting_down
 from tasks.runtime.context import Runtime, get_runtime
 from tasks.runtime.middleware import NODE_STACK, request_logging
+from tasks.runtime.middleware.queue_guard import accepted_tasks
 from tasks.runtime.settings import Settings, get_settings
-from tasks.runtime.task_contract import CLUSTER_EVENT, DECIDE, DRAIN_DELAYED, RESUME
+from tasks.runtime.task_contract import CLUSTER_EVENT, DECIDE, RESUME
 from tasks.state.keys import Keys
 
 app = Celery("gpusched", include=["tasks.runtime.worker_tasks"])
@@ -61,6 +67,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     keys = Keys(settings.cluster)
     return {
         "broker_url": settings.redis_url,
+        "broker_user": settings.redis_username,
+        "broker_password": settings.redis_password.get_secret_value() if settings.redis_password else None,
         "result_backend": None,
         "task_ignore_result": True,
         "task_serializer": "json",
@@ -89,12 +97,10 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_consumer": "tasks.runtime.broker_door:DoorConsumer",
         **broker_tls(settings.redis_url),
         "task_default_queue": keys.requests_queue,
-        "task_queues": declared_queues(keys),
+        "task_queues": declared_queues(keys, declare=settings.submit_via == "record"),
+        # each task to the one queue that runs it (the queue guard refuses it anywhere else)
         "task_routes": {
-            DECIDE: {"queue": keys.requests_queue},
-            RESUME: {"queue": keys.commits_queue},
-            CLUSTER_EVENT: {"queue": keys.cluster_queue},
-            DRAIN_DELAYED: {"queue": keys.cluster_queue},
+            task: {"queue": queue} for queue, names in accepted_tasks(keys).items() for task in sorted(names)
         },
     }
 
@@ -107,15 +113,21 @@ def broker_tls(url: str) -> dict[str, Any]:
     return {"broker_use_ssl": {"ssl_cert_reqs": ssl.CERT_REQUIRED}}
 
 
-def declared_queues(keys: Keys) -> list[Queue]:
+def declared_queues(keys: Keys, *, declare: bool = True) -> list[Queue]:
     """The partition's queues as a worker consumes them by default (no ``-Q``), in drain order.
 
     Each is declared as Celery declares a queue it routes to without a
     declaration (a direct exchange of the queue's name, routing key = name),
     so senders and consumers agree whichever side declared it first.
+
+    Args:
+        declare: false for a sender that may only push messages (the submitter
+            ACL user cannot write kombu's bindings): it relies on the workers
+            having declared the queues.
     """
     return [
-        Queue(name, Exchange(name, type="direct"), routing_key=name)  # type: ignore[no-untyped-call]
+        Queue(name, Exchange(name, type="direct"), routing_key=name,  # type: ignore[no-untyped-call]
+              no_declare=not declare)
         for name in keys.queues
     ]
 
@@ -147,6 +159,11 @@ class TaskSender:
         with structlog.contextvars.bound_contextvars(request_id=request_id):
             self._app.send_task(DECIDE, args=(request_id, seq, attempt), countdown=countdown or None)
 
+    def submit(self, request: Any) -> str:
+        """Send a raw request as ``gpusched.decide``'s argument (a worker records it); returns its id."""
+        with structlog.contextvars.bound_contextvars(request_id=_request_id(request)):
+            return str(self._app.send_task(DECIDE, args=(request,)).id)
+
     def resume(self, step: dict[str, Any]) -> None:
         """Send ``gpusched.resume(step)`` for a leftover step (the runtime's ``resume``)."""
         with structlog.contextvars.bound_contextvars(request_id=step.get("request_id")):
@@ -155,6 +172,11 @@ class TaskSender:
     def cluster_event(self, event: Any) -> str:
         """Send ``gpusched.cluster_event(event)``; returns the message id."""
         return str(self._app.send_task(CLUSTER_EVENT, args=(event,)).id)
+
+
+def _request_id(request: Any) -> str | None:
+    value = request.get("request_id") if isinstance(request, dict) else None
+    return value if isinstance(value, str) else None
 
 
 _WORKER_SENDER = TaskSender(app)
@@ -206,6 +228,7 @@ def _worker_ready(sender: Any = None, **_: Any) -> None:
 @signals.worker_shutting_down.connect  # type: ignore[untyped-decorator]
 def _worker_shutting_down(sender: Any = None, **_: Any) -> None:
     node = str(sender or "")
+    shutting_down()  # a refused broker write stops waiting for memory
     for middleware in NODE_STACK:
         middleware.before_worker_shutdown(node, worker_runtime)
 

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -32,6 +34,7 @@ from tasks.runtime.settings import Settings, get_settings
 from tasks.state.cluster_store import ClusterStore
 from tasks.state.delays import DelaySets
 from tasks.state.deliveries import Deliveries
+from tasks.state.generation import DataGeneration, GenerationMemory, GenerationStatus, process_memory
 from tasks.state.keys import Keys
 from tasks.state.mirror import ClusterMirror
 from tasks.state.parked import ParkedRequests
@@ -66,6 +69,7 @@ def redis_client(settings: Settings, *, blocking: bool = False, max_block_ms: in
     retry = Retry(NoBackoff(), 0) if blocking else Retry(ExponentialBackoff(cap=1.0, base=0.05), 3)
     return redis.Redis.from_url(
         settings.redis_url,
+        **redis_credentials(settings),
         decode_responses=True,
         protocol=2,
         socket_timeout=timeout,
@@ -73,6 +77,37 @@ def redis_client(settings: Settings, *, blocking: bool = False, max_block_ms: in
         health_check_interval=settings.redis_health_check_interval_s,
         retry=retry,
     )
+
+
+def redis_credentials(settings: Settings) -> dict[str, str]:
+    """``username``/``password`` from the settings, for a URL that carries none (the URL's win)."""
+    credentials: dict[str, str] = {}
+    if settings.redis_username:
+        credentials["username"] = settings.redis_username
+    if settings.redis_password is not None:
+        credentials["password"] = settings.redis_password.get_secret_value()
+    return credentials
+
+
+@contextmanager
+def impatient_client(client: redis.Redis, timeout_s: float) -> Iterator[redis.Redis]:
+    """A client for the same server as ``client`` that gives up after ``timeout_s`` (no retry).
+
+    For a last write before a deadline (the hard time limit); its connection is
+    closed on exit.
+    """
+    pool = client.connection_pool
+    kwargs = {
+        **pool.connection_kwargs,
+        "socket_timeout": timeout_s,
+        "socket_connect_timeout": timeout_s,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    own = redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+    try:
+        yield redis.Redis(connection_pool=own)
+    finally:
+        own.disconnect()
 
 
 @dataclass(slots=True)
@@ -97,8 +132,22 @@ class Runtime:
     chain: LoadedChain
     dispatch: Dispatch
     resume: Resume
+    #: What this runtime remembers of the data generation, and the check against it.
+    generation: DataGeneration
     #: Per-worker allocatable state the core reuses across this thread's decisions.
     memo: SnapshotMemo = field(default_factory=SnapshotMemo)
+
+
+def check_data_generation(rt: Runtime) -> GenerationStatus:
+    """The runtime's data generation check; after a recovery, its cluster mirror is read again.
+
+    Raises:
+        redis.RedisError: the check could not read Redis.
+    """
+    status = rt.generation.check()
+    if status.verdict == "recovered":
+        rt.mirror.reload()
+    return status
 
 
 def build_runtime(
@@ -109,8 +158,14 @@ def build_runtime(
     client: redis.Redis | None = None,
     clock: Clock | None = None,
     chain: LoadedChain | None = None,
+    memory: GenerationMemory | None = None,
 ) -> Runtime:
-    """Wire a runtime (tests pass a fakeredis client, a fake clock and a collecting dispatch)."""
+    """Wire a runtime (tests pass a fakeredis client, a fake clock and a collecting dispatch).
+
+    Args:
+        memory: the data generation memory to share (a worker process's, see
+            :func:`tasks.state.generation.process_memory`); None: this runtime's own.
+    """
     keys = Keys(settings.cluster)
     client = client if client is not None else redis_client(settings)
     partition = Partition(client, keys, settings, clock=clock) if clock else Partition(client, keys, settings)
@@ -130,6 +185,7 @@ def build_runtime(
         chain=chain if chain is not None else load_chain(settings.chain_path),
         dispatch=dispatch,
         resume=resume,
+        generation=DataGeneration(partition, memory),
     )
 
 
@@ -146,10 +202,17 @@ _GENERATION = [0]
 
 
 def get_runtime(dispatch: Dispatch, resume: Resume) -> Runtime:
-    """The runtime of this thread, built on first use, after a fork and after a reset."""
+    """The runtime of this thread, built on first use, after a fork and after a reset.
+
+    Every runtime of the process shares the process's memory of the data
+    generation (a forked pool process starts with its parent's).
+    """
     key = (os.getpid(), _GENERATION[0])
     if _CACHED.runtime is None or _CACHED.key != key:
-        _CACHED.runtime = build_runtime(get_settings(), dispatch, resume)
+        settings = get_settings()
+        path = Path(settings.generation_file) if settings.generation_file else None
+        memory = process_memory(settings.redis_url, Keys(settings.cluster).prefix, path)
+        _CACHED.runtime = build_runtime(settings, dispatch, resume, memory=memory)
         _CACHED.key = key
     return _CACHED.runtime
 

@@ -37,7 +37,9 @@ from __future__ import annotations
 
 from tasks.decision.step import resumed_step
 from tasks.runtime.context import Runtime
+from tasks.runtime.context import check_data_generation as checked
 from tasks.runtime.logging import get_logger
+from tasks.runtime.oom_watch import WATCH, report_outages
 from tasks.state.delays import parse_outbox_member
 from tasks.state.followups import run_followup
 from tasks.state.timers import fire_timer
@@ -49,7 +51,17 @@ BATCH = 200
 
 
 def drain_once(rt: Runtime) -> dict[str, int]:
-    """One pass over the three sets; returns how many entries were handled."""
+    """One pass over the three sets; returns how many entries were handled.
+
+    Also reports the out-of-memory outages this process saw and that are over
+    (``sched.redis.out_of_memory``, :mod:`tasks.runtime.oom_watch`). Drains
+    nothing while the data generation is not intact (a wiped or rolled-back
+    Redis: :mod:`tasks.runtime.middleware.data_guard`); ``refused`` is then 1.
+    """
+    if not checked(rt).ok:
+        return {"enqueued": 0, "followups": 0, "timers": 0, "refused": 1}
+    if WATCH.has_closed:
+        report_outages(rt.client, rt.keys.events)
     enqueued = 0
     for member, lease in rt.delays.claim_due(rt.keys.outbox, BATCH):
         enqueued += drive(rt, member, lease)

@@ -11,8 +11,8 @@ by :func:`run_checks`, and the first failing one says why. Two lists:
   pass within ``health_stale_after_s`` (any node's drainer serves the whole
   partition).
 
-A check of the data generation (a wiped or rolled-back Redis, issue 10) plugs
-in as one more function in both lists.
+Both lists also check the data generation (:func:`data_generation_ok`: a
+wiped or rolled-back Redis, or a detected loss no recovery has cleared).
 """
 
 from __future__ import annotations
@@ -83,10 +83,30 @@ def worker_nodes_live(rt: Runtime) -> Check:
     return Check("workers", True, summary)
 
 
+def data_generation_ok(rt: Runtime) -> Check:
+    """The data Redis holds is the service's (:mod:`tasks.state.generation`).
+
+    Fails when a loss was detected and not recovered (the marker), when this
+    process sees Redis wiped, replaced or rolled back (it then writes the
+    marker, as every check does), and when Redis holds no generation although
+    worker nodes are registered (they write it when they boot: it was wiped
+    before any process that knew it looked). A Redis with neither is a
+    deployment no worker has started yet: this check passes, the worker check
+    says so. Never writes a first generation.
+    """
+    status = rt.generation.check(create=False)
+    if status.verdict != "new":
+        return Check("data", status.ok, status.detail)
+    if not rt.client.hlen(rt.keys.nodes):
+        return Check("data", True, "no data generation yet: no worker node has started")
+    return Check("data", False, "no data generation: Redis is empty or lost its data "
+                 "(no worker node has checked it since)")
+
+
 #: Behind a worker node's ``/healthz``.
-NODE_CHECKS: tuple[HealthCheck, ...] = (redis_reachable, drainer_alive)
+NODE_CHECKS: tuple[HealthCheck, ...] = (redis_reachable, data_generation_ok, drainer_alive)
 #: Behind ``gpusched health``.
-DEPLOYMENT_CHECKS: tuple[HealthCheck, ...] = (redis_reachable, worker_nodes_live)
+DEPLOYMENT_CHECKS: tuple[HealthCheck, ...] = (redis_reachable, data_generation_ok, worker_nodes_live)
 
 
 def run_checks(rt: Runtime, checks: Sequence[HealthCheck]) -> list[Check]:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -88,6 +88,17 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
 
     redis_url: str = "redis://localhost:6379/0"
+    redis_username: str | None = Field(
+        default=None, description="Redis ACL user (when the URL names none): the process's role"
+    )
+    redis_password: SecretStr | None = Field(
+        default=None, description="its password (when the URL holds none); never logged"
+    )
+    submit_via: Literal["record", "queue"] = Field(
+        default="record",
+        description="record: submit() records the request itself (service/control users); "
+        "queue: it only enqueues it and a worker records it (the submitter user)",
+    )
     cluster: str | None = Field(default=None, description="partition id; None = single cluster")
 
     visibility_timeout_s: int = Field(default=300, ge=2)
@@ -126,11 +137,19 @@ class Settings(BaseSettings):
     unreachable_grace_s: float = Field(default=60.0, ge=0)
     ready_stable_s: float = Field(default=30.0, ge=0)
     max_unreachable_fraction: float = Field(default=0.5, gt=0, le=1)
+    max_removed_fraction: float = Field(
+        default=0.5, ge=0, le=1,
+        description="a snapshot removing more of the workers than this is refused unless confirmed",
+    )
 
     redis_socket_timeout_s: float = Field(default=30.0, gt=0)
     redis_socket_connect_timeout_s: float = Field(default=5.0, gt=0)
     redis_health_check_interval_s: int = Field(default=25, ge=0)
 
+    generation_file: str | None = Field(
+        default=None,
+        description="file where a worker also keeps the data generation id (survives its restart)",
+    )
     max_request_bytes: int = Field(default=1 * MIB, ge=4096, description="stored request JSON")
     max_event_bytes: int = Field(default=1 * MIB, ge=4096, description="a cluster event, not a snapshot")
     max_snapshot_bytes: int = Field(default=64 * MIB, ge=4096, description="a snapshot's JSON")

@@ -48,7 +48,8 @@ class MiddlewareTask(Task):  # type: ignore[misc]
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.request.called_directly or not self.request.id:
             return self.run(*args, **kwargs)
-        delivery = Delivery(self.name, str(self.request.id), args, kwargs, runtime())
+        queue = (self.request.delivery_info or {}).get("routing_key")
+        delivery = Delivery(self.name, str(self.request.id), args, kwargs, runtime(), queue=queue)
         return run_task(TASK_STACK, delivery, lambda: self.run(*args, **kwargs))
 
 

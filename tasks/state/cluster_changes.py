@@ -35,6 +35,7 @@ from tasks.intake.limits import IntakeLimits
 from tasks.intake.snapshots import InvalidField, SnapshotRows, parse_snapshot
 from tasks.runtime.context import Runtime
 from tasks.state.cancels import CANCELLED, RELEASED, cancel_request
+from tasks.state.cluster_store import RemovalRefused
 from tasks.state.followups import run_followup
 from tasks.state.notices import resume_if_recovered
 from tasks.state.parking import worker_changes
@@ -63,7 +64,11 @@ def handle_cluster_event(rt: Runtime, raw: Any) -> dict[str, Any]:
     except (ValidationError, InvalidField) as error:
         return _reject(rt, raw, error)
     if rows is not None:
-        return apply_snapshot(rt, rows)
+        assert isinstance(event, SnapshotEvent)
+        try:
+            return apply_snapshot(rt, rows, allow_removal=event.allow_removal)
+        except RemovalRefused as error:  # nothing was written
+            return _reject(rt, raw, error)
     if isinstance(event, RequestCancelledEvent):
         return {"kind": event.kind, **cancel_request(rt, event.request_id, by="cluster_event")}
     if isinstance(event, InstanceDeletedEvent) and event.request_id and not event.instance_key \
@@ -106,14 +111,21 @@ def _kind(raw: Any) -> str:
 
 
 # ------------------------------------------------------------------ changes
-def apply_snapshot(rt: Runtime, document: Mapping[str, Any] | SnapshotRows) -> dict[str, Any]:
+def apply_snapshot(
+    rt: Runtime, document: Mapping[str, Any] | SnapshotRows, *, allow_removal: bool = False
+) -> dict[str, Any]:
     """Replace the cluster, reschedule bookings whose workers vanished, wake everything parked.
+
+    Args:
+        allow_removal: confirm a snapshot that removes more than
+            ``max_removed_fraction`` of the workers.
 
     Raises:
         pydantic.ValidationError / tasks.intake.snapshots.InvalidField: invalid rows (nothing changes).
+        tasks.state.cluster_store.RemovalRefused: too many workers would go (nothing changes).
     """
     meta = rt.partition.meta()
-    applied = rt.cluster.apply_snapshot(document, meta=meta)
+    applied = rt.cluster.apply_snapshot(document, meta=meta, allow_removal=allow_removal)
     done = run_followup(rt, meta.event_id)
     resume_if_recovered(rt)
     return {"kind": "snapshot", "status": "applied", "version": applied.version,

@@ -23,10 +23,11 @@ from typing import Any, cast
 from scheduler_core import Worker, canonical_json
 from tasks.audit.digests import sha256_hex
 from tasks.audit.events import EventMeta, dumps
-from tasks.intake.snapshots import SnapshotRows, parse_snapshot
+from tasks.intake.snapshots import InvalidField, SnapshotRows, parse_snapshot
 from tasks.state.ledger import (
     decode_amounts,
     encode_amounts,
+    encode_keys,
     instance_claims,
     occupied_workers,
     worker_capacity,
@@ -45,6 +46,22 @@ class Applied:
     digest: str
     dropped: tuple[Released, ...]
     followup: str = ""
+
+
+class RemovalRefused(InvalidField):
+    """A snapshot would remove more workers than ``max_removed_fraction`` allows unconfirmed.
+
+    Nothing was written. ``removed`` of the ``stored`` workers are not in the
+    snapshot; confirm with ``allow_removal`` (``--allow-removal``) if that is meant.
+    """
+
+    def __init__(self, removed: int, stored: int, fraction: float) -> None:
+        super().__init__(
+            "workers",
+            f"the snapshot removes {removed} of the {stored} workers (more than max_removed_fraction "
+            f"{fraction:g}); nothing was applied: pass --allow-removal (allow_removal) if it is meant",
+        )
+        self.removed, self.stored = removed, stored
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,19 +135,25 @@ class ClusterStore:
         *,
         taken_over: Sequence[str] = (),
         meta: EventMeta | None = None,
+        allow_removal: bool = False,
     ) -> Applied:
         """Replace the cluster with a validated snapshot (see ``cluster_apply.lua``).
 
+        Args:
+            allow_removal: confirm a snapshot that removes more than
+                ``max_removed_fraction`` of the stored workers.
+
         Raises:
             pydantic.ValidationError / tasks.intake.snapshots.InvalidField: invalid rows (nothing is written).
+            RemovalRefused: too many workers would go and ``allow_removal`` is not set (nothing is written).
         """
         rows = document if isinstance(document, SnapshotRows) else parse_snapshot(document)
         text, digest = snapshot_document(rows)
         k = self.keys
         args: list[Any] = [
             *(meta or self._partition.meta()).argv(), digest, text, self._partition.settings.changes_maxlen,
-            ";".join(taken_over), *self._health_args(), self._partition.lease_deadline_ms(),
-            len(rows.workers),
+            encode_keys(taken_over), *self._health_args(), self._partition.lease_deadline_ms(),
+            self._partition.settings.max_removed_fraction, "1" if allow_removal else "0", len(rows.workers),
         ]
         for worker in rows.workers:
             args.extend([worker.id, row_json(worker), encode_amounts(worker_capacity(worker))])
@@ -140,11 +163,13 @@ class ClusterStore:
             [
                 k.version, k.epoch, k.workers, k.worker_gpus, k.capacity, k.booked, k.instances,
                 k.instance_meta, k.claims, k.changes, k.events, k.snapshot(digest), k.health,
-                k.timers, k.followups, k.followup_jobs,
+                k.timers, k.followups, k.followup_jobs, k.vanished,
             ],
             args,
         )
-        return Applied(int(reply[0]), digest, _released(reply[1]), reply[2])
+        if reply[0] == "refused":
+            raise RemovalRefused(int(reply[1]), int(reply[2]), self._partition.settings.max_removed_fraction)
+        return Applied(int(reply[1]), digest, _released(reply[2]), reply[3])
 
     def _instance_args(self, rows: SnapshotRows) -> list[Any]:
         types = {w.id: worker_gpu_types(w) for w in rows.workers}
@@ -178,7 +203,7 @@ class ClusterStore:
             "worker_upsert",
             [
                 k.version, k.epoch, k.workers, k.worker_gpus, k.capacity, k.booked, k.changes,
-                k.events, k.health, k.timers, k.followups, k.followup_jobs,
+                k.events, k.health, k.timers, k.followups, k.followup_jobs, k.vanished,
             ],
             [
                 *(meta or self._partition.meta()).argv(), worker.id,
@@ -206,11 +231,11 @@ class ClusterStore:
             [
                 k.version, k.workers, k.worker_gpus, k.capacity, k.booked, k.instances,
                 k.instance_meta, k.claims, k.changes, k.events, k.health, k.timers,
-                k.followups, k.followup_jobs,
+                k.followups, k.followup_jobs, k.vanished,
             ],
             [
                 *(meta or self._partition.meta()).argv(), worker_id, self._partition.settings.changes_maxlen,
-                reason, self._partition.lease_deadline_ms(),
+                reason, self._partition.lease_deadline_ms(), self._partition.now_ms(),
             ],
         )
         if reply[0] != "removed":
@@ -282,6 +307,32 @@ class ClusterStore:
             retried_data,
         ]
         return ScriptCall("reserve", keys, args, _reserved)
+
+    def restore_booking(
+        self, request_id: str, request_json: str, digest: str, booking: Booking, result_json: str,
+        *, meta: EventMeta | None = None,
+    ) -> tuple[str, int | None, list[dict[str, Any]]]:
+        """Re-create one of gpusched's bookings and its done record (a recovery; ``restore_booking.lua``).
+
+        Returns:
+            (``restored`` or ``present``, the version it produced, the GPUs it overbooks).
+        """
+        p = self._partition
+        k = p.keys
+        reply = p.run(
+            "restore_booking",
+            [k.request(request_id), k.capacity, k.booked, k.instances, k.instance_meta, k.claims,
+             k.version, k.changes, k.events],
+            [
+                *(meta or p.meta()).argv(), request_id, request_json, digest, booking.instance_key,
+                booking.row_json, booking.meta_json, booking.claims, booking.event_data, result_json,
+                p.settings.changes_maxlen, p.now_ms(),
+            ],
+        )
+        if reply[0] != "restored":
+            return "present", None, []
+        over = json.loads(reply[2])
+        return "restored", int(reply[1]), over if isinstance(over, list) else []
 
     # -------------------------------------------------------------------- reads
     def worker_row(self, worker_id: int) -> str | None:

@@ -11,6 +11,8 @@ current step. The policy (when to give up) is the runtime's
 
 from __future__ import annotations
 
+import redis
+
 from tasks.audit.digests import sha256_hex
 from tasks.state.partition import Partition
 
@@ -25,10 +27,14 @@ class Deliveries:
         """Count one start of a task message (expires with the visibility window)."""
         return self._count(self._partition.keys.delivery(task_id))
 
-    def clear_delivery(self, task_id: str) -> None:
-        """The message's delivery ended without its process dying: forget its crash count."""
+    def clear_delivery(self, task_id: str, *, client: redis.Redis | None = None) -> None:
+        """The message's delivery ended without its process dying: forget its crash count.
+
+        Args:
+            client: another client for the partition's Redis (e.g. one with a short timeout).
+        """
         p = self._partition
-        p.client.delete(p.keys.delivery(task_id))
+        (client or p.client).delete(p.keys.delivery(task_id))
 
     def count_error(self, task_id: str) -> int:
         """Count one unexpected exception of a task message."""

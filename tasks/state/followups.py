@@ -40,9 +40,10 @@ from tasks.audit.fold import ClusterFold
 from tasks.decision.enqueue import enqueue
 from tasks.runtime import metrics
 from tasks.runtime.context import Runtime
-from tasks.state.notices import announce_released
+from tasks.state.notices import announce_released, announce_suspension, rescheduling_suspended
 from tasks.state.parking import Change, describe, gpu_shares, wake_plan
 from tasks.state.rows import Released, json_list, released_items
+from tasks.state.vanished import SNAPSHOT_GONE, outage_share, rebook_returned
 
 
 def run_followup(rt: Runtime, followup_id: str) -> dict[str, list[str]]:
@@ -56,7 +57,9 @@ def run_followup(rt: Runtime, followup_id: str) -> dict[str, list[str]]:
     woken: list[str] = []
     later: list[Any] = []
     if raw is not None:
-        job = json.loads(raw)
+        job = _guarded(rt, followup_id, json.loads(raw))
+        if job is None:  # held back: re-armed, still recorded
+            return {"woken": wake(rt, json.loads(raw).get("wake")), "rescheduled": []}
         released = released_items(job.get("released"))
         # before any rescheduling: the old placement's "released" precedes its replacement's result
         announce_released(rt, released, str(job.get("reason")), rescheduling=bool(job.get("reschedule")))
@@ -74,6 +77,35 @@ def run_followup(rt: Runtime, followup_id: str) -> dict[str, list[str]]:
         pipe.zrem(rt.keys.followups, followup_id)
     pipe.execute()
     return {"woken": woken, "rescheduled": rescheduled}
+
+
+def _guarded(rt: Runtime, followup_id: str, job: dict[str, Any]) -> dict[str, Any] | None:
+    """A snapshot's dropped bookings, behind the mass-outage guard (:mod:`tasks.state.vanished`).
+
+    Bookings whose workers are listed again are booked again; the rest go on
+    to be rescheduled, or — while more than ``max_unreachable_fraction`` of the
+    workers are down or vanished and the removal was not confirmed — wait:
+    the job is re-armed ``unreachable_grace_s`` later (None is returned).
+    """
+    if not (job.get("reschedule") and job.get("reason") == SNAPSHOT_GONE and json_list(job.get("released"))):
+        return job
+    waiting = rebook_returned(rt, json_list(job.get("released")))
+    job = {**job, "released": waiting}
+    workers = rt.mirror.sync().worker_list()
+    if not waiting or job.get("removal_confirmed") or not rescheduling_suspended(rt, workers):
+        return job
+    due = rt.partition.now_ms() + int(rt.settings.unreachable_grace_s * 1000)
+    pipe = rt.client.pipeline(transaction=True)
+    pipe.hset(rt.keys.followup_jobs, followup_id, json.dumps(job))
+    pipe.zadd(rt.keys.followups, {followup_id: due})
+    pipe.execute()
+    down, vanished, total = outage_share(rt, workers)
+    append_event(rt.client, rt.keys.events, "sched.reschedule.suspended", {
+        "reason": "workers_vanished", "down": down, "vanished": vanished, "workers": total,
+        "bookings": len(waiting),
+    })
+    announce_suspension(rt, workers, suspended=True)
+    return None
 
 
 def _recheck_ms(rt: Runtime) -> int:

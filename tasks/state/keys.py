@@ -74,6 +74,17 @@ class Keys:
         """Compact stream of cluster mutations (a cache feed for worker mirrors; trimmed)."""
         return f"{self.prefix}:cluster:changes"
 
+    # -------------------------------------------------------- data generation
+    @property
+    def generation(self) -> str:
+        """String: the data generation (JSON: id, created, ...; see :mod:`tasks.state.generation`)."""
+        return f"{self.prefix}:generation"
+
+    @property
+    def data_lost(self) -> str:
+        """String: the loss marker (JSON), present from a detected data loss until a recovery."""
+        return f"{self.prefix}:data_lost"
+
     # ---------------------------------------------------------- cluster state
     @property
     def version(self) -> str:
@@ -102,8 +113,13 @@ class Keys:
 
     @property
     def worker_gpus(self) -> str:
-        """Hash worker id → ``;``-joined GPU keys of its capacity entries."""
+        """Hash worker id → JSON array of the GPU keys of its capacity entries."""
         return f"{self.prefix}:cluster:worker_gpus"
+
+    @property
+    def vanished(self) -> str:
+        """Hash worker id → when (ms) it left the cluster (removed, or missing from a snapshot)."""
+        return f"{self.prefix}:cluster:vanished"
 
     @property
     def health(self) -> str:
@@ -132,7 +148,7 @@ class Keys:
 
     @property
     def claims(self) -> str:
-        """Hash instance key → ``gpu_key=bytes;...`` claims it holds."""
+        """Hash instance key → ``[["<gpu key>", "<bytes>"], ...]`` claims it holds (JSON)."""
         return f"{self.prefix}:ledger:claims"
 
     @property

@@ -25,6 +25,7 @@ from tasks.audit.events import dumps
 from tasks.runtime.context import Runtime
 from tasks.state.rows import Released
 from tasks.state.scripts import ScriptCall
+from tasks.state.vanished import outage_share
 
 
 def announce_released(rt: Runtime, released: Sequence[Released], reason: str, *, rescheduling: bool) -> int:
@@ -46,23 +47,23 @@ def announce_released(rt: Runtime, released: Sequence[Released], reason: str, *,
     return sum(1 for reply in pending if reply.value)
 
 
-def down_share(workers: Sequence[Worker]) -> tuple[int, int]:
-    """(workers not ready, workers)."""
-    return sum(1 for w in workers if w.state != "ready"), len(workers)
-
-
 def rescheduling_suspended(rt: Runtime, workers: Sequence[Worker]) -> bool:
-    """Whether more than ``max_unreachable_fraction`` of ``workers`` are down."""
-    down, total = down_share(workers)
-    return bool(total) and down / total > rt.settings.max_unreachable_fraction
+    """Whether more than ``max_unreachable_fraction`` of the workers are down or recently vanished.
+
+    A worker that left the cluster (dropped by a snapshot, removed) within
+    ``unreachable_grace_s`` counts as down (:func:`tasks.state.vanished.outage_share`).
+    """
+    down, vanished, total = outage_share(rt, workers)
+    return bool(total) and (down + vanished) / total > rt.settings.max_unreachable_fraction
 
 
 def announce_suspension(rt: Runtime, workers: Sequence[Worker], *, suspended: bool) -> bool:
     """Record that rescheduling is (or is no longer) suspended; True when this changed it."""
-    down, total = down_share(workers)
+    down, vanished, total = outage_share(rt, workers)
     notice = dumps({
         "status": "reschedule_suspended" if suspended else "reschedule_resumed",
-        "down": down, "workers": total, "max_unreachable_fraction": rt.settings.max_unreachable_fraction,
+        "down": down, "vanished": vanished, "workers": total,
+        "max_unreachable_fraction": rt.settings.max_unreachable_fraction,
     })
     k = rt.keys
     mode = "suspend" if suspended else "resume"

@@ -42,7 +42,8 @@ from tasks.decision.enqueue import enqueue
 from tasks.runtime import metrics
 from tasks.runtime.context import Runtime
 from tasks.state.followups import run_followup
-from tasks.state.notices import announce_suspension, down_share, rescheduling_suspended, resume_if_recovered
+from tasks.state.notices import announce_suspension, rescheduling_suspended, resume_if_recovered
+from tasks.state.vanished import outage_share
 
 
 class Health(BaseModel):
@@ -117,11 +118,11 @@ def _fire_grace(
     if now < health.down_since_ms + grace_ms:
         rt.delays.schedule_timer(member, health.down_since_ms + grace_ms)
         return {"timer": member, "action": "rearmed"}
-    down, total = down_share(workers)
     if rescheduling_suspended(rt, workers):
+        down, vanished, total = outage_share(rt, workers)
         rt.delays.schedule_timer(member, now + grace_ms)
         append_event(rt.client, rt.keys.events, "sched.reschedule.suspended",
-                     {"worker_id": worker.id, "down": down, "workers": total})
+                     {"worker_id": worker.id, "down": down, "vanished": vanished, "workers": total})
         announce_suspension(rt, workers, suspended=True)  # once per suspension, on the results stream
         return {"timer": member, "action": "suspended"}
     resume_if_recovered(rt)

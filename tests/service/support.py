@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from redis import exceptions as redis_errors
+
 from tasks.audit.streams import iter_stream
 from tasks.edges.client import ServiceClient
 from tasks.edges.localrun import WorkerProcess
@@ -223,3 +225,37 @@ class Deployment:
             totals.update(claims)
         assert {k: v for k, v in totals.items() if v} == booked
         assert booking_violations(self.client.rt) == []
+
+
+#: Prefix of the keys :func:`fill_to_maxmemory` writes (deleted by :func:`free_filler`).
+FILLER = "test:filler:"
+
+
+def fill_to_maxmemory(client: Any, headroom: int) -> int:
+    """Cap Redis at its current use + ``headroom`` bytes and fill it until writes are refused.
+
+    Values shrink as the server nears the cap (Redis 7 counts a command's own
+    arguments against ``maxmemory``), so at the end even a 16-byte write is
+    refused: every write of the service fails with ``OOM`` until
+    :func:`free_filler`. Returns how many filler keys were written.
+    """
+    used = int(client.info("memory")["used_memory"])
+    client.config_set("maxmemory", used + headroom)
+    client.config_set("maxmemory-policy", "noeviction")
+    written = 0
+    for size in (65_536, 4096, 256, 16):
+        refused = 0
+        while refused < 3:  # a write may slip through as memory fluctuates: insist a little
+            try:
+                client.set(f"{FILLER}{written}", "x" * size)
+                written += 1
+            except redis_errors.OutOfMemoryError:
+                refused += 1
+    return written
+
+
+def free_filler(client: Any) -> None:
+    """Delete the filler keys (``DEL`` is allowed out of memory): writes are accepted again."""
+    keys = list(client.scan_iter(match=f"{FILLER}*", count=1000))
+    for start in range(0, len(keys), 500):
+        client.delete(*keys[start : start + 500])

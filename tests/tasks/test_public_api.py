@@ -13,8 +13,10 @@ import tasks
 
 #: The public surface; changing it is a deliberate act: update this list with it.
 PUBLIC = [
+    "DataLost",
     "Event",
     "Keys",
+    "RedisOutOfMemory",
     "ReplayReport",
     "ServiceClient",
     "Settings",

@@ -4,6 +4,12 @@ Around every task message, outermost first (:data:`TASK_STACK`):
 
 * :mod:`~tasks.runtime.middleware.transient` — Redis/broker outages requeue
   the message after a back-off, never counted as a failure;
+* :mod:`~tasks.runtime.middleware.queue_guard` — each queue runs only its
+  own tasks (a ``cluster_event`` pushed onto the requests queue is
+  dead-lettered, never run);
+* :mod:`~tasks.runtime.middleware.data_guard` — a Redis that lost the
+  service's data (wiped, rolled back) runs nothing: messages are requeued
+  until a recovery;
 * :mod:`~tasks.runtime.middleware.redelivery_guard` — deliveries whose process
   died are counted; past ``max_crashes`` the message is dead-lettered;
 * :mod:`~tasks.runtime.middleware.task_errors` — unexpected exceptions are
@@ -12,6 +18,8 @@ Around every task message, outermost first (:data:`TASK_STACK`):
 Around the worker node's life (:data:`NODE_STACK`, in order on boot and on
 shutdown):
 
+* :mod:`~tasks.runtime.middleware.data_guard` — learns (or writes) the data
+  generation before the node serves;
 * :mod:`~tasks.runtime.middleware.node_heartbeat` — the node's entry in
   ``gpusched:nodes``;
 * :mod:`~tasks.runtime.middleware.delay_drainer` — the thread draining the
@@ -31,17 +39,24 @@ from __future__ import annotations
 
 from tasks.runtime.middleware.audit_retention import AuditRetention
 from tasks.runtime.middleware.base import Delivery, Middleware, run_task
+from tasks.runtime.middleware.data_guard import RefuseWithoutData
 from tasks.runtime.middleware.delay_drainer import DelayDrainer
 from tasks.runtime.middleware.metrics_server import MetricsServer
 from tasks.runtime.middleware.node_heartbeat import NodeHeartbeat
+from tasks.runtime.middleware.queue_guard import OnlyItsOwnQueue
 from tasks.runtime.middleware.redelivery_guard import RedeliveryGuard
 from tasks.runtime.middleware.task_errors import RetryTaskErrors
 from tasks.runtime.middleware.transient import RequeueOnOutage
 
 _GUARD = RedeliveryGuard()
+_DATA_GUARD = RefuseWithoutData()
 #: Around every task message, outermost first.
-TASK_STACK: tuple[Middleware, ...] = (RequeueOnOutage(_GUARD.finished), _GUARD, RetryTaskErrors())
+TASK_STACK: tuple[Middleware, ...] = (
+    RequeueOnOutage(_GUARD.finished), OnlyItsOwnQueue(), _DATA_GUARD, _GUARD, RetryTaskErrors(),
+)
 #: Boot and shutdown hooks of a worker node, in order.
-NODE_STACK: tuple[Middleware, ...] = (NodeHeartbeat(), DelayDrainer(), MetricsServer(), AuditRetention())
+NODE_STACK: tuple[Middleware, ...] = (
+    _DATA_GUARD, NodeHeartbeat(), DelayDrainer(), MetricsServer(), AuditRetention(),
+)
 
 __all__ = ["NODE_STACK", "TASK_STACK", "Delivery", "Middleware", "run_task"]

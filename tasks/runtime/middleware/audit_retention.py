@@ -2,12 +2,15 @@
 
 :func:`tasks.audit.retention.maintain` every ``maintenance_interval_s``; a
 Redis lease lets one node per interval do the work, so any number of nodes
-may run the thread.
+may run the thread. No pass runs while the data generation is not intact (a
+wiped or rolled-back Redis, :mod:`tasks.state.generation`): it would
+checkpoint, trim and expire a state that is not the service's.
 """
 
 from __future__ import annotations
 
 from tasks.audit.retention import maintain
+from tasks.runtime.context import check_data_generation
 from tasks.runtime.logging import get_logger
 from tasks.runtime.middleware.base import Middleware, RuntimeFactory
 from tasks.runtime.periodic import PeriodicThread
@@ -25,7 +28,10 @@ class AuditRetention(Middleware):
         """Run a retention pass every ``maintenance_interval_s`` (the first one after it)."""
 
         def work() -> None:
-            done = maintain(runtime())
+            rt = runtime()
+            if not check_data_generation(rt).ok:
+                return
+            done = maintain(rt)
             if done.get("checkpoint") is not None or done.get("trimmed") or done.get("expired"):
                 log.info("audit_retention", **done)
 

@@ -8,8 +8,9 @@ only the hooks it needs; the others pass through.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tasks.runtime.context import Runtime
@@ -31,6 +32,8 @@ class Delivery:
         rt: the runtime the task runs with.
         counted: this delivery's start was counted by the redelivery guard
             (whoever requeues it must uncount it).
+        started: ``time.monotonic()`` when the delivery started (the time limits run from it).
+        queue: the queue the message was taken from (None when run in process).
     """
 
     task_name: str
@@ -39,6 +42,8 @@ class Delivery:
     kwargs: Mapping[str, Any]
     rt: Runtime
     counted: bool = False
+    started: float = field(default_factory=time.monotonic)
+    queue: str | None = None
 
 
 class Middleware:

@@ -17,7 +17,8 @@ from tasks.runtime import liveness
 from tasks.runtime.context import Runtime
 from tasks.runtime.logging import get_logger
 from tasks.runtime.middleware.base import Middleware, RuntimeFactory
-from tasks.runtime.middleware.transient import TRANSIENT_ERRORS
+from tasks.runtime.oom_watch import WATCH
+from tasks.runtime.outages import TRANSIENT_ERRORS
 from tasks.runtime.periodic import PeriodicThread
 
 log = get_logger(__name__)
@@ -54,10 +55,15 @@ class NodeHeartbeat(Middleware):
 
 
 def beat(rt: Runtime, node: str, ready_ms: int) -> None:
-    """Write the node's heartbeat (pid, ready time, now, the drainer's last finished pass)."""
+    """Write the node's heartbeat (pid, ready time, now, the drainer's last finished pass).
+
+    A beat is a write: once one goes through, an out-of-memory outage this
+    process saw is over (:mod:`tasks.runtime.oom_watch`).
+    """
     drained = liveness.last_pass(liveness.DRAINER)
     value = {
         "pid": os.getpid(), "ready_ms": ready_ms, "seen_ms": rt.partition.now_ms(),
         "drained_ms": int(drained * 1000) if drained is not None else None,
     }
     rt.client.hset(rt.keys.nodes, node, json.dumps(value))
+    WATCH.accepted()

@@ -8,20 +8,23 @@ died (SIGKILL, OOM, hard time limit; ``task_reject_on_worker_lost`` put the
 message back). Past ``max_crashes`` the message is dead-lettered
 (:mod:`tasks.runtime.middleware.dead_letters`). A clear that fails because
 Redis is unreachable is remembered and done by this process before its next
-task, so a requeue during an outage is not counted as a crash.
+task, so a requeue during an outage is not counted as a crash; after a
+requeue the clear waits at most the time it is given (a pool process killed
+by the hard time limit while waiting would count as a crash).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import redis
 from celery.exceptions import Ignore, Reject  # type: ignore[import-untyped]
 
-from tasks.runtime.context import Runtime
+from tasks.runtime.context import Runtime, impatient_client
 from tasks.runtime.logging import get_logger
 from tasks.runtime.middleware.base import Delivery, Middleware, Proceed
 from tasks.runtime.middleware.dead_letters import give_up
-from tasks.runtime.middleware.transient import TRANSIENT_ERRORS
+from tasks.runtime.outages import TRANSIENT_ERRORS
 
 log = get_logger(__name__)
 
@@ -50,10 +53,21 @@ class RedeliveryGuard(Middleware):
         self.finished(delivery)
         return outcome
 
-    def finished(self, delivery: Delivery) -> None:
-        """The delivery ended without its process dying: forget its count (or remember to)."""
+    def finished(self, delivery: Delivery, within_s: float | None = None) -> None:
+        """The delivery ended without its process dying: forget its count (or remember to).
+
+        Args:
+            within_s: wait at most this long for Redis (a client of its own with
+                that socket timeout and no retry); None: the runtime's client.
+        """
         try:
-            delivery.rt.deliveries.clear_delivery(delivery.task_id)
+            if within_s is None:
+                delivery.rt.deliveries.clear_delivery(delivery.task_id)
+            elif within_s > 0:
+                with impatient_client(delivery.rt.client, within_s) as client:
+                    delivery.rt.deliveries.clear_delivery(delivery.task_id, client=client)
+            else:
+                raise redis.TimeoutError("no time left to clear the delivery count")
         except TRANSIENT_ERRORS:
             self._uncleared.add(delivery.task_id)
             log.warning("delivery_count_not_cleared", task_id=delivery.task_id)

@@ -3,8 +3,10 @@
 Each exception is counted per message (``gpusched:errors:<task_id>``); below
 the budget the message is requeued after ``transient_backoff_s``, at the
 budget it is dead-lettered and its request finished
-(:mod:`tasks.runtime.middleware.dead_letters`). Transient Redis/broker errors
-and Celery's own ``Ignore``/``Reject`` pass through untouched.
+(:mod:`tasks.runtime.middleware.dead_letters`). Redis/broker outages (a soft
+time limit that fired while waiting on Redis included:
+:func:`~tasks.runtime.middleware.transient.outage_of`) and Celery's own
+``Ignore``/``Reject`` pass through untouched.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from celery.exceptions import Ignore, Reject  # type: ignore[import-untyped]
 from tasks.runtime.logging import get_logger
 from tasks.runtime.middleware.base import Delivery, Middleware, Proceed
 from tasks.runtime.middleware.dead_letters import give_up
-from tasks.runtime.middleware.transient import TRANSIENT_ERRORS
+from tasks.runtime.outages import outage_of
 
 log = get_logger(__name__)
 
@@ -29,9 +31,11 @@ class RetryTaskErrors(Middleware):
         """Run the task; count and handle an unexpected exception."""
         try:
             return proceed()
-        except (Ignore, Reject, *TRANSIENT_ERRORS):
+        except (Ignore, Reject):
             raise
         except Exception as error:
+            if outage_of(error) is not None:
+                raise
             self._failed(delivery, error)
 
     def _failed(self, delivery: Delivery, error: Exception) -> NoReturn:

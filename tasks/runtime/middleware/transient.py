@@ -1,8 +1,16 @@
 """Redis or broker outages: requeue the message after a short back-off, never count it as a failure.
 
-The state a task had written is idempotent, so the redelivered message
-resumes where this one stopped. Also covers errors raised by the other
-middleware themselves (the guard's counters live in Redis too).
+What counts as an outage — Redis unreachable, out of memory, or stalled past
+the soft time limit — is :func:`tasks.runtime.outages.outage_of`. Out of
+memory, the first refusal of an outage is the alert
+(:mod:`tasks.runtime.oom_watch`); its event follows once writes are
+accepted again. The state a task had written is idempotent, so the
+redelivered message resumes where this one stopped. Also covers errors raised
+by the other middleware themselves (the guard's counters live in Redis too).
+Before requeueing, the redelivery guard's count of this start is cleared
+within :func:`clear_budget_s` — after a soft time limit the hard limit is
+near, and a pool process killed by it would count as a crash — or, when Redis
+does not answer in time, by this process before its next task.
 """
 
 from __future__ import annotations
@@ -11,43 +19,73 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import redis
-from celery.exceptions import Reject  # type: ignore[import-untyped]
-from kombu.exceptions import OperationalError
+from celery.exceptions import Reject, SoftTimeLimitExceeded  # type: ignore[import-untyped]
 
 from tasks.runtime.logging import get_logger
 from tasks.runtime.middleware.base import Delivery, Middleware, Proceed
+from tasks.runtime.oom_watch import WATCH, report_outages
+from tasks.runtime.outages import outage_of
 
 log = get_logger(__name__)
 
-#: Errors that say "Redis or the broker is unavailable", not "this message is bad".
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
-    redis.ConnectionError,
-    redis.TimeoutError,
-    redis.BusyLoadingError,
-    OperationalError,
-    ConnectionError,
-)
+#: Longest wait (s) for the guard's count to be cleared before requeueing.
+MAX_CLEAR_S = 2.0
+#: Kept free (s) before the hard time limit when clearing after a soft one.
+HARD_LIMIT_MARGIN_S = 0.5
+
+#: Uncounts a delivery's start, waiting at most the given seconds for Redis.
+Uncount = Callable[[Delivery, float], None]
+
+
+def clear_budget_s(delivery: Delivery, outage: str) -> float:
+    """Seconds the guard's count may take to clear: short, and before the hard time limit."""
+    settings = delivery.rt.settings
+    if outage != "stalled":
+        return MAX_CLEAR_S
+    left = settings.task_time_limit_s - (time.monotonic() - delivery.started) - HARD_LIMIT_MARGIN_S
+    return max(0.0, min(MAX_CLEAR_S, left))
 
 
 class RequeueOnOutage(Middleware):
-    """Outermost: a transient error anywhere below requeues the message after ``transient_backoff_s``.
+    """Outermost: an outage anywhere below requeues the message after ``transient_backoff_s``.
 
     Args:
-        uncount: called for a delivery whose start was counted (the redelivery
-            guard's :meth:`~tasks.runtime.middleware.redelivery_guard.RedeliveryGuard.finished`).
+        uncount: the redelivery guard's
+            :meth:`~tasks.runtime.middleware.redelivery_guard.RedeliveryGuard.finished`,
+            called for a delivery whose start was counted.
     """
 
-    def __init__(self, uncount: Callable[[Delivery], None]) -> None:
+    def __init__(self, uncount: Uncount) -> None:
         self._uncount = uncount
 
     def around_task(self, delivery: Delivery, proceed: Proceed) -> Any:
-        """Run the rest of the stack; on a transient error, back off and requeue."""
+        """Run the rest of the stack; on an outage, back off and requeue."""
         try:
-            return proceed()
-        except TRANSIENT_ERRORS as error:
+            outcome = proceed()
+        except Exception as error:
+            outage = outage_of(error)
+            if outage is None:
+                raise
+            self._requeue(delivery, outage, error)
+        WATCH.accepted()
+        if WATCH.has_closed:
+            report_outages(delivery.rt.client, delivery.rt.keys.events)
+        return outcome
+
+    def _requeue(self, delivery: Delivery, outage: str, error: Exception) -> None:
+        if outage == "out_of_memory":
+            WATCH.refused(f"task {delivery.task_name}", error)
+        elif outage == "stalled":
+            log.warning("redis_stalled", error=repr(error), task=delivery.task_name,
+                        detail="the soft time limit fired while waiting on Redis: requeued, not counted")
+        else:
             log.warning("transient_error_requeue", error=repr(error))
-            time.sleep(delivery.rt.settings.transient_backoff_s)
+        try:
+            if outage != "stalled":  # a stall already waited; the hard limit is near
+                time.sleep(delivery.rt.settings.transient_backoff_s)
             if delivery.counted:
-                self._uncount(delivery)
-            raise Reject(error, requeue=True) from error
+                self._uncount(delivery, clear_budget_s(delivery, outage))
+        except SoftTimeLimitExceeded:  # fired during the back-off: requeue all the same
+            pass
+        raise Reject(error, requeue=True) from error
+

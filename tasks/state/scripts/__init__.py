@@ -53,6 +53,7 @@ SCRIPT_NAMES = (
     "reschedule_notice",
     "release",
     "reserve",
+    "restore_booking",
     "wake",
     "worker_remove",
     "worker_upsert",

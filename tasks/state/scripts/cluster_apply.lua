@@ -9,13 +9,21 @@
 -- logged with a reference to the digest (never the whole snapshot). Every
 -- worker's outage clocks follow its readiness in the snapshot like for a
 -- worker_state event (track_health in lib.lua); vanished workers lose their
--- clocks. The follow-up work (reschedule the dropped bookings, wake every
--- parked request) is recorded in the same step.
+-- clocks and are recorded as vanished (the mass-outage guard counts them as
+-- down for unreachable_grace_s; a worker listed again is not vanished). The
+-- follow-up work (reschedule the dropped bookings — their rows and claims are
+-- kept in the job, so that a booking whose workers come back before its
+-- rescheduling is booked again —, wake every parked request) is recorded in
+-- the same step.
+--
+-- A snapshot that would remove more than ARGV[12] of the stored workers is
+-- refused, nothing written, unless ARGV[13] confirms the removal: a truncated
+-- or empty snapshot must not drop a cluster.
 --
 -- KEYS[1]  cluster version counter  gpusched:cluster:version
 -- KEYS[2]  wake epoch counter       gpusched:cluster:epoch
 -- KEYS[3]  workers hash             gpusched:cluster:workers
--- KEYS[4]  worker GPU keys hash     gpusched:cluster:worker_gpus
+-- KEYS[4]  worker GPU keys hash     gpusched:cluster:worker_gpus (JSON arrays)
 -- KEYS[5]  capacity hash            gpusched:ledger:capacity
 -- KEYS[6]  booked hash              gpusched:ledger:booked
 -- KEYS[7]  instances hash           gpusched:cluster:instances
@@ -28,22 +36,26 @@
 -- KEYS[14] timers sorted set        gpusched:timers
 -- KEYS[15] follow-ups sorted set    gpusched:followups
 -- KEYS[16] follow-up jobs hash       gpusched:followup_jobs
+-- KEYS[17] vanished workers hash     gpusched:cluster:vanished
 --
 -- ARGV[1]  event id                 ARGV[2] event time (ISO)    ARGV[3] event source
 -- ARGV[4]  snapshot digest (sha256 of ARGV[5])
 -- ARGV[5]  snapshot JSON {"workers": [...], "model_instances": [...]}
 -- ARGV[6]  changes stream MAXLEN (approximate)
--- ARGV[7]  ";"-joined request ids whose bookings the snapshot now lists itself
+-- ARGV[7]  JSON array of the request ids whose bookings the snapshot now lists itself
 -- ARGV[8]  now (ms)
 -- ARGV[9]  unreachable grace (ms)   ARGV[10] ready-stable period (ms)
 -- ARGV[11] follow-up due time (ms)
--- ARGV[12..] number of workers W, then W triples: worker id, row JSON,
---          "gpu_key=capacity;..."; then number of instances I, then I
+-- ARGV[12] largest fraction of the stored workers the snapshot may remove unconfirmed
+-- ARGV[13] "1" when the removal is confirmed (allow_removal), else "0"
+-- ARGV[14..] number of workers W, then W triples: worker id, row JSON,
+--          [["gpu_key", "capacity"], ...]; then number of instances I, then I
 --          quadruples: instance key, row JSON, meta JSON without order,
---          "gpu_key=bytes;..." claims
+--          [["gpu_key", "bytes"], ...] claims
 --
--- Returns {version, dropped_json, followup_id}: dropped = [{key, meta}]
--- bookings whose workers are gone.
+-- Returns {"applied", version, dropped_json, followup_id}: dropped = [{key,
+-- meta, row, claims}] bookings whose workers are gone; or {"refused",
+-- removed, stored} (nothing written).
 
 local version_key = KEYS[1]
 local epoch_key = KEYS[2]
@@ -61,6 +73,7 @@ local health_key = KEYS[13]
 local timers_key = KEYS[14]
 local followups_key = KEYS[15]
 local followup_jobs_key = KEYS[16]
+local vanished_key = KEYS[17]
 
 local digest = ARGV[4]
 local snapshot_json = ARGV[5]
@@ -70,12 +83,9 @@ local now_ms = tonumber(ARGV[8])
 local grace_ms = tonumber(ARGV[9])
 local stable_ms = tonumber(ARGV[10])
 local followup_due_ms = ARGV[11]
-local first_row_arg = 12  -- ARGV[12..]: the worker count, worker triples, instance count, quadruples
-
-local version = redis.call('INCR', version_key)
-local v = tostring(version)
-redis.call('INCR', epoch_key)
-redis.call('SET', snapshot_key, snapshot_json, 'NX')
+local max_removed_fraction = tonumber(ARGV[12])
+local removal_confirmed = ARGV[13] == '1'
+local first_row_arg = 14  -- ARGV[14..]: the worker count, worker triples, instance count, quadruples
 
 local p = first_row_arg
 local n_workers = tonumber(ARGV[p]); p = p + 1
@@ -88,8 +98,22 @@ for _ = 1, n_workers do
 end
 local n_instances = tonumber(ARGV[p]); p = p + 1
 
+local stored_ids = redis.call('HKEYS', workers_key)
+local removed = 0
+for _, wid in ipairs(stored_ids) do
+  if not present[wid] then removed = removed + 1 end
+end
+if not removal_confirmed and removed > max_removed_fraction * #stored_ids then
+  return {'refused', removed, #stored_ids}
+end
+
+local version = redis.call('INCR', version_key)
+local v = tostring(version)
+redis.call('INCR', epoch_key)
+redis.call('SET', snapshot_key, snapshot_json, 'NX')
+
 local taken = {}
-for rid in string.gmatch(taken_over_ids, '[^;]+') do taken[rid] = true end
+for _, rid in ipairs(decode_list(taken_over_ids)) do taken[rid] = true end
 
 local kept, kept_keys, dropped, taken_over = {}, {}, {}, {}
 local metas = redis.call('HGETALL', instance_meta_key)
@@ -105,7 +129,8 @@ for i = 1, #metas, 2 do
     elseif alive then
       kept[#kept + 1] = {key = key, v = meta['v'], i = meta['i']}
     else
-      dropped[#dropped + 1] = {key = key, meta = meta}
+      dropped[#dropped + 1] = {key = key, meta = meta, row = redis.call('HGET', instances_key, key),
+        claims = redis.call('HGET', claims_key, key)}
     end
   end
 end
@@ -132,11 +157,11 @@ redis.call('DEL', workers_key, worker_gpus_key, capacity_key, booked_key)
 for _, w in ipairs(workers) do
   redis.call('HSET', workers_key, w[1], w[2])
   local gpu_keys = {}
-  for gk, cap in string.gmatch(w[3], '([^;=]+)=(%d+)') do
-    redis.call('HSET', capacity_key, gk, cap)
-    gpu_keys[#gpu_keys + 1] = gk
+  for _, pair in ipairs(decode_list(w[3])) do
+    redis.call('HSET', capacity_key, pair[1], pair[2])
+    gpu_keys[#gpu_keys + 1] = pair[1]
   end
-  redis.call('HSET', worker_gpus_key, w[1], table.concat(gpu_keys, ';'))
+  redis.call('HSET', worker_gpus_key, w[1], encode_list(gpu_keys))
 end
 
 for position = 0, n_instances - 1 do
@@ -151,13 +176,14 @@ for position = 0, n_instances - 1 do
 end
 
 for _, key in ipairs(redis.call('HKEYS', claims_key)) do
-  local claims = redis.call('HGET', claims_key, key)
-  for gk, amount in string.gmatch(claims, '([^;=]+)=(%d+)') do
-    if amount ~= '0' then redis.call('HINCRBY', booked_key, gk, amount) end
+  for _, pair in ipairs(decode_list(redis.call('HGET', claims_key, key))) do
+    if pair[2] ~= '0' then redis.call('HINCRBY', booked_key, pair[1], pair[2]) end
   end
 end
 
-local data = cjson.encode({digest = digest, kept = kept_keys, dropped = dropped,
+local dropped_brief = {}  -- the event names them; the rows and claims stay in the follow-up job
+for _, item in ipairs(dropped) do dropped_brief[#dropped_brief + 1] = {key = item.key, meta = item.meta} end
+local data = cjson.encode({digest = digest, kept = kept_keys, dropped = dropped_brief,
   taken_over = taken_over, workers = n_workers, instances = n_instances})
 redis.call('XADD', changes_key, 'MAXLEN', '~', changes_maxlen, '*',
   'version', v, 'type', 'sched.cluster.applied', 'data', data)
@@ -167,7 +193,8 @@ local n = 0
 local clocks = {health = health_key, timers = timers_key, events = events_key}
 for _, w in ipairs(workers) do
   local over = {}
-  for gk in string.gmatch(w[3], '([^;=]+)=%d+') do
+  for _, pair in ipairs(decode_list(w[3])) do
+    local gk = pair[1]
     local booked = tonumber(redis.call('HGET', booked_key, gk) or '0')
     local cap = tonumber(redis.call('HGET', capacity_key, gk))
     if booked > cap then over[#over + 1] = {gpu = gk, booked = booked, capacity = cap} end
@@ -186,9 +213,12 @@ for wid, _ in pairs(old_rows) do
   if not present[wid] then
     redis.call('HDEL', health_key, wid)
     redis.call('ZREM', timers_key, 'grace:' .. wid, 'stable:' .. wid)
+    redis.call('HSET', vanished_key, wid, now_ms)
   end
 end
+for _, w in ipairs(workers) do redis.call('HDEL', vanished_key, w[1]) end
 
 local job = follow_up({due = followups_key, jobs = followup_jobs_key}, followup_due_ms,
-  'worker_gone_in_snapshot', dropped, true, {{kind = 'snapshot', workers = {}}})
-return {v, cjson.encode(dropped), job}
+  'worker_gone_in_snapshot', dropped, true, {{kind = 'snapshot', workers = {}}},
+  {removal_confirmed = removal_confirmed})
+return {'applied', v, cjson.encode(dropped), job}

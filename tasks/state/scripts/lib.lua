@@ -21,13 +21,27 @@ local function emit(stream, etype, rid, version, data, n)
     'cluster_version', version, 'data', data)
 end
 
+-- A list written by tasks.state.ledger: a JSON array ("" or nil: empty). Claims
+-- and capacities are [[gpu_key, "bytes"], ...], GPU keys and ids ["...", ...];
+-- never a separator-joined string, so no value can spill into the next entry.
+local function decode_list(text)
+  if not text or text == '' then return {} end
+  return cjson.decode(text)
+end
+
+-- A Lua array as a JSON array (cjson writes an empty table as "{}").
+local function encode_list(items)
+  if #items == 0 then return '[]' end
+  return cjson.encode(items)
+end
+
 -- Release one instance: subtract its claims from the booked hash and forget
 -- its row, meta and claims. Returns its meta (decoded), or nil if not held.
 local function release_instance(booked, instances, metas, claims, key)
   local meta = redis.call('HGET', metas, key)
   if not meta then return nil end
-  local held = redis.call('HGET', claims, key) or ''
-  for gk, amount in string.gmatch(held, '([^;=]+)=(%d+)') do
+  for _, pair in ipairs(decode_list(redis.call('HGET', claims, key))) do
+    local gk, amount = pair[1], pair[2]
     if amount ~= '0' and redis.call('HINCRBY', booked, gk, '-' .. amount) <= 0 then
       redis.call('HDEL', booked, gk)
     end
@@ -114,10 +128,12 @@ end
 -- (ARGV[1]): the job JSON in the jobs hash, the id in the follow-ups sorted set
 -- due at `due`, in case the caller dies before doing it. The caller chose the
 -- event id, so it runs the job at once (also when this script's reply was
--- lost and a retry found nothing left to change) and then deletes it.
-local function follow_up(f, due, reason, released, reschedule, wake)
-  redis.call('HSET', f.jobs, event_id, cjson.encode({reason = reason, released = released,
-    reschedule = reschedule, wake = wake}))
+-- lost and a retry found nothing left to change) and then deletes it. extra
+-- (optional) adds fields to the job.
+local function follow_up(f, due, reason, released, reschedule, wake, extra)
+  local job = {reason = reason, released = released, reschedule = reschedule, wake = wake}
+  for name, value in pairs(extra or {}) do job[name] = value end
+  redis.call('HSET', f.jobs, event_id, cjson.encode(job))
   redis.call('ZADD', f.due, due, event_id)
   return event_id
 end

@@ -25,7 +25,7 @@
 -- ARGV[8]  instance key (req:<request_id>)
 -- ARGV[9]  instance row JSON
 -- ARGV[10] instance meta JSON without order (src, rid, pin, w)
--- ARGV[11] claims "gpu_key=bytes;..." (every GPU of leader and subordinates)
+-- ARGV[11] claims [["gpu_key", "bytes"], ...] (every GPU of leader and subordinates)
 -- ARGV[12] data JSON of the sched.reservation.booked event / change
 -- ARGV[13] max attempts per decision seq
 -- ARGV[14] outbox due time (ms) of the retry if this attempt conflicts
@@ -73,7 +73,8 @@ if r[1] ~= 'decided' then return {'stale', r[1]} end
 
 local items = {}
 local short = {}
-for key, amount in string.gmatch(claims, '([^;=]+)=(%d+)') do
+for _, pair in ipairs(decode_list(claims)) do
+  local key, amount = pair[1], pair[2]
   items[#items + 1] = {key, amount}
   local cap = redis.call('HGET', capacity_key, key)
   local booked = tonumber(redis.call('HGET', booked_key, key) or '0')

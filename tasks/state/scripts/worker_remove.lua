@@ -7,7 +7,7 @@
 --
 -- KEYS[1]  cluster version counter  gpusched:cluster:version
 -- KEYS[2]  workers hash             gpusched:cluster:workers
--- KEYS[3]  worker GPU keys hash     gpusched:cluster:worker_gpus
+-- KEYS[3]  worker GPU keys hash     gpusched:cluster:worker_gpus (JSON arrays)
 -- KEYS[4]  capacity hash            gpusched:ledger:capacity
 -- KEYS[5]  booked hash              gpusched:ledger:booked
 -- KEYS[6]  instances hash           gpusched:cluster:instances
@@ -19,12 +19,14 @@
 -- KEYS[12] timers sorted set        gpusched:timers
 -- KEYS[13] follow-ups sorted set    gpusched:followups
 -- KEYS[14] follow-up jobs hash       gpusched:followup_jobs
+-- KEYS[15] vanished workers hash     gpusched:cluster:vanished
 --
 -- ARGV[1]  event id                 ARGV[2] event time (ISO)    ARGV[3] event source
 -- ARGV[4]  worker id
 -- ARGV[5]  changes stream MAXLEN (approximate)
 -- ARGV[6]  reason (free text recorded in the event)
 -- ARGV[7]  follow-up due time (ms)
+-- ARGV[8]  now (ms): the worker is recorded as vanished (the mass-outage guard counts it)
 --
 -- Returns {"removed", version, released_json, followup_id or ""}
 -- (released = [{key, meta}]) or {"absent"}.
@@ -43,11 +45,13 @@ local health_key = KEYS[11]
 local timers_key = KEYS[12]
 local followups_key = KEYS[13]
 local followup_jobs_key = KEYS[14]
+local vanished_key = KEYS[15]
 
 local worker_id = ARGV[4]
 local changes_maxlen = ARGV[5]
 local reason = ARGV[6]
 local followup_due_ms = ARGV[7]
+local now_ms = ARGV[8]
 
 if redis.call('HEXISTS', workers_key, worker_id) == 0 then return {'absent'} end
 
@@ -69,11 +73,13 @@ for _, item in ipairs(released) do
   release_instance(booked_key, instances_key, instance_meta_key, claims_key, item.key)
 end
 
-local gpu_keys = redis.call('HGET', worker_gpus_key, worker_id) or ''
-for gk in string.gmatch(gpu_keys, '[^;]+') do redis.call('HDEL', capacity_key, gk) end
+for _, gk in ipairs(decode_list(redis.call('HGET', worker_gpus_key, worker_id))) do
+  redis.call('HDEL', capacity_key, gk)
+end
 redis.call('HDEL', workers_key, worker_id)
 redis.call('HDEL', worker_gpus_key, worker_id)
 redis.call('HDEL', health_key, worker_id)
+redis.call('HSET', vanished_key, worker_id, now_ms)
 redis.call('ZREM', timers_key, 'grace:' .. worker_id, 'stable:' .. worker_id)
 
 local v = tostring(redis.call('INCR', version_key))

@@ -12,7 +12,7 @@
 -- KEYS[1]  cluster version counter  gpusched:cluster:version
 -- KEYS[2]  wake epoch counter       gpusched:cluster:epoch
 -- KEYS[3]  workers hash             gpusched:cluster:workers
--- KEYS[4]  worker GPU keys hash     gpusched:cluster:worker_gpus
+-- KEYS[4]  worker GPU keys hash     gpusched:cluster:worker_gpus (JSON arrays)
 -- KEYS[5]  capacity hash            gpusched:ledger:capacity
 -- KEYS[6]  booked hash              gpusched:ledger:booked
 -- KEYS[7]  changes stream           gpusched:cluster:changes
@@ -21,12 +21,13 @@
 -- KEYS[10] timers sorted set        gpusched:timers
 -- KEYS[11] follow-ups sorted set    gpusched:followups
 -- KEYS[12] follow-up jobs hash       gpusched:followup_jobs
+-- KEYS[13] vanished workers hash     gpusched:cluster:vanished (a worker back is not vanished)
 --
 -- ARGV[1]  event id                 ARGV[2] event time (ISO)    ARGV[3] event source
 -- ARGV[4]  worker id
 -- ARGV[5]  expected current row JSON ("" = must not exist yet; "*" = unconditional)
 -- ARGV[6]  new row JSON
--- ARGV[7]  "gpu_key=capacity;..." of the new row
+-- ARGV[7]  [["gpu_key", "capacity"], ...] of the new row
 -- ARGV[8]  changes stream MAXLEN (approximate)
 -- ARGV[9]  data JSON of the sched.worker.upserted event / change
 -- ARGV[10] wake changes JSON [{kind, workers}], "" when the change can unblock nothing
@@ -49,6 +50,7 @@ local health_key = KEYS[9]
 local timers_key = KEYS[10]
 local followups_key = KEYS[11]
 local followup_jobs_key = KEYS[12]
+local vanished_key = KEYS[13]
 
 local worker_id = ARGV[4]
 local expected_row = ARGV[5]
@@ -65,12 +67,12 @@ local followup_due_ms = ARGV[14]
 local current = redis.call('HGET', workers_key, worker_id) or ''
 if expected_row ~= '*' and current ~= expected_row then return {'stale'} end
 
-local old = redis.call('HGET', worker_gpus_key, worker_id)
-if old then
-  for gk in string.gmatch(old, '[^;]+') do redis.call('HDEL', capacity_key, gk) end
+for _, gk in ipairs(decode_list(redis.call('HGET', worker_gpus_key, worker_id))) do
+  redis.call('HDEL', capacity_key, gk)
 end
 local gpu_keys, over = {}, {}
-for gk, cap in string.gmatch(new_capacity, '([^;=]+)=(%d+)') do
+for _, pair in ipairs(decode_list(new_capacity)) do
+  local gk, cap = pair[1], pair[2]
   redis.call('HSET', capacity_key, gk, cap)
   gpu_keys[#gpu_keys + 1] = gk
   local booked = tonumber(redis.call('HGET', booked_key, gk) or '0')
@@ -78,8 +80,9 @@ for gk, cap in string.gmatch(new_capacity, '([^;=]+)=(%d+)') do
     over[#over + 1] = {gpu = gk, booked = booked, capacity = tonumber(cap)}
   end
 end
-redis.call('HSET', worker_gpus_key, worker_id, table.concat(gpu_keys, ';'))
+redis.call('HSET', worker_gpus_key, worker_id, encode_list(gpu_keys))
 redis.call('HSET', workers_key, worker_id, new_row)
+redis.call('HDEL', vanished_key, worker_id)
 
 local v = tostring(redis.call('INCR', version_key))
 redis.call('XADD', changes_key, 'MAXLEN', '~', changes_maxlen, '*',

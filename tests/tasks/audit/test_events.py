@@ -48,7 +48,8 @@ def test_every_event_a_scenario_writes_is_a_known_versioned_type() -> None:
                     "state": "ready",
                     "status": {"gpu_devices": [{"type": "cuda", "index": 0, "memory": {"total": 1 << 34}}]},
                 }
-            ]
+            ],
+            "model_instances": [],
         }
     )
     h.submit({"request_id": "bad", "model": {"backend": "vLLM"}})

@@ -18,7 +18,7 @@ def test_a_long_message_wraps_and_keeps_its_last_word() -> None:
 
 
 def test_bookings_show_gib_on_named_workers_not_ledger_strings() -> None:
-    claims = f"1:cuda:0={66 * GIB};2:cuda:3={int(41.33 * GIB)}"
+    claims = {"1:cuda:0": 66 * GIB, "2:cuda:3": int(41.33 * GIB)}
     fields = {"type": "sched.reservation.booked", "request_id": "r", "cluster_version": "3",
               "data": json.dumps({"claims": claims})}
     line = describe_event(fields, {1: "h100-a"})

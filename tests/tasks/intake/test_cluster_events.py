@@ -22,14 +22,17 @@ def test_invalid_cluster_events_are_rejected_with_the_field() -> None:
 
 def test_invalid_snapshot_events_are_rejected_naming_the_row() -> None:
     h = Harness()
-    bad = h.event({"kind": "snapshot", "workers": [{"id": "x"}]})
+    bad = h.event({"kind": "snapshot", "workers": [{"id": "x"}], "model_instances": []})
     assert (bad["status"], bad["field"]) == ("rejected", "workers.0.id")
     twice = [worker_row(1, "a"), worker_row(1, "b")]
-    dup = h.event({"kind": "snapshot", "workers": twice})
+    dup = h.event({"kind": "snapshot", "workers": twice, "model_instances": []})
     assert (dup["status"], dup["field"]) == ("rejected", "workers.1.id")
+    truncated = h.event({"kind": "snapshot", "workers": twice[:1]})
+    assert (truncated["status"], truncated["field"]) == ("rejected", "model_instances")
     assert [e.data["field"] for e in h.events(["sched.cluster.event_rejected"])] == [
         "workers.0.id",
         "workers.1.id",
+        "model_instances",
     ]
     assert h.rt.cluster.version() == 0
 

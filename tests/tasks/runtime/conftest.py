@@ -8,7 +8,16 @@ import pytest
 from builders import RTX_4090, uniform_worker
 
 from tasks.runtime import worker_tasks
+from tasks.runtime.oom_watch import WATCH
 from tasks.testing import Harness, isolated_settings
+
+
+@pytest.fixture(autouse=True)
+def clean_oom_watch() -> Iterator[None]:
+    """The process-wide out-of-memory watch starts and ends every test empty."""
+    WATCH.reset()
+    yield
+    WATCH.reset()
 
 
 @pytest.fixture

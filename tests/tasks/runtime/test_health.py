@@ -9,6 +9,7 @@ import pytest
 from tasks.runtime import health, liveness
 from tasks.runtime.health import (
     DEPLOYMENT_CHECKS,
+    data_generation_ok,
     drainer_alive,
     first_failure,
     redis_reachable,
@@ -16,6 +17,7 @@ from tasks.runtime.health import (
     worker_nodes_live,
 )
 from tasks.runtime.settings import Settings
+from tasks.state.generation import GenerationMemory
 from tasks.testing import Harness, isolated_settings
 
 NOW = 1_800_000_000.0
@@ -73,3 +75,22 @@ def test_an_unreachable_redis_is_the_one_reason_given() -> None:
     assert [v.name for v in verdicts] == ["redis"]  # the checks that read Redis are not run
     failed = first_failure(verdicts)
     assert failed is not None and failed.detail.startswith("Redis does not answer (ConnectionError")
+
+
+def test_the_data_generation_must_be_the_one_the_service_wrote() -> None:
+    h = Harness()
+    assert data_generation_ok(h.rt).ok
+    h.rt.client.flushall()  # Redis restarted without its data
+    lost = data_generation_ok(h.rt)
+    assert not lost.ok and lost.detail.startswith("Redis lost its data: generation ")
+    marker = data_generation_ok(h.rt)  # the detection left the marker: every process now says so
+    assert not marker.ok and marker.detail.endswith("not recovered yet")
+    fresh = Harness()
+    fresh.rt.client.delete(fresh.rt.keys.generation)
+    fresh.rt.generation.memory = GenerationMemory()  # a process that never saw it (gpusched health)
+    assert data_generation_ok(fresh.rt) == health.Check(
+        "data", True, "no data generation yet: no worker node has started")
+    _beat(fresh, "n@host", NOW, NOW)  # a node booted, yet no generation: it was wiped since
+    empty = data_generation_ok(fresh.rt)
+    assert empty == health.Check("data", False, "no data generation: Redis is empty or lost its data "
+                                 "(no worker node has checked it since)")

@@ -168,7 +168,7 @@ def test_reserve_books_every_gpu_or_none(h: Harness) -> None:
     set_capacity(h, **{"1_cuda_0": 100, "1_cuda_1": 100})
     h.rt.client.hset(h.rt.keys.booked, "1:cuda:1", 60)
     decided(h)
-    conflict = reserve_booking(h, booking("1:cuda:0=50;1:cuda:1=50"), 999)
+    conflict = reserve_booking(h, booking({"1:cuda:0": 50, "1:cuda:1": 50}), 999)
     assert conflict.status == "conflict" and conflict.next_attempt == 1
     assert h.rt.client.hgetall(h.rt.keys.booked) == {"1:cuda:1": "60"}  # nothing booked
     detail = json.loads(conflict.detail or "{}")
@@ -181,22 +181,22 @@ def test_reserve_books_every_gpu_or_none(h: Harness) -> None:
 def test_reserve_books_atomically_and_bumps_the_version_once(h: Harness) -> None:
     set_capacity(h, **{"1_cuda_0": 100, "2_cuda_0": 100})
     decided(h)
-    booked = reserve_booking(h, booking("1:cuda:0=40;2:cuda:0=100"), 0)
+    booked = reserve_booking(h, booking({"1:cuda:0": 40, "2:cuda:0": 100}), 0)
     assert booked.status == "booked" and booked.version == 1
     assert h.rt.client.hgetall(h.rt.keys.booked) == {"1:cuda:0": "40", "2:cuda:0": "100"}
-    assert h.rt.client.hget(h.rt.keys.claims, "req:r1") == "1:cuda:0=40;2:cuda:0=100"
+    assert h.rt.client.hget(h.rt.keys.claims, "req:r1") == '[["1:cuda:0","40"],["2:cuda:0","100"]]'
     meta = json.loads(h.rt.client.hget(h.rt.keys.instance_meta, "req:r1") or "{}")
     assert (meta["v"], meta["i"], meta["rid"]) == (1, 0, "r1")
     change = h.rt.client.xrange(h.rt.keys.changes)
     assert [(f["version"], f["type"]) for _, f in change] == [("1", "sched.reservation.booked")]
-    again = reserve_booking(h, booking("1:cuda:0=40"), 0)
+    again = reserve_booking(h, booking({"1:cuda:0": 40}), 0)
     assert again.status == "duplicate" and again.detail == "req:r1"
     assert h.rt.client.hget(h.rt.keys.booked, "1:cuda:0") == "40"
 
 
 def test_reserve_on_a_vanished_gpu_conflicts(h: Harness) -> None:
     decided(h)
-    outcome = reserve_booking(h, booking("9:cuda:0=1"), 0)
+    outcome = reserve_booking(h, booking({"9:cuda:0": 1}), 0)
     assert outcome.status == "conflict"
     assert json.loads(outcome.detail or "{}")["gpus"][0]["capacity"] is None
 
@@ -204,6 +204,6 @@ def test_reserve_on_a_vanished_gpu_conflicts(h: Harness) -> None:
 def test_reserve_gives_up_after_the_attempt_budget(h: Harness) -> None:
     h = Harness(settings=h.settings.model_copy(update={"conflict_max_attempts": 1}))
     decided(h)
-    outcome = reserve_booking(h, booking("1:cuda:0=1"), 0)
+    outcome = reserve_booking(h, booking({"1:cuda:0": 1}), 0)
     assert outcome.status == "exhausted"
     assert h.rt.client.zcard(h.rt.keys.outbox) == 0  # no retry queued

@@ -53,7 +53,7 @@ def test_delivery_counter_counts_and_clears(h: Harness) -> None:
 def test_dead_lettering_a_booked_request_publishes_its_booking(h: Harness) -> None:
     set_capacity(h, **{"1_cuda_0": 100})
     decided(h)
-    assert reserve_booking(h, booking("1:cuda:0=40")).status == "booked"
+    assert reserve_booking(h, booking({"1:cuda:0": 40})).status == "booked"
     _, result_id = h.rt.deliveries.dead_letter(
         request_id="r1",
         task_name="gpusched.resume",

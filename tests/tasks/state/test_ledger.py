@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from builders import GIB, H100, RTX_4090, gpu, instance, uniform_worker, worker
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -9,7 +10,7 @@ from hypothesis import strategies as st
 from scheduler_core import ModelInstance, Worker
 from scheduler_core.cluster import ClusterState
 from scheduler_core.workers import worker_view
-from tasks.intake.snapshots import parse_snapshot
+from tasks.intake.snapshots import SnapshotRows, parse_snapshot
 from tasks.state.ledger import (
     decode_amounts,
     encode_amounts,
@@ -76,9 +77,52 @@ def test_untyped_instances_count_against_every_type_and_not_their_subordinates()
 
 
 def test_amounts_round_trip() -> None:
-    amounts = {"1:cuda:0": 71_640_054_497, "12:rocm:3": 0}
+    amounts = {"1:cuda:0": 71_640_054_497, "12:rocm:3": 0, "2:x:0": 2**63 - 1}
+    assert encode_amounts(amounts) == (
+        '[["12:rocm:3","0"],["1:cuda:0","71640054497"],["2:x:0","9223372036854775807"]]'
+    )
     assert decode_amounts(encode_amounts(amounts)) == amounts
+    assert decode_amounts("") == {}
     assert gpu_key(3, None, 1) == "3::1"
+
+
+#: Characters a separator-joined list would split on, and JSON's own.
+_hostile_text = st.text(alphabet=st.sampled_from([*';=:,[]"\\ \n{}é€', "a", "0"]), max_size=12)
+
+
+@given(st.dictionaries(_hostile_text, st.integers(0, 2**63 - 1), max_size=6))
+def test_any_key_round_trips_as_one_entry(amounts: dict[str, int]) -> None:
+    assert decode_amounts(encode_amounts(amounts)) == amounts
+
+
+def test_a_malformed_list_is_refused() -> None:
+    for text in ('{"a": "1"}', '[["a", 1]]', '[["a", "-1"]]', '[["a", "²"]]', "a=1;b=2"):
+        with pytest.raises(ValueError):
+            decode_amounts(text)
+    with pytest.raises(ValueError, match="negative"):
+        encode_amounts({"a": -1})
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(_hostile_text, min_size=2, max_size=4, unique=True))
+def test_gpu_types_never_cross_into_another_workers_entries(types: list[str]) -> None:
+    """Workers whose GPU types hold separators keep exactly their own ledger entries, also once one leaves.
+
+    The rows go to the state layer directly: the door refuses such types, the
+    ledger's encoding must hold without it.
+    """
+    h = Harness()
+    workers = [worker(w, f"w{w}", [gpu(0, (w + 1) * GIB, type_=t)]) for w, t in enumerate(types, start=1)]
+    rows = SnapshotRows(tuple(Worker.model_validate(row) for row in workers), ())
+    h.rt.cluster.apply_snapshot(rows)
+    expected = {gpu_key(w, t, 0): (w + 1) * GIB for w, t in enumerate(types, start=1)}
+    assert h.rt.cluster.ledger()[0] == expected
+    h.rt.cluster.remove_worker(1, "test")
+    del expected[gpu_key(1, types[0], 0)]
+    assert h.rt.cluster.ledger()[0] == expected
+    row = Worker.model_validate(workers[1])
+    h.rt.cluster.upsert_worker(row, h.rt.cluster.worker_row(2), {})
+    assert h.rt.cluster.ledger()[0] == expected
 
 
 _claims = st.dictionaries(st.integers(0, 3), st.integers(0, 40 * GIB), min_size=1, max_size=4)

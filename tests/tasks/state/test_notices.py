@@ -78,7 +78,8 @@ def test_suspended_and_resumed_rescheduling_are_announced_once_each() -> None:
     notices = [e for e in _entries(h) if e[0] == ""]
     assert notices == [("", "reschedule_suspended", "0", "")]
     assert json.loads(h.results()[-1]["result"]) == {
-        "status": "reschedule_suspended", "down": 3, "workers": 4, "max_unreachable_fraction": 0.5,
+        "status": "reschedule_suspended", "down": 3, "vanished": 0, "workers": 4,
+        "max_unreachable_fraction": 0.5,
     }
     assert h.rt.cluster.instance_meta()["req:r"].workers == (lost,)  # nothing moved
     h.event({"kind": "worker_state", "worker_id": others[0], "state": "ready"})  # 2 of 4: resumed

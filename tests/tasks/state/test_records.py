@@ -76,7 +76,7 @@ def test_a_booked_attempt_resumes_and_a_parked_one_is_skipped(h: Harness) -> Non
     accept(h)
     h.rt.partition.call(h.rt.records.begin_call("r1", 0, 0, "t"))
     h.rt.partition.call(h.rt.records.record_decision_call("r1", 0, 0, 0, "{}", "d", "{}", recorded_step()))
-    assert reserve_booking(h, booking("1:cuda:0=1")).status == "booked"
+    assert reserve_booking(h, booking({"1:cuda:0": 1})).status == "booked"
     begun = h.rt.partition.call(h.rt.records.begin_call("r1", 0, 0, "t2"))
     assert begun.status == "resume" and begun.recorded is not None and begun.recorded.state == "booked"
     accept(h, "r2")

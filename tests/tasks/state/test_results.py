@@ -11,7 +11,7 @@ def test_publish_is_exactly_once(h: Harness) -> None:
     set_capacity(h, **{"1_cuda_0": 100})
     decided(h)
     # a scheduled result is published only once its booking is made
-    assert reserve_booking(h, booking("1:cuda:0=40"), 0).status == "booked"
+    assert reserve_booking(h, booking({"1:cuda:0": 40}), 0).status == "booked"
     results = h.rt.results
     first = h.rt.partition.call(results.publish_call("r1", "scheduled", seq=0, attempt=0, result_digest="d"))
     second = h.rt.partition.call(results.publish_call("r1", "scheduled", seq=0, attempt=0, result_digest="d"))

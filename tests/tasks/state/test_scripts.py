@@ -12,6 +12,7 @@ from service_builders import small_request, uniform_cluster
 from tasks.audit.checkpoints import take_checkpoint
 from tasks.audit.retention import expire_parked
 from tasks.state.notices import announce_suspension, resume_if_recovered
+from tasks.state.recovery import export_state, recover
 from tasks.state.scripts import (
     SCRIPT_DIR,
     SCRIPT_NAMES,
@@ -131,7 +132,8 @@ def _key_pattern(documented: str) -> str:
 
 
 def _exercise_every_script(h: Harness) -> None:
-    h.apply({"workers": [uniform_worker(1, "a", 1, RTX_4090), uniform_worker(2, "b", 1, RTX_4090)]})
+    h.apply({"workers": [uniform_worker(1, "a", 1, RTX_4090), uniform_worker(2, "b", 1, RTX_4090)],
+             "model_instances": []})
     h.submit({"request_id": "bad", "model": {"backend": "vLLM"}})
     claim = {"GPUSTACK_MODEL_VRAM_CLAIM": str(20 * (1 << 30))}
     for rid in ("r1", "r2", "r3"):
@@ -167,6 +169,7 @@ def _exercise_every_script(h: Harness) -> None:
     take_checkpoint(h.rt.partition)
     h.clock.advance(h.settings.parked_ttl_s + 1)
     assert expire_parked(h.rt)
+    assert recover(h.rt, export_state(h.rt))["bookings"] >= 1  # restore_booking
 
 
 def test_every_script_caller_passes_the_keys_and_arguments_its_header_documents(

@@ -38,7 +38,7 @@ def test_the_node_serves_metrics_and_health_and_stops_on_shutdown() -> None:
         status, body = _get(f"http://127.0.0.1:{port}/healthz")
         verdict = json.loads(body)
         assert status == 200 and verdict["status"] == "ok"  # booted just now: the drainer is starting
-        assert [c["name"] for c in verdict["checks"]] == ["redis", "drainer"]
+        assert [c["name"] for c in verdict["checks"]] == ["redis", "data", "drainer"]
         assert _get(f"http://127.0.0.1:{port}/other")[0] == 404
     finally:
         server.before_worker_shutdown("n1@host", lambda: h.rt)

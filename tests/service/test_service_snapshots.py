@@ -1,0 +1,82 @@
+"""Bad snapshots with real processes: truncated or empty snapshots, mass removals, the dry run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from service.support import Deployment, cluster, llm_request, wait_until
+
+pytestmark = [pytest.mark.service, pytest.mark.slow]
+
+WORKERS, GPUS = 20, 2
+
+
+def _cli(d: Deployment, tmp_path: Path, document: Any, *flags: str) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "snapshot.json"
+    path.write_text(json.dumps(document))
+    env = {**os.environ, **d.env}
+    return subprocess.run([sys.executable, "-m", "tasks.edges.cli", "cluster", "apply", str(path), *flags],
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+def _booked(d: Deployment) -> dict[str, tuple[int, ...]]:
+    return {str(m.request_id): m.workers for m in d.client.rt.cluster.instance_meta().values()}
+
+
+def test_truncated_snapshots_are_refused_and_a_mass_removal_is_held_back(
+    deployment: Callable[..., Deployment], tmp_path: Path
+) -> None:
+    """Item 11: ``{}``, a bare worker, or 19 of 20 workers gone change nothing; a dry run only prints."""
+    d = deployment(unreachable_grace_s=3, ready_stable_s=1)
+    full = cluster(WORKERS, GPUS)
+    d.client.apply_cluster(full)
+    d.start_workers(2)
+    ids = [f"s-{n:02d}" for n in range(WORKERS * GPUS)]  # one per GPU: every worker holds bookings
+    for rid in ids:
+        d.client.submit(llm_request(rid))
+    wait_until(lambda: d.settled(set(ids)), 180, "every GPU to be booked")
+    before, version = _booked(d), d.client.rt.cluster.version()
+    assert sorted(before) == ids
+
+    empty = _cli(d, tmp_path, {})
+    assert empty.returncode == 2 and "workers: required key missing" in empty.stderr, empty.stderr
+    bare = _cli(d, tmp_path, {"workers": full["workers"][:1]})
+    assert bare.returncode == 2 and "model_instances: required key missing" in bare.stderr
+    one = {"workers": full["workers"][:1], "model_instances": []}
+    refused = _cli(d, tmp_path, one)
+    assert refused.returncode == 2 and "removes 19 of the 20 workers" in refused.stderr
+    assert "--allow-removal" in refused.stderr
+    dry = _cli(d, tmp_path, one, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    diff = json.loads(dry.stdout)
+    assert diff["workers"]["removed"] == list(range(2, WORKERS + 1)) and diff["applies"] is False
+    assert len(diff["bookings"]["dropped"]) == (WORKERS - 1) * GPUS
+    queued = d.client.cluster_event({"kind": "snapshot", **one})  # anyone on the broker: same refusal
+    assert queued["status"] == "queued"
+    wait_until(lambda: d.events("sched.cluster.event_rejected"), 60, "the worker to reject the event")
+    assert d.events("sched.cluster.event_rejected")[-1]["data"]["field"] == "workers"
+    assert (_booked(d), d.client.rt.cluster.version()) == (before, version)  # nothing changed
+
+    # 8 workers vanish (below the removal limit) while 4 are unreachable: 12 of 20 out, above 0.5
+    partial = json.loads(json.dumps(full))
+    partial["workers"] = partial["workers"][:12]
+    for row in partial["workers"][8:12]:
+        row["state"] = "unreachable"
+    summary = d.client.apply_cluster(partial)
+    assert summary["rescheduled"] == []
+    suspended = d.events("sched.reschedule.suspended")
+    (held,) = [e for e in suspended if e["data"].get("reason") == "workers_vanished"]
+    assert (held["data"]["vanished"], held["data"]["down"], held["data"]["bookings"]) == (8, 4, 8 * GPUS)
+
+    d.client.apply_cluster(full)  # the control plane corrects itself within the grace period
+    wait_until(lambda: _booked(d) == before, 60, "the held-back bookings to be booked again in place")
+    assert not [rid for rid in d.outcomes() if "~" in rid]  # nothing was moved
+    wait_until(lambda: d.idle(), 60, "the pipeline to settle")
+    d.assert_ledger_consistent()
