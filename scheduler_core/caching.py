@@ -7,7 +7,10 @@ none changes a result (property tests compare decisions with and without):
 * :class:`StageRunner` maps a per-worker rule over workers. Workers whose GPUs
   and allocatable memory are equal (a homogeneous fleet) get one evaluation
   per decision; with a :class:`SnapshotMemo` an unchanged worker's outcome is
-  also reused from the previous decision with the same inputs.
+  also reused from the previous decision with the same inputs, and a run over
+  the very same workers as the rule's last run patches that run with the
+  workers the memo's *journal* says changed since (a booking costs one
+  worker's evaluation, not a walk over thousands).
 * :class:`Memoized` wraps a pure function of a hashable argument that a rule
   needs many times with few distinct arguments (``policy: precise``'s per-rank
   budget by GPU size and layout, its verdict by GPU set and layout):
@@ -17,8 +20,11 @@ none changes a result (property tests compare decisions with and without):
 * :class:`SnapshotMemo` is what a long-lived decider (the service's worker
   process) keeps across ``schedule()`` calls: validated worker views, orderings
   and groupings derived from a worker list, per-worker values (allocatable
-  memory, spread counts) and per-worker stage outcomes, each valid only while
-  the objects it was computed from are the same objects.
+  memory, spread loads) and per-worker stage outcomes, each valid only while
+  the objects it was computed from are the same objects; values per item of a
+  worker (a candidate's spread score, :meth:`SnapshotMemo.item_values`),
+  dropped when their worker's instances change; which items of a growing list
+  already passed a check (:meth:`SnapshotMemo.first_failure`).
 
 Nomad's ``FeasibilityWrapper`` is the model: the checker stays small, the
 wrapper alone decides when its answer can be reused.
