@@ -18,7 +18,12 @@ Columns (CPU time of this process, medians):
 Targets: at 2000 × 8 with 4000 instances, cold ≤ 100 ms; time grows no faster
 than linearly with W×G + I.
 
-Usage: python bench/bench_schedule.py [--repeat N]
+``--max-candidates N`` decides with the default chain reporting at most N
+candidates (the service's ``configs/chain.json`` reports 16): without it every
+candidate is rendered, as GPUStack lists them, and rendering thousands of
+one-GPU candidates dominates the warm column.
+
+Usage: python bench/bench_schedule.py [--repeat N] [--max-candidates N]
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import argparse
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fleet import BENCH_MODELS, GIB, bench_request, gpustack_fleet
 
-from scheduler_core import ModelInstance, ScheduleRequest, SnapshotMemo, schedule
+from scheduler_core import DEFAULT_CHAIN, Chain, ModelInstance, ScheduleRequest, SnapshotMemo, schedule
+
+#: The chain every decision runs (set from ``--max-candidates``; None: the request's policy's own).
+CHAIN: Chain | None = None
 
 
 def median_ms(func: Any, repeat: int) -> float:
@@ -51,7 +60,7 @@ def warm_median_ms(parsed: ScheduleRequest, repeat: int) -> float:
     memo = SnapshotMemo()
     workers = parsed.workers or []
     placed = list(parsed.model_instances or [])
-    schedule(parsed, memo=memo)  # the first decision fills the memo
+    schedule(parsed, memo=memo, chain=CHAIN)  # the first decision fills the memo
     samples = []
     for number in range(repeat):
         host = workers[(number * 7919) % len(workers)]
@@ -67,7 +76,7 @@ def warm_median_ms(parsed: ScheduleRequest, repeat: int) -> float:
         )
         request = parsed.model_copy(update={"model_instances": list(placed)})
         start = time.process_time()
-        schedule(request, memo=memo)
+        schedule(request, memo=memo, chain=CHAIN)
         samples.append((time.process_time() - start) * 1000)
     return statistics.median(samples)
 
@@ -75,7 +84,12 @@ def warm_median_ms(parsed: ScheduleRequest, repeat: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=15, help="runs per cell (median is reported)")
+    parser.add_argument("--max-candidates", type=int, default=None,
+                        help="report at most this many candidates (the service's chain: 16)")
     args = parser.parse_args()
+    global CHAIN
+    if args.max_candidates is not None:
+        CHAIN = replace(DEFAULT_CHAIN, max_candidates=args.max_candidates)
     header = (
         "cluster", "instances", "model", "status", "cold ms", "decide ms", "ns per (W·G+I)", "warm memo ms"
     )
@@ -88,10 +102,10 @@ def main() -> None:
             for model_name in BENCH_MODELS:
                 raw = bench_request(model_name, rows, placed)
                 parsed = ScheduleRequest.model_validate(raw)
-                status = schedule(parsed).status
+                status = schedule(parsed, chain=CHAIN).status
                 repeat = max(3, args.repeat if workers < 2000 else args.repeat // 3)
-                cold = median_ms(lambda raw=raw: schedule(raw), repeat)
-                decide = median_ms(lambda parsed=parsed: schedule(parsed), repeat)
+                cold = median_ms(lambda raw=raw: schedule(raw, chain=CHAIN), repeat)
+                decide = median_ms(lambda parsed=parsed: schedule(parsed, chain=CHAIN), repeat)
                 warm = warm_median_ms(parsed, max(5, repeat))
                 units = workers * 8 + len(placed)
                 per_unit.setdefault(model_name, []).append(cold * 1e6 / units)

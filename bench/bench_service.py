@@ -20,6 +20,12 @@ running (small one-GPU models spread over every worker by a seeded generator,
 :func:`running_instances`), so the core decides against N + the bench's own
 bookings.
 
+``--cpu-split`` (Linux) adds, per round, the CPU time each process spent per
+decision during the saturated phase (from ``/proc/<pid>/stat``): this driver
+(its ``submit()`` calls and the result reader), ``redis-server``, each worker's
+consumer (Celery's main process: receive, ack, hand-over) and its pool
+process (the task: middleware, Redis round trips, the core).
+
 Needs ``redis-server`` on PATH (a private server on a free port is started)
 unless ``--redis-url`` names one (its database is flushed!).
 """
@@ -167,7 +173,13 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
 
 
-def run_round(url: str, processes: int, args: argparse.Namespace, snapshot: dict[str, Any]) -> dict[str, Any]:
+def run_round(
+    url: str,
+    processes: int,
+    args: argparse.Namespace,
+    snapshot: dict[str, Any],
+    server_pid: int | None = None,
+) -> dict[str, Any]:
     """One measurement with ``processes`` worker processes on a fresh database.
 
     Throughput: ``--inflight`` outstanding requests per process (saturates the
@@ -199,9 +211,12 @@ def run_round(url: str, processes: int, args: argparse.Namespace, snapshot: dict
         mix = MIXES[args.mix]
         _drive(client, reader, plan(args.warmup, mix, f"warm{processes}"), args.inflight * processes)
         measured = plan(args.requests, mix, f"run{processes}")
+        pids = _process_pids(server_pid, workers) if args.cpu_split else {}
+        cpu_before = _cpu_ticks(pids)
         started = time.perf_counter()
         loaded = _drive(client, reader, measured, args.inflight * processes)
         wall = time.perf_counter() - started
+        cpu_after = _cpu_ticks(pids)
         idle = _drive(client, reader, plan(args.latency_requests, mix, f"lat{processes}"), 1)
         reader.done.set()
         core = _core_ms(client, {r["request_id"] for r in measured})
@@ -218,6 +233,42 @@ def run_round(url: str, processes: int, args: argparse.Namespace, snapshot: dict
         "loaded_p50_ms": percentile(loaded, 50), "loaded_p99_ms": percentile(loaded, 99),
         "p50_ms": percentile(idle, 50), "p99_ms": percentile(idle, 99),
         "core_p50_ms": percentile(core, 50) if core else 0.0, "statuses": statuses,
+        "cpu_ms": _cpu_split(pids, cpu_before, cpu_after, len(measured)),
+    }
+
+
+def _process_pids(server_pid: int | None, workers: list[Any]) -> dict[str, list[int]]:
+    """The processes whose CPU ``--cpu-split`` reports, by role."""
+    roles: dict[str, list[int]] = {"driver": [os.getpid()], "redis": [], "consumers": [], "pool": []}
+    if server_pid is not None:
+        roles["redis"].append(server_pid)
+    for worker in workers:
+        roles["consumers"].append(worker.pid)
+        roles["pool"].extend(worker.pool_pids())
+    return roles
+
+
+def _cpu_ticks(pids: dict[str, list[int]]) -> dict[int, int]:
+    """User + system clock ticks of each process (``/proc/<pid>/stat``), skipping unreadable ones."""
+    ticks = {}
+    for pid in (pid for group in pids.values() for pid in group):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks[pid] = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return ticks
+
+
+def _cpu_split(
+    pids: dict[str, list[int]], before: dict[int, int], after: dict[int, int], decisions: int
+) -> dict[str, float]:
+    """CPU milliseconds per decision of each role between the two readings."""
+    tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
+    return {
+        role: sum(after[pid] - before[pid] for pid in group if pid in before and pid in after)
+        * tick_ms / max(decisions, 1)
+        for role, group in pids.items()
     }
 
 
@@ -275,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mix", choices=sorted(MIXES), default="mixed")
     parser.add_argument("--redis-url", default=None,
                         help="use this Redis (its database is flushed!) instead of a private one")
+    parser.add_argument("--cpu-split", action="store_true",
+                        help="also print each process's CPU ms per decision under load (Linux /proc)")
     args = parser.parse_args(argv)
 
     from tasks.edges.localrun import start_redis
@@ -291,10 +344,15 @@ def main(argv: list[str] | None = None) -> int:
           f"{'loaded p99':>11} {'core p50':>9}  statuses")
     try:
         for processes in args.workers:
-            row = run_round(url, processes, args, snapshot)
+            server_pid = server.process.pid if server is not None and server.process is not None else None
+            row = run_round(url, processes, args, snapshot, server_pid)
             print(f"{row['processes']:>5} {row['decisions_per_s']:>12.1f} {row['p50_ms']:>8.1f} "
                   f"{row['p99_ms']:>8.1f} {row['loaded_p50_ms']:>11.1f} {row['loaded_p99_ms']:>11.1f} "
                   f"{row['core_p50_ms']:>9.1f}  {row['statuses']}", flush=True)
+            if args.cpu_split:
+                split = ", ".join(f"{role} {ms:.2f}" for role, ms in row["cpu_ms"].items())
+                print(f"      CPU ms per decision under load: {split} "
+                      f"(total {sum(row['cpu_ms'].values()):.2f})", flush=True)
     finally:
         if server is not None:
             server.remove()

@@ -8,7 +8,9 @@ with ``model_construct`` (no re-validation): a 2,000-worker cluster can yield
 from __future__ import annotations
 
 import heapq
+import operator
 from collections.abc import Mapping, Sequence
+from itertools import compress, repeat
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -232,8 +234,10 @@ def shown_candidates(scores: Sequence[float], limit: int | None, chosen: int | N
     limit = max(limit, 1)
     # The limit-th highest score; every higher one is shown, then the earliest ties.
     cutoff = heapq.nlargest(limit, scores)[-1]
-    above = [i for i, score in enumerate(scores) if score > cutoff]
-    ties = [i for i, score in enumerate(scores) if score == cutoff][: limit - len(above)]
+    # The few indexes at or above the cutoff, found without a Python loop over thousands of scores.
+    at_least = list(compress(range(len(scores)), map(operator.ge, scores, repeat(cutoff))))
+    above = [i for i in at_least if scores[i] > cutoff]
+    ties = [i for i in at_least if scores[i] == cutoff][: limit - len(above)]
     shown = above + ties
     if chosen is not None and chosen not in shown:
         shown[-1] = chosen

@@ -7,7 +7,10 @@ none changes a result (property tests compare decisions with and without):
 * :class:`StageRunner` maps a per-worker rule over workers. Workers whose GPUs
   and allocatable memory are equal (a homogeneous fleet) get one evaluation
   per decision; with a :class:`SnapshotMemo` an unchanged worker's outcome is
-  also reused from the previous decision with the same inputs.
+  also reused from the previous decision with the same inputs, and a run over
+  the very same workers as the rule's last run patches that run with the
+  workers the memo's *journal* says changed since (a booking costs one
+  worker's evaluation, not a walk over thousands).
 * :class:`Memoized` wraps a pure function of a hashable argument that a rule
   needs many times with few distinct arguments (``policy: precise``'s per-rank
   budget by GPU size and layout, its verdict by GPU set and layout):
@@ -17,8 +20,11 @@ none changes a result (property tests compare decisions with and without):
 * :class:`SnapshotMemo` is what a long-lived decider (the service's worker
   process) keeps across ``schedule()`` calls: validated worker views, orderings
   and groupings derived from a worker list, per-worker values (allocatable
-  memory, spread counts) and per-worker stage outcomes, each valid only while
-  the objects it was computed from are the same objects.
+  memory, spread loads) and per-worker stage outcomes, each valid only while
+  the objects it was computed from are the same objects; values per item of a
+  worker (a candidate's spread score, :meth:`SnapshotMemo.item_values`),
+  dropped when their worker's instances change; which items of a growing list
+  already passed a check (:meth:`SnapshotMemo.first_failure`).
 
 Nomad's ``FeasibilityWrapper`` is the model: the checker stays small, the
 wrapper alone decides when its answer can be reused.
@@ -27,7 +33,9 @@ wrapper alone decides when its answer can be reused.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from itertools import filterfalse
 from typing import Any, Generic, Protocol, TypeVar
 
 from scheduler_core._schemas import ModelInstance
@@ -95,10 +103,40 @@ class StageOutcomes:
     generation in :attr:`SnapshotMemo.generations` is unchanged.
     """
 
-    __slots__ = ("entries",)
+    __slots__ = ("entries", "last")
 
     def __init__(self) -> None:
         self.entries: dict[int, _StageEntry] = {}
+        #: The last full run: the workers it ran over, their results and the memo's journal mark.
+        self.last: LastRun | None = None
+
+
+class LastRun:
+    """One run of a rule over a worker sequence, kept so that the next run over the same
+    workers only evaluates the workers whose instances changed since (the journal)."""
+
+    __slots__ = ("mark", "positions", "results", "workers")
+
+    def __init__(
+        self,
+        workers: Sequence[WorkerView],
+        results: list[tuple[WorkerView, object]],
+        mark: tuple[int, int],
+        positions: dict[int, int] | None = None,
+    ) -> None:
+        self.workers = workers
+        self.results = results
+        self.mark = mark
+        #: Each worker's position (None: a worker id listed twice, so no patching).
+        self.positions = positions if positions is not None else _positions(workers)
+
+
+def _positions(workers: Sequence[WorkerView]) -> dict[int, int] | None:
+    positions = {worker.id: position for position, worker in enumerate(workers)}
+    return positions if len(positions) == len(workers) else None
+
+
+_MODEL_ID = operator.attrgetter("model_id")
 
 
 class Memoized(Generic[_K, _V]):
@@ -142,6 +180,37 @@ class Memoized(Generic[_K, _V]):
         return f"Memoized({self.signature!r})"
 
 
+class _Kept:
+    """Values computed from workers' states, for :meth:`SnapshotMemo.worker_values` and
+    :meth:`SnapshotMemo.item_values`: each value belongs to one worker and is dropped when
+    that worker's generation changes (the journal); all are dropped when the worker views do.
+
+    ``values`` is keyed by worker id, or by an item's identity (then ``items`` keeps the
+    item alive, so its id stays its own, and ``by_worker`` lists each worker's keys).
+    """
+
+    __slots__ = ("by_worker", "items", "mark", "values", "views")
+
+    def __init__(self, views: Sequence[WorkerView], mark: tuple[int, int]) -> None:
+        self.values: dict[int, object] = {}
+        self.items: dict[int, object] = {}
+        self.by_worker: dict[int, list[int]] = {}
+        self.views = tuple(views)
+        self.mark = mark
+
+    def clear(self) -> None:
+        self.values.clear()
+        self.items.clear()
+        self.by_worker.clear()
+
+    def drop(self, worker_id: int) -> None:
+        """Forget what belongs to the worker."""
+        self.values.pop(worker_id, None)
+        for key in self.by_worker.pop(worker_id, ()):
+            self.values.pop(key, None)
+            self.items.pop(key, None)
+
+
 class SnapshotMemo:
     """State remembered *across* decisions on a slowly changing cluster.
 
@@ -167,8 +236,8 @@ class SnapshotMemo:
     """
 
     __slots__ = (
-        "_derived", "_entries", "_functions", "_ids", "_index", "_instances", "_stages", "_views",
-        "generations",
+        "_derived", "_entries", "_era", "_functions", "_ids", "_index", "_instances", "_journal", "_kept",
+        "_models", "_passed", "_stages", "_views", "generations",
     )
 
     #: Entries kept at most per kind; beyond it that kind starts over (workers come and go).
@@ -177,6 +246,10 @@ class SnapshotMemo:
     STAGE_TABLES = 512
     #: Memoized functions kept at most (each holds up to :attr:`Memoized.LIMIT` values).
     FUNCTIONS = 32
+    #: Generation changes the journal holds before it starts over.
+    JOURNAL = 100_000
+    #: Tables of values per worker or per item kept at most (the least recently used goes).
+    KEPT_TABLES = 8
 
     def __init__(self) -> None:
         self._entries: dict[int, _MemoEntry] = {}
@@ -184,13 +257,23 @@ class SnapshotMemo:
         #: The index of :attr:`_instances` and their identities (None: not kept).
         self._index: InstanceIndex | None = None
         self._ids: set[int] | None = set()
+        #: Instances of :attr:`_instances` per model id.
+        self._models: Counter[int | None] = Counter()
         self._derived: dict[object, tuple[tuple[object, ...], object]] = {}
         self._stages: dict[tuple[object, ...], StageOutcomes] = {}
         #: Views of worker rows by row identity (the row is kept, so its id stays its own).
         self._views: dict[int, tuple[object, WorkerView]] = {}
         self._functions: dict[tuple[str, Hashable], Memoized[Any, Any]] = {}
+        #: Per check, the last sequence every item of which passed it (see :meth:`first_failure`).
+        self._passed: dict[str, tuple[object, ...]] = {}
         #: Per worker id, how many times its bound instances changed (absent: never).
         self.generations: dict[int, int] = {}
+        #: The worker ids whose generation changed, in order; ``_era`` counts the times it
+        #: started over (every generation forgotten, or the journal grown past its limit).
+        self._journal: list[int] = []
+        self._era = 0
+        #: Tables of :meth:`worker_values` and :meth:`item_values`, least recently used first.
+        self._kept: dict[Hashable, _Kept] = {}
 
     def track_instances(self, instances: tuple[ModelInstance, ...]) -> InstanceIndex | None:
         """Give every worker whose bound instances changed a new generation; return the
@@ -208,10 +291,16 @@ class SnapshotMemo:
             added = instances[len(previous) :]
             if self._note_added(added):
                 index_instances(added, self._index)
+                self._models.update(map(_MODEL_ID, added))
                 return self._index
         self._index = index_instances(instances)
+        self._models = Counter(map(_MODEL_ID, instances))
         self._rediff(previous, instances)
         return self._index
+
+    def running_models(self) -> Mapping[int | None, int]:
+        """Instances per model id among the instances of the last :meth:`track_instances`."""
+        return self._models
 
     def _note_added(self, added: tuple[ModelInstance, ...]) -> bool:
         """Bump the generations of the workers ``added`` occupies; False for an object listed twice."""
@@ -223,9 +312,7 @@ class SnapshotMemo:
                 return False
             ids.add(id(instance))
             touched.update(occupied_workers(instance))
-        generations = self.generations
-        for worker_id in touched:
-            generations[worker_id] = generations.get(worker_id, 0) + 1
+        self._bump(touched)
         return True
 
     def _rediff(self, previous: tuple[ModelInstance, ...], instances: tuple[ModelInstance, ...]) -> None:
@@ -243,14 +330,37 @@ class SnapshotMemo:
         for instance in instances:
             if id(instance) not in before:
                 touched.update(occupied_workers(instance))
-        generations = self.generations
-        for worker_id in touched:
+        self._bump(touched)
+
+    def _bump(self, worker_ids: Iterable[int]) -> None:
+        """A new generation for each worker, noted in the journal."""
+        generations, journal = self.generations, self._journal
+        for worker_id in worker_ids:
             generations[worker_id] = generations.get(worker_id, 0) + 1
+            journal.append(worker_id)
+        if len(journal) > self.JOURNAL:
+            journal.clear()
+            self._era += 1
 
     def _forget_workers(self) -> None:
         self._entries.clear()
         self._stages.clear()
+        self._kept.clear()
         self.generations.clear()
+        self._journal.clear()
+        self._era += 1
+
+    def journal_mark(self) -> tuple[int, int]:
+        """Where the journal stands now (for :meth:`changed_since`)."""
+        return self._era, len(self._journal)
+
+    def changed_since(self, mark: tuple[int, int]) -> Sequence[int] | None:
+        """The ids of the workers whose generation changed since ``mark`` (repeats possible),
+        None when that is no longer known (the journal started over)."""
+        era, position = mark
+        if era != self._era:
+            return None
+        return self._journal[position:]
 
     def get(self, worker_id: int, key: object, view: WorkerView) -> object | None:
         """A per-worker value while ``view`` and the worker's generation are unchanged, else None."""
@@ -268,6 +378,79 @@ class SnapshotMemo:
                 self._entries.clear()
             entry = self._entries[worker_id] = (view, generation, {})
         entry[2][key] = value
+
+    def worker_values(
+        self,
+        slot: Hashable,
+        views: Sequence[WorkerView],
+        worker_ids: Sequence[int],
+        compute: Callable[[int], _T],
+    ) -> dict[int, _T]:
+        """``compute(worker_id)`` for each of ``worker_ids``, kept across decisions.
+
+        ``compute`` must be a pure function of the worker's view (in ``views``) and of
+        the instances bound to it; ``slot`` names it. A value is computed again after
+        the worker's instances change, every value after ``views`` does.
+        """
+        table = self._kept_table(("workers", slot), views)
+        values = table.values
+        for worker_id in filterfalse(values.__contains__, worker_ids):
+            values[worker_id] = compute(worker_id)
+        return dict(zip(worker_ids, map(values.__getitem__, worker_ids), strict=True))  # type: ignore[arg-type]
+
+    def item_values(
+        self,
+        slot: Hashable,
+        views: Sequence[WorkerView],
+        items: Sequence[_T],
+        worker_of: Callable[[_T], int],
+        compute: Callable[[Sequence[_T]], list[_V]],
+    ) -> list[_V]:
+        """``compute(items)``, with the value of every item seen before (the very same object)
+        taken from earlier decisions and ``compute`` run on the others only.
+
+        ``compute`` must give each item's value (never None) as a pure function of the
+        item, of the view and bound instances of the worker ``worker_of(item)``, and of
+        constants ``slot`` names; whatever other items it is given with.
+        """
+        table = self._kept_table(("items", slot), views)
+        values = table.values
+        found: list[Any] = list(map(values.get, map(id, items)))
+        if None not in found:
+            return found
+        missing = [position for position, value in enumerate(found) if value is None]
+        if len(values) + len(missing) > self.LIMIT:
+            table.clear()
+        fresh = [items[position] for position in missing]
+        for position, item, value in zip(missing, fresh, compute(fresh), strict=True):
+            found[position] = value
+            key = id(item)
+            values[key] = value
+            table.items[key] = item
+            table.by_worker.setdefault(worker_of(item), []).append(key)
+        return found
+
+    def _kept_table(self, slot: Hashable, views: Sequence[WorkerView]) -> _Kept:
+        """The table of ``slot``, with what changed since its last use dropped."""
+        kept = self._kept
+        table = kept.pop(slot, None)
+        if table is None:
+            table = _Kept(views, self.journal_mark())
+        elif not same_objects(table.views, views):
+            table.clear()
+            table.views = tuple(views)
+        else:
+            changed = self.changed_since(table.mark)
+            if changed is None:
+                table.clear()
+            else:
+                for worker_id in set(changed):
+                    table.drop(worker_id)
+        table.mark = self.journal_mark()
+        if len(kept) >= self.KEPT_TABLES:
+            del kept[next(iter(kept))]
+        kept[slot] = table  # the most recently used last
+        return table
 
     def view_of(self, row: _R, build: Callable[[_R], WorkerView]) -> WorkerView:
         """``build(row)``, kept while the (frozen) row is the same object: a worker row
@@ -296,6 +479,24 @@ class SnapshotMemo:
             self._derived.clear()
         self._derived[slot] = (tuple(items), value)
         return value
+
+    def first_failure(self, check: str, items: Sequence[_T], passes: Callable[[_T], bool]) -> int | None:
+        """The position of the first item that does not ``pass``, None when all do.
+
+        ``passes`` must be a pure function of the (frozen) item, named by ``check``.
+        When ``items`` starts with the very objects of the last sequence that
+        passed entirely (a booking appends an instance), only the items after
+        them are checked.
+        """
+        passed = self._passed.get(check, ())
+        start = len(passed) if passed and _extends(items, passed) else 0
+        for position in range(start, len(items)):
+            if not passes(items[position]):
+                return position
+        if len(self._passed) >= 64:  # a handful of checks in use
+            self._passed.clear()
+        self._passed[check] = tuple(items)
+        return None
 
     def memoized(self, name: str, signature: Hashable, compute: Callable[[_K], _V]) -> Memoized[_K, _V]:
         """The remembered :class:`Memoized` of ``name`` for an equal signature, else a new one."""
@@ -361,6 +562,10 @@ class StageRunner:
         if memo is None:
             return [(worker, self._result(rule, inputs, gpu_type, worker)) for worker in workers]
         table = memo.stage_outcomes((rule.name, inputs, gpu_type))
+        if isinstance(workers, Sequence):
+            patched = self._patched(rule, inputs, gpu_type, workers, table, memo)
+            if patched is not None:
+                return patched  # type: ignore[return-value]
         entries, generations = table.entries, memo.generations
         results: list[tuple[WorkerView, _P]] = []
         for worker in workers:
@@ -372,7 +577,59 @@ class StageRunner:
                 result = self._result(rule, inputs, gpu_type, worker)
                 entries[worker.id] = (worker, generation, result)
             results.append((worker, result))
+        if isinstance(workers, Sequence):
+            table.last = LastRun(workers, results, memo.journal_mark())  # type: ignore[arg-type]
         return results
+
+    #: Changed workers beyond which a run walks every worker instead of patching the last run.
+    PATCH_LIMIT = 256
+
+    def _patched(
+        self,
+        rule: WorkerRule[_I, _O, _P],
+        inputs: _I,
+        gpu_type: str | None,
+        workers: Sequence[WorkerView],
+        table: StageOutcomes,
+        memo: SnapshotMemo,
+    ) -> list[tuple[WorkerView, object]] | None:
+        """The last run over the very same workers, with the workers whose generation changed
+        since evaluated again; None when there is no such run (or too much changed)."""
+        last = table.last
+        if last is None or last.positions is None:
+            return None
+        if not (last.workers is workers or same_objects(last.workers, workers)):
+            return None
+        changed = memo.changed_since(last.mark)
+        if changed is None or len(changed) > self.PATCH_LIMIT:
+            return None
+        results = list(last.results)
+        positions = last.positions
+        entries, generations = table.entries, memo.generations
+        for worker_id in set(changed):
+            position = positions.get(worker_id)
+            if position is None:  # not among these workers
+                continue
+            worker = results[position][0]
+            generation = generations.get(worker_id, 0)
+            result = self._result(rule, inputs, gpu_type, worker)
+            entries[worker_id] = (worker, generation, result)
+            results[position] = (worker, result)
+        table.last = LastRun(workers, results, memo.journal_mark(), positions)
+        return results
+
+    def subset(
+        self, slot: Hashable, workers: Sequence[WorkerView], keep: Callable[[WorkerView], bool]
+    ) -> Sequence[WorkerView]:
+        """The workers ``keep`` accepts, in order. With a memo, the same list object while
+        ``workers`` holds the same objects (a rule run over it can then be patched).
+
+        ``keep`` must be a pure function of the worker; ``slot`` names it and the list.
+        """
+        memo = self._memo
+        if memo is None:
+            return [worker for worker in workers if keep(worker)]
+        return memo.derived(("subset", slot), workers, lambda: [worker for worker in workers if keep(worker)])
 
     def _result(
         self, rule: WorkerRule[_I, _O, _P], inputs: _I, gpu_type: str | None, worker: WorkerView

@@ -11,7 +11,7 @@ remembered from earlier decisions; the view never decides what to reuse.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import NamedTuple, Protocol, TypeVar
 
@@ -58,12 +58,39 @@ class WorkerValues(Protocol):
         returns their :func:`index_instances` when it keeps one (read it, never change it)."""
         ...
 
+    def running_models(self) -> Mapping[int | None, int]:
+        """Instances per model id among the instances of the last ``track_instances``."""
+        ...
+
     def get(self, worker_id: int, key: object, view: WorkerView) -> object | None:
         """A value remembered for this exact worker view, or None."""
         ...
 
     def put(self, worker_id: int, key: object, view: WorkerView, value: object) -> None:
         """Remember a value for this exact worker view."""
+        ...
+
+    def worker_values(
+        self,
+        slot: Hashable,
+        views: Sequence[WorkerView],
+        worker_ids: Sequence[int],
+        compute: Callable[[int], _T],
+    ) -> dict[int, _T]:
+        """``compute(worker_id)`` per worker (a pure function of its view and bound instances),
+        kept while the worker and ``views`` are unchanged."""
+        ...
+
+    def item_values(
+        self,
+        slot: Hashable,
+        views: Sequence[WorkerView],
+        items: Sequence[_S],
+        worker_of: Callable[[_S], int],
+        compute: Callable[[Sequence[_S]], list[_T]],
+    ) -> list[_T]:
+        """``compute(items)``, each item's value (a pure function of the item and its worker's
+        view and bound instances) kept while that worker and ``views`` are unchanged."""
         ...
 
 
@@ -82,7 +109,7 @@ class GpuSlot(NamedTuple):
 class ClusterState:
     """Instances indexed by the workers they occupy, and each worker's allocatable resources."""
 
-    __slots__ = ("_bound", "_computed", "_held", "_remembered", "_workers", "instances")
+    __slots__ = ("_bound", "_computed", "_held", "_models", "_remembered", "_views", "_workers", "instances")
 
     def __init__(
         self,
@@ -90,6 +117,7 @@ class ClusterState:
         instances: Sequence[ModelInstance],
         remembered: WorkerValues | None = None,
     ) -> None:
+        self._views = workers
         self._workers = {worker.id: worker for worker in workers}
         self.instances = tuple(instances)
         index = remembered.track_instances(self.instances) if remembered is not None else None
@@ -97,6 +125,15 @@ class ClusterState:
         self._bound, self._held = index if index is not None else index_instances(self.instances)
         self._computed: dict[tuple[int, str | None], Allocatable] = {}
         self._remembered = remembered
+        self._models: set[int | None] | None = None
+
+    def runs_model(self, model_id: int | None) -> bool:
+        """Whether any instance of the cluster belongs to ``model_id``."""
+        if self._remembered is not None:
+            return self._remembered.running_models().get(model_id, 0) > 0
+        if self._models is None:
+            self._models = {instance.model_id for instance in self.instances}
+        return model_id in self._models
 
     def instances_on(self, worker_id: int) -> Sequence[ModelInstance]:
         """Instances bound to the worker as main or as subordinate, in input order."""
@@ -123,6 +160,11 @@ class ClusterState:
         ``key`` names the value and every other input it depends on.
         """
         remembered = self._remembered
+        if remembered is not None:
+            ids = list(worker_ids)
+            if all(map(self._workers.__contains__, ids)):
+                return remembered.worker_values(key, self._views, ids, compute)
+            worker_ids = ids
         values: dict[int, _T] = {}
         for worker_id in worker_ids:
             view = self._workers.get(worker_id)
@@ -135,6 +177,22 @@ class ClusterState:
                 remembered.put(worker_id, key, view, value)
             values[worker_id] = value  # type: ignore[assignment]
         return values
+
+    def per_item(
+        self,
+        slot: Hashable,
+        items: Sequence[_S],
+        worker_of: Callable[[_S], int],
+        compute: Callable[[Sequence[_S]], list[_T]],
+    ) -> list[_T]:
+        """``compute(items)``: per item, a pure function of the item, of the view and bound
+        instances of the worker ``worker_of(item)`` and of what ``slot`` names (never None);
+        with a memo, the values of items seen in earlier decisions are reused.
+        """
+        remembered = self._remembered
+        if remembered is None:
+            return compute(items)
+        return remembered.item_values(slot, self._views, items, worker_of, compute)
 
     def _per_worker(self, view: WorkerView, key: object, compute: Callable[[], _T]) -> _T:
         remembered = self._remembered

@@ -161,7 +161,7 @@ class Prepared:
 
 def _prepare(request: ScheduleRequest, memo: SnapshotMemo | None) -> Prepared:
     """Phase 2. Raises RequestError for anything that makes the request invalid."""
-    _check_text(request)
+    _check_text(request, memo)
     views = _views(request, memo)
     model = request.model
     facts, categories, model_params = _model_facts(request)
@@ -203,7 +203,7 @@ def _validated_views(workers: Sequence[Worker], memo: SnapshotMemo | None) -> li
     return views
 
 
-def _check_text(request: ScheduleRequest) -> None:
+def _check_text(request: ScheduleRequest, memo: SnapshotMemo | None) -> None:
     """The model's and instances' strings a result can carry must be valid Unicode."""
     model = request.model
     named: list[tuple[str, str | None]] = [
@@ -217,12 +217,29 @@ def _check_text(request: ScheduleRequest) -> None:
     for field, text in named:
         if text is not None and not encodable(text):
             raise RequestError(field, _SURROGATE)
-    for i, instance in enumerate(request.model_instances or ()):  # thousands: name the field on failure only
-        if instance.name is not None and not encodable(instance.name):
-            raise RequestError(f"model_instances.{i}.name", _SURROGATE)
+    instances = request.model_instances or ()
+    # Thousands of instances, mostly the same objects decision after decision: with a memo,
+    # only the ones appended since the last check are read.
+    failed = (
+        _first_bad_name(instances) if memo is None
+        else memo.first_failure("instance_names", instances, _name_encodable)
+    )
+    if failed is not None:
+        raise RequestError(f"model_instances.{failed}.name", _SURROGATE)
 
 
 _SURROGATE = "is not valid Unicode (it holds a lone surrogate)"
+
+
+def _name_encodable(instance: ModelInstance) -> bool:
+    return instance.name is None or encodable(instance.name)
+
+
+def _first_bad_name(instances: Sequence[ModelInstance]) -> int | None:
+    for position, instance in enumerate(instances):
+        if not _name_encodable(instance):
+            return position
+    return None
 
 
 def _model_facts(request: ScheduleRequest) -> tuple[ModelFacts, list[str], ModelParameters]:

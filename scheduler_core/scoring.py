@@ -10,8 +10,10 @@ request does not carry, so it contributes nothing here.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 from scheduler_core.accounting import Allocatable
 from scheduler_core.candidates import Candidate, Claim
@@ -78,6 +80,9 @@ class _WorkerLoad:
     #: Per busy GPU index, the GPU term of a model with no instance on the worker
     #: (``_gpu_term(0, instances on the GPU)``): the same for every such model.
     newcomer_terms: Mapping[int, float]
+    #: Per busy GPU index, that term's share of a one-GPU candidate's score
+    #: (``0.15 × term × 100``, the same floats as the full formula).
+    newcomer_shares: Mapping[int, float]
 
     def counts(self, model_id: int | None) -> tuple[int, int]:
         """(placements of ``model_id``, placements of other models) on the worker."""
@@ -119,7 +124,8 @@ def _worker_load(cluster: ClusterState, worker_id: int) -> _WorkerLoad:
                 per_gpu[index] = per_gpu.get(index, 0) + 1
             by_model[instance.model_id] = (placed + count, per_gpu)
     newcomer = {index: _gpu_term(0, count) for index, count in gpus.items()}
-    return _WorkerLoad(total, gpus, by_model, newcomer)
+    shares = {index: _GPU_WEIGHT * term * MAX_SCORE for index, term in newcomer.items()}
+    return _WorkerLoad(total, gpus, by_model, newcomer, shares)
 
 
 def _inverse(value: float, low: float, high: float) -> float:
@@ -162,8 +168,7 @@ def _newcomer_score(indexes: tuple[int, ...], load: _WorkerLoad) -> float:
     terms = load.newcomer_terms
     if len(indexes) == 1:
         return terms.get(indexes[0], 1.0)  # 1 / (1 + 0 + 0.2 × 0) on an idle GPU
-    values = [terms.get(index, 1.0) for index in indexes]
-    return sum(values) / len(values)
+    return sum(map(terms.get, indexes, repeat(1.0))) / len(indexes)
 
 
 def _gpu_score(indexes: tuple[int, ...], load: _WorkerLoad, model_id: int | None) -> float:
@@ -177,6 +182,19 @@ def _gpu_score(indexes: tuple[int, ...], load: _WorkerLoad, model_id: int | None
 #: The GPU term of a candidate whose GPUs run no instance: 1 / (1 + 0 + 0.2 × 0) for
 #: each GPU, and the mean of n such terms is exactly 1.0 as well.
 _IDLE_GPU_SCORE = 1.0
+#: GPUStack's spread weights: the worker term and the GPU term of a GPU candidate.
+_WORKER_WEIGHT, _GPU_WEIGHT = 0.85, 0.15
+#: The GPU term's share of the score on GPUs that run nothing (``0.15 × 1.0 × 100``).
+_IDLE_SHARE = _GPU_WEIGHT * _IDLE_GPU_SCORE * MAX_SCORE
+#: A candidate's worker id (the candidates of one worker come one after another).
+_WORKER_ID = operator.attrgetter("worker.id")
+
+
+def _runs_on_any(cluster: ClusterState, loads: Mapping[int, _WorkerLoad], model_id: int | None) -> bool:
+    """Whether the model has an instance on any of the workers (usually not: a new model)."""
+    if model_id is None or not cluster.runs_model(model_id):
+        return False
+    return any(model_id in load.by_model for load in loads.values())
 
 
 def spread_scores(
@@ -185,18 +203,67 @@ def spread_scores(
     """Spread scores: fewer instances on the worker and on its GPUs score higher.
 
     Counts are taken per candidate worker from the instances bound to it
-    (:meth:`ClusterState.per_worker`). The worker term depends only on the
-    worker's two counts and the GPU term is exactly 1.0 on a worker whose GPUs
-    run nothing, so both are computed once per distinct value (same floats);
-    for a model with no instance on a busy worker, the per-GPU terms are part of
-    the worker's load (which a memo keeps while the worker's instances are unchanged).
+    (:meth:`ClusterState.per_worker`). A GPU candidate scores ``0.85 × worker
+    term + 0.15 × GPU term × 100`` and a CPU one the worker term alone. The
+    worker term depends only on the worker's two counts, so it is computed once
+    per distinct pair; the GPU term is exactly 1.0 on GPUs that run nothing, and
+    for a model with no instance on a worker its one-GPU shares are part of the
+    worker's load (which a memo keeps while the worker's instances are unchanged).
+    Every score is the same float the formula gives term by term.
     """
     if not candidates:
         return []
     loads = cluster.per_worker(
-        dict.fromkeys(c.worker.id for c in candidates), ("spread_load",),
+        dict.fromkeys([candidate.worker.id for candidate in candidates]), ("spread_load",),
         lambda worker_id: _worker_load(cluster, worker_id),
     )
+    if _runs_on_any(cluster, loads, model_id):
+        return _spread_with_replicas(candidates, loads, model_id)
+    # A model with no instance on any candidate worker: its own count is 0 everywhere, so a
+    # score depends on the candidate, its worker's load and the range of the workers' totals.
+    totals = [load.total for load in loads.values()]
+    ranges = _Ranges((0, 0), (min(totals), max(totals)), True)
+    return cluster.per_item(
+        ("spread_newcomer", ranges), candidates, _WORKER_ID,
+        lambda part: _spread_for_newcomer(part, loads, ranges),
+    )
+
+
+def _spread_for_newcomer(
+    candidates: Sequence[Candidate], loads: Mapping[int, _WorkerLoad], ranges: _Ranges
+) -> list[float]:
+    """:func:`spread_scores` of a model with no instance on any candidate worker, each
+    candidate's score from its own worker's load and ``ranges`` alone."""
+    by_total: dict[int, float] = {}
+    scores: list[float] = []
+    append = scores.append
+    last_id: int | None = None
+    load = next(iter(loads.values()))
+    worker = base = 0.0
+    for candidate in candidates:  # a worker's candidates come one after another
+        worker_id = candidate.worker.id
+        if worker_id != last_id:
+            last_id, load = worker_id, loads[worker_id]
+            worker = by_total.get(load.total, -1.0)
+            if worker < 0:
+                worker = by_total[load.total] = _worker_score(0, load.total, ranges) * MAX_SCORE
+            base = _WORKER_WEIGHT * worker
+        indexes = candidate.gpu_indexes
+        if not indexes:
+            append(worker)
+        elif len(indexes) == 1:  # an idle GPU has no share listed: its term is 1.0
+            append(base + load.newcomer_shares.get(indexes[0], _IDLE_SHARE))
+        elif load.gpus.keys().isdisjoint(indexes):  # every term 1.0, and so their mean
+            append(base + _IDLE_SHARE)
+        else:
+            append(base + _GPU_WEIGHT * _newcomer_score(indexes, load) * MAX_SCORE)
+    return scores
+
+
+def _spread_with_replicas(
+    candidates: Sequence[Candidate], loads: Mapping[int, _WorkerLoad], model_id: int | None
+) -> list[float]:
+    """:func:`spread_scores` of a model that already runs on some candidate worker."""
     counts = {worker_id: load.counts(model_id) for worker_id, load in loads.items()}
     ranges = _ranges(counts.values())
     by_counts: dict[tuple[int, int], float] = {}
@@ -204,9 +271,8 @@ def spread_scores(
     append = scores.append
     last_id: int | None = None
     load = next(iter(loads.values()))
-    worker = idle = 0.0
-    busy = False
-    newcomer = False
+    worker = base = 0.0
+    newcomer = busy = False
     for candidate in candidates:  # a worker's candidates come one after another
         worker_id = candidate.worker.id
         if worker_id != last_id:
@@ -215,17 +281,16 @@ def spread_scores(
             worker = by_counts.get(pair, -1.0)
             if worker < 0:
                 worker = by_counts[pair] = _worker_score(*pair, ranges) * MAX_SCORE
-            busy = bool(load.gpus)
-            idle = 0.85 * worker + 0.15 * _IDLE_GPU_SCORE * MAX_SCORE
-            newcomer = pair[0] == 0
+            base = _WORKER_WEIGHT * worker
+            busy, newcomer = bool(load.gpus), pair[0] == 0
         indexes = candidate.gpu_indexes
         if not indexes:
             append(worker)
-        elif busy:
-            gpu = _newcomer_score(indexes, load) if newcomer else _gpu_score(indexes, load, model_id)
-            append(0.85 * worker + 0.15 * gpu * MAX_SCORE)
+        elif not busy:  # nothing runs on the worker's GPUs
+            append(base + _IDLE_SHARE)
         else:
-            append(idle)
+            gpu = _newcomer_score(indexes, load) if newcomer else _gpu_score(indexes, load, model_id)
+            append(base + _GPU_WEIGHT * gpu * MAX_SCORE)
     return scores
 
 
@@ -242,8 +307,9 @@ def pick_highest(scores: Sequence[float]) -> int | None:
     """Index of the first highest score (GPUStack: strict ``>``), None when there is none."""
     if not scores:
         return None
-    # max() keeps the first of equal maxima, which is GPUStack's strict ">" walk.
-    return max(range(len(scores)), key=scores.__getitem__)
+    # max() keeps the first of equal maxima, which is GPUStack's strict ">" walk, and
+    # index() finds that first one (max() over the values makes the same comparisons).
+    return scores.index(max(scores))
 
 
 class GpustackScorer:

@@ -9,7 +9,10 @@ candidate.
 
 from __future__ import annotations
 
+import operator
+from bisect import bisect_left
 from dataclasses import dataclass
+from itertools import compress, count, islice, repeat
 from typing import ClassVar
 
 from scheduler_core._units import byte_to_gib
@@ -104,18 +107,30 @@ def _best_group(inputs: _Inputs, gpus: tuple[Gpu, ...], allocatable: Allocatable
 
 @dataclass(frozen=True, slots=True)
 class _WorkerCandidate:
-    """One worker's part of the stage: the groups tracked for the message and its candidate."""
+    """One worker's part of the stage: its candidate, and its largest tracked group.
 
-    tracked: tuple[tuple[int, int], ...]
+    ``peak`` is what GPUStack's "largest group" bookkeeping takes from this worker
+    when the group beats every earlier one: (free VRAM of the group, GPUs in it, the
+    worker's GPUs), the first of its largest groups; ``peak_total`` its free VRAM
+    (-1: the worker tracked no group).
+    """
+
     candidate: Candidate | None
+    peak: tuple[int, int, int] | None
+    peak_total: int
 
 
 def _candidate(inputs: _Inputs, worker: WorkerView, outcome: _WorkerOutcome) -> _WorkerCandidate:
+    peak: tuple[int, int, int] | None = None
+    for total, satisfied in outcome.tracked:
+        if peak is None or total > peak[0]:
+            peak = (total, satisfied, len(worker.gpus))
+    peak_total = -1 if peak is None else peak[0]
     if outcome.claims is None:
-        return _WorkerCandidate(outcome.tracked, None)
+        return _WorkerCandidate(None, peak, peak_total)
     claims = outcome.claims
     claim = Claim(claims, inputs.ram_rule.ram_for(claims), inputs.utilization, inputs.vram_claim)
-    return _WorkerCandidate(outcome.tracked, Candidate(worker, inputs.gpu_type, tuple(claims), claim))
+    return _WorkerCandidate(Candidate(worker, inputs.gpu_type, tuple(claims), claim), peak, peak_total)
 
 
 _RULE = Rule("single_worker_multi_gpu", _best_group, _candidate, reads_reported=False)
@@ -137,7 +152,6 @@ class SingleWorkerMultiGpu:
     def __call__(self, selection: Selection) -> list[Candidate]:
         """One candidate per worker that can hold the model on a balanced GPU group."""
         candidates: list[Candidate] = []
-        tracker = selection.log.multi_gpu
         for gpu_type, workers in selection.workers_by_type.items():
             inputs = _Inputs(
                 gpu_type,
@@ -150,20 +164,72 @@ class SingleWorkerMultiGpu:
                 selection.tp_rule,
                 selection.ram_rule,
             )
-            several = (worker for worker in workers if len(worker.gpus) >= 2)
-            recorded: tuple[int, int, int] | None = None
-            for worker, outcome in selection.runner.run(_RULE, inputs, gpu_type, several):
-                for total, satisfied in outcome.tracked:  # GPUStack's "largest group" bookkeeping
-                    if total > tracker.vram:
-                        tracker.vram, tracker.satisfied = total, satisfied
-                        tracker.total_gpus = len(worker.gpus)
-                if outcome.candidate is not None:
-                    candidates.append(outcome.candidate)
-                elif (tracker.vram, tracker.satisfied, tracker.total_gpus) != recorded:
-                    # the failure text depends on the tracker only: record it once per state
-                    recorded = (tracker.vram, tracker.satisfied, tracker.total_gpus)
-                    _record_failure(selection, gpu_type)
+            several = selection.runner.subset(("several_gpus", gpu_type), workers, _several_gpus)
+            outcomes = [outcome for _, outcome in selection.runner.run(_RULE, inputs, gpu_type, several)]
+            found = [outcome.candidate for outcome in outcomes]
+            candidates += [candidate for candidate in found if candidate is not None]
+            _track_failures(selection, gpu_type, outcomes, found)
         return candidates
+
+
+def _several_gpus(worker: WorkerView) -> bool:
+    return len(worker.gpus) >= 2
+
+
+def _record_breakers(peaks: list[int], start: int) -> list[int]:
+    """Positions whose value beats ``start`` and every value before it (strictly), in order."""
+    breakers: list[int] = []
+    threshold, position = start, 0
+    while True:
+        beats = map(operator.gt, islice(peaks, position, None), repeat(threshold))
+        found = next(compress(count(position), beats), None)
+        if found is None:
+            return breakers
+        breakers.append(found)
+        threshold, position = peaks[found], found + 1
+
+
+def _track_failures(
+    selection: Selection,
+    gpu_type: str | None,
+    outcomes: list[_WorkerCandidate],
+    found: list[Candidate | None],
+) -> None:
+    """GPUStack's walk over the workers of one GPU type, without visiting each of them.
+
+    Walking the workers in order, the tracker takes a worker's peak when it beats the
+    tracker's VRAM (strictly), and a worker without a candidate records the failure
+    message for the tracker's state, once per state. The state only changes at the
+    workers whose peak beats every earlier one (:func:`_record_breakers`), so each
+    stretch between two of them records one message if a worker in it failed.
+
+    Args:
+        outcomes: the workers' parts, in worker order.
+        found: each part's candidate (None: the worker failed).
+    """
+    tracker = selection.log.multi_gpu
+    peaks = [outcome.peak_total for outcome in outcomes]
+    if None not in found:  # no failure: only the tracker's last state matters
+        highest = max(peaks, default=-1)
+        if highest > tracker.vram:
+            peak = outcomes[peaks.index(highest)].peak  # the first of the largest, as the walk keeps
+            assert peak is not None
+            tracker.vram, tracker.satisfied, tracker.total_gpus = peak
+        return
+    failing = [position for position, candidate in enumerate(found) if candidate is None]
+    setters = _record_breakers(peaks, tracker.vram)
+    recorded: tuple[int, int, int] | None = None
+    for setter, start, end in zip([None, *setters], [0, *setters], [*setters, len(outcomes)], strict=True):
+        if setter is not None:
+            peak = outcomes[setter].peak
+            assert peak is not None  # it beat the tracker, so it tracked a group
+            tracker.vram, tracker.satisfied, tracker.total_gpus = peak
+        first = bisect_left(failing, start)
+        if first < len(failing) and failing[first] < end:
+            state = (tracker.vram, tracker.satisfied, tracker.total_gpus)
+            if state != recorded:  # the failure text depends on the tracker only
+                recorded = state
+                _record_failure(selection, gpu_type)
 
 
 def _record_failure(selection: Selection, gpu_type: str | None) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 from builders import GIB, H100, RTX_4090, instance, model, request, uniform_worker, view
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scheduler_core import schedule
 from scheduler_core.candidates import Candidate, Claim, Subordinate
@@ -88,6 +90,22 @@ def test_pick_is_first_highest():
     """Rule: strict '>' scan: ties keep the earliest candidate."""
     assert pick_highest([50.0, 70.0, 70.0, 10.0]) == 1
     assert pick_highest([]) is None
+
+
+def _strict_scan(scores: list[float]) -> int | None:
+    """GPUStack's walk written out: replace the pick only on a strictly greater score."""
+    chosen = None
+    for position, score in enumerate(scores):
+        if chosen is None or score > scores[chosen]:
+            chosen = position
+    return chosen
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from([0.0, -0.0, 15.0, 99.5, 100.0]), st.floats()), max_size=30))
+def test_pick_matches_the_strict_scan_on_any_floats(scores):
+    """The pick is the strict scan's, for ties, signed zeros, infinities and NaN alike."""
+    assert pick_highest(scores) == _strict_scan(scores)
 
 
 def test_parallelism_rules():

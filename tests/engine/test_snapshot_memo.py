@@ -11,6 +11,7 @@ GPU types (CUDA and ROCm, mixed workers), states and the worker list itself.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import replace
 from typing import Any
 
@@ -298,11 +299,14 @@ def test_spread_scores_match_the_direct_formula(seed: int) -> None:
                 "gpu_type": host.gpus[0].type, "gpu_indexes": indexes,
             }))
         claim = Claim({}, None, None, None)
+        def indexes(index: int) -> tuple[int, ...]:
+            return rng.choice([(index,), (index,), (index, 0), (index, 1), ()])  # (): a CPU candidate
+
         candidates = [
-            Candidate(view, g.type, (g.index,) if rng.random() < 0.7 else (g.index, 0), claim)
+            Candidate(view, g.type, indexes(g.index), claim)
             for view in views for g in view.gpus[:2] if g.index is not None
         ]
-        model_id = rng.choice([1, 2, None])
+        model_id = rng.choice([1, 2, 3, None])  # 3 never runs: a newcomer on every worker
         cluster = ClusterState(views, placed, memo)
         expected = _reference_spread(candidates, placed, model_id)
         assert spread_scores(candidates, cluster, model_id) == expected, step
@@ -325,6 +329,8 @@ def test_memo_index_of_appended_removed_and_repeated_instances(seed: int) -> Non
         )
         remembered = schedule(request, memo=memo)
         assert remembered.model_dump_json() == schedule(request).model_dump_json(), f"step {step}"
+        memo.track_instances(tuple(placed))  # what a decision that reaches the strategies tracks
+        assert memo.running_models() == Counter(i.model_id for i in placed), f"step {step}"
         roll = rng.random()
         if remembered.status == "scheduled" and roll < 0.6:
             placed.append(_booked(remembered, step, row["id"]))
@@ -332,3 +338,223 @@ def test_memo_index_of_appended_removed_and_repeated_instances(seed: int) -> Non
             placed.append(rng.choice(placed))  # the same object listed twice
         elif placed and roll < 0.9:
             placed.pop(rng.randrange(len(placed)))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(st.sampled_from(["append", "append", "drop", "replace", "same"]), st.booleans()),
+        max_size=25,
+    )
+)
+def test_first_failure_reads_only_what_was_appended_and_answers_like_a_full_scan(
+    steps: list[tuple[str, bool]],
+) -> None:
+    """``first_failure`` equals a scan from the start after any sequence of appends, removals and
+    replacements, and after a passing sequence it reads only the items appended since."""
+    memo = SnapshotMemo()
+    items: list[tuple[bool]] = []
+    read: list[tuple[bool]] = []
+
+    def passes(item: tuple[bool]) -> bool:
+        read.append(item)
+        return item[0]
+
+    for action, good in steps:
+        previous = list(items)
+        if action == "append":
+            items.append((good,))
+        elif action == "drop" and items:
+            items.pop(0)
+        elif action == "replace" and items:
+            items[-1] = (good,)
+        read.clear()
+        answer = memo.first_failure("check", items, passes)
+        expected = next((i for i, item in enumerate(items) if not item[0]), None)
+        assert answer == expected
+        kept = memo._passed.get("check")
+        if expected is None:
+            assert kept == tuple(items)
+        if all(item[0] for item in previous) and items[: len(previous)] == previous and action != "replace":
+            assert all(any(r is item for item in items[len(previous):]) for r in read)
+
+
+def test_an_appended_instance_with_a_lone_surrogate_is_rejected_through_the_memo() -> None:
+    """With a memo the instance names are read only once; one appended later with a lone
+    surrogate is still rejected, with its position, exactly as without the memo."""
+    rows = [Worker.model_validate(worker(1, "w1", [gpu(0, H100), gpu(1, H100)]))]
+    memo = SnapshotMemo()
+    placed = [
+        ModelInstance.model_validate({"id": i, "name": f"ok-{i}", "model_id": 9, "worker_id": 1,
+                                      "gpu_indexes": [0], "computed_resource_claim": {"vram": {"0": GIB}}})
+        for i in range(3)
+    ]
+    base = ScheduleRequest.model_validate({"request_id": "r", "model": model()})
+
+    def both(instances: list[ModelInstance]) -> tuple[Any, Any]:
+        request = base.model_copy(update={"workers": rows, "model_instances": instances})
+        return schedule(request, memo=memo), schedule(request)
+
+    first, fresh = both(list(placed))
+    assert first.status == "scheduled" and first.model_dump_json() == fresh.model_dump_json()
+    bad = ModelInstance.model_validate({"id": 7, "name": "bad\ud800", "model_id": 9, "worker_id": 1})
+    rejected, fresh = both([*placed, bad])
+    assert rejected.status == "rejected" and rejected.error is not None
+    assert rejected.error.field == "model_instances.3.name"
+    assert rejected.model_dump_json() == fresh.model_dump_json()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1))
+def test_scores_kept_for_the_same_candidates_follow_every_change_of_their_workers(seed: int) -> None:
+    """The same candidate objects scored decision after decision (as the stage outcomes a memo
+    keeps hand them out) while instances come and go and worker views are replaced: every
+    score equals GPUStack's formula on the cluster of that decision, so a score kept from an
+    earlier decision is used only while its worker and the range of totals are unchanged."""
+    from scheduler_core.candidates import Candidate, Claim
+    from scheduler_core.cluster import ClusterState
+    from scheduler_core.scoring import spread_scores
+    from scheduler_core.workers import worker_view
+
+    rng = random.Random(seed)
+    rows = [Worker.model_validate(_worker_row(rng, i)) for i in range(1, 6)]
+    views = [worker_view(w) for w in rows]
+    claim = Claim({}, None, None, None)
+
+    def candidates_of(views: list[Any]) -> list[Any]:
+        return [
+            Candidate(view, g.type, rng.choice([(g.index,), (g.index, 0), ()]), claim)
+            for view in views for g in view.gpus[:3] if g.index is not None
+        ]
+
+    candidates = candidates_of(views)
+    memo = SnapshotMemo()
+    placed: list[ModelInstance] = []
+    for step in range(12):
+        roll = rng.random()
+        if roll < 0.5 or not placed:
+            host = rng.choice(views)
+            indexes = [g.index for g in host.gpus if g.index is not None][:rng.randint(1, 2)]
+            placed.append(ModelInstance.model_validate({
+                "id": 100 + step, "model_id": rng.choice([1, 2, None]), "worker_id": host.id,
+                "gpu_type": host.gpus[0].type, "gpu_indexes": indexes,
+            }))
+        elif roll < 0.8:
+            placed.pop(rng.randrange(len(placed)))
+        else:  # a worker row replaced: a new view, and new candidates for it
+            position = rng.randrange(len(views))
+            views[position] = worker_view(Worker.model_validate(_worker_row(rng, views[position].id)))
+            candidates = [c for c in candidates if c.worker.id != views[position].id]
+            candidates += candidates_of([views[position]])
+        model_id = rng.choice([3, 3, 1, None])  # 3 never runs: a newcomer everywhere
+        cluster = ClusterState(list(views), placed, memo)
+        expected = _reference_spread(candidates, placed, model_id)
+        assert spread_scores(candidates, cluster, model_id) == expected, step
+
+
+def test_item_values_are_computed_again_only_for_changed_workers() -> None:
+    """After a booking on one worker only that worker's items are computed again; after the
+    worker views change, every item is."""
+    from scheduler_core.cluster import ClusterState
+    from scheduler_core.workers import worker_view
+
+    views = [worker_view(Worker.model_validate(worker(i, f"w{i}", [gpu(0, H100)]))) for i in (1, 2, 3)]
+    items = [(view.id, n) for view in views for n in range(2)]
+    memo = SnapshotMemo()
+    computed: list[tuple[int, int]] = []
+
+    def compute(part: Any) -> list[int]:
+        computed.extend(part)
+        return [worker_id * 10 + n for worker_id, n in part]
+
+    def values(instances: list[ModelInstance], seen: list[Any]) -> list[int]:
+        computed.clear()
+        cluster = ClusterState(seen, instances, memo)
+        return cluster.per_item("slot", items, lambda item: item[0], compute)
+
+    booking = ModelInstance.model_validate({"id": 1, "model_id": 1, "worker_id": 2, "gpu_indexes": [0]})
+    assert values([], views) == [10, 11, 20, 21, 30, 31] and len(computed) == 6
+    assert values([], views) == [10, 11, 20, 21, 30, 31] and computed == []
+    assert values([booking], views) == [10, 11, 20, 21, 30, 31] and computed == [(2, 0), (2, 1)]
+    replaced = [*views[:2], worker_view(Worker.model_validate(worker(3, "w3", [gpu(0, H100)])))]
+    assert values([booking], replaced) == [10, 11, 20, 21, 30, 31] and len(computed) == 6
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(min_value=0, max_value=2**32 - 1),
+    journal=st.sampled_from([2, 5, 100_000]),
+    patch_limit=st.sampled_from([0, 1, 256]),
+)
+def test_patched_stage_runs_match_fresh_decisions(seed: int, journal: int, patch_limit: int) -> None:
+    """A few models asked again and again (so a stage's last run over the same workers is
+    patched with the workers that changed since), through bookings, deletions, replaced
+    rows and a journal that starts over: every decision equals a fresh one."""
+    from unittest import mock
+
+    from scheduler_core.caching import StageRunner
+
+    rng = random.Random(seed)
+    workers = [Worker.model_validate(_worker_row(rng, i)) for i in range(1, rng.randint(4, 10))]
+    models = [_model_row(rng, workers) for _ in range(3)]
+    placed: list[ModelInstance] = []
+    memo = SnapshotMemo()
+    with (
+        mock.patch.object(SnapshotMemo, "JOURNAL", journal),
+        mock.patch.object(StageRunner, "PATCH_LIMIT", patch_limit),
+    ):
+        for step in range(18):
+            row = rng.choice(models)
+            request = ScheduleRequest.model_validate({"request_id": f"r{step}", "model": row}).model_copy(
+                update={"workers": list(workers), "model_instances": list(placed)}
+            )
+            remembered = schedule(request, memo=memo)
+            assert remembered.model_dump_json() == schedule(request).model_dump_json(), f"step {step}"
+            if remembered.status == "scheduled" and rng.random() < 0.7:
+                placed.append(_booked(remembered, step, row["id"]))
+            if rng.random() < 0.3:
+                _change_cluster(rng, workers, placed)
+
+
+def test_a_booking_patches_the_last_run_with_the_booked_worker_only() -> None:
+    """Deciding the same model again after a booking evaluates the booked worker only and
+    takes every other worker's result from the last run over the same workers."""
+    from unittest import mock
+
+    from scheduler_core.caching import StageRunner
+
+    rows = [Worker.model_validate(worker(i, f"w{i}", [gpu(g, H100) for g in range(4)])) for i in range(1, 6)]
+    tp2 = model(backend_parameters=["--tp-size", "2"], weight_bytes=weight_for_estimate(30))
+    memo = SnapshotMemo()
+    evaluated: list[int] = []
+    patched: list[bool] = []
+    result_of, patch_of = StageRunner._result, StageRunner._patched
+
+    def spy_result(self: Any, rule: Any, inputs: Any, gpu_type: Any, worker: Any) -> Any:
+        evaluated.append(worker.id)
+        return result_of(self, rule, inputs, gpu_type, worker)
+
+    def spy_patched(self: Any, *args: Any) -> Any:
+        found = patch_of(self, *args)
+        patched.append(found is not None)
+        return found
+
+    def decide(placed: list[ModelInstance]) -> Any:
+        evaluated.clear()
+        patched.clear()
+        request = ScheduleRequest.model_validate({"request_id": "r", "model": tp2}).model_copy(
+            update={"workers": rows, "model_instances": placed}
+        )
+        with (
+            mock.patch.object(StageRunner, "_result", spy_result),
+            mock.patch.object(StageRunner, "_patched", spy_patched),
+        ):
+            remembered = schedule(request, memo=memo)
+        assert remembered.model_dump_json() == schedule(request).model_dump_json()
+        return remembered
+
+    first = decide([])
+    assert sorted(evaluated) == [1, 2, 3, 4, 5] and patched == [False]
+    booked = _booked(first, 1, 1)
+    decide([booked])
+    assert evaluated == [booked.worker_id] and patched == [True]

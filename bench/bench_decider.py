@@ -1,0 +1,107 @@
+"""The service's decider alone: the placement core on ``bench_service.py``'s cluster and request mix.
+
+What one worker process does per decision, without Redis or Celery: the stored
+request parsed, the mirror's workers and instances handed to
+``scheduler_core.schedule`` with the chain of ``configs/chain.json`` (16
+candidates reported) and one ``SnapshotMemo`` kept across decisions, and the
+pick booked (appended to the instances) before the next decision — as
+``tasks/decision/core_call.py: run_core`` and the mirror do. The cluster is
+``bench_service.py``'s (``--cluster-workers`` × ``--gpus`` H100s, ``--instances``
+small instances already running) and so is the mix (10 % tp1, 30 % tp2, 40 %
+tp4, 20 % tp8, interleaved).
+
+Prints the median and p99 per tensor-parallel size and over the mix (wall
+time of ``schedule()``, ms). ``--check`` also decides each request without
+the memo and fails unless both results are byte-identical.
+
+    .venv/bin/python bench/bench_decider.py                       # 2000 × 8, 4000 running
+    .venv/bin/python bench/bench_decider.py --mix tp1 --check
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_service import MIXES, ROOT, cluster, percentile, plan, running_instances
+
+from scheduler_core import ModelInstance, ScheduleRequest, SnapshotMemo, Worker, schedule
+from tasks.decision.booking import candidate_instance
+from tasks.decision.chain_config import load_chain
+
+
+def decide_all(args: argparse.Namespace) -> dict[str, list[float]]:
+    """Decide ``--warmup`` + ``--requests`` requests in order; the measured times (ms) by tp size."""
+    chain = load_chain(ROOT / "configs" / "chain.json").chain
+    snapshot = cluster(args.cluster_workers, args.gpus)
+    workers = [Worker.model_validate(row) for row in snapshot["workers"]]
+    instances = [
+        ModelInstance.model_validate(row)
+        for row in running_instances(args.cluster_workers, args.gpus, args.instances)
+    ]
+    memo = SnapshotMemo()
+    times: dict[str, list[float]] = {}
+    requests = plan(args.warmup + args.requests, MIXES[args.mix], "decider")
+    for number, raw in enumerate(requests):
+        stored = ScheduleRequest.model_validate(raw).model_dump_json()
+        request = ScheduleRequest.model_validate_json(stored).model_copy(
+            update={"workers": workers, "model_instances": list(instances)}
+        )
+        started = time.perf_counter()
+        result = schedule(request, chain=chain, memo=memo)
+        elapsed = (time.perf_counter() - started) * 1000
+        if number >= args.warmup:
+            times.setdefault(_tp(raw), []).append(elapsed)
+        if args.check and schedule(request, chain=chain).model_dump_json() != result.model_dump_json():
+            raise SystemExit(f"request {number}: the decision with the memo differs from the one without")
+        if result.selected is not None:
+            instances.append(_booked(result.candidates[result.selected], number, request))
+    return times
+
+
+def _tp(raw: dict[str, Any]) -> str:
+    params = raw["model"]["backend_parameters"]
+    return f"tp{params[1] if params else 1}"
+
+
+def _booked(chosen: Any, number: int, request: ScheduleRequest) -> ModelInstance:
+    model = request.model
+    return candidate_instance(
+        chosen, id=1_000_000 + number, name=f"booked-{number}", model_id=model.id,
+        model_name=model.name, backend=model.backend, state="scheduled",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the decisions and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cluster-workers", type=int, default=2000)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--instances", type=int, default=4000,
+                        help="instances running before the first request")
+    parser.add_argument("--requests", type=int, default=400, help="measured decisions")
+    parser.add_argument("--warmup", type=int, default=40, help="decisions before the measured ones")
+    parser.add_argument("--mix", choices=sorted(MIXES), default="mixed")
+    parser.add_argument("--check", action="store_true",
+                        help="also decide without the memo and require byte-identical results")
+    args = parser.parse_args(argv)
+    times = decide_all(args)
+    every = [value for values in times.values() for value in values]
+    print(f"cluster {args.cluster_workers} workers x {args.gpus} GPUs, {args.instances} instances running, "
+          f"mix {args.mix}, {len(every)} measured decisions{' (checked)' if args.check else ''}")
+    print(f"{'requests':>8} {'decisions':>10} {'p50 ms':>8} {'p99 ms':>8}")
+    for name in sorted(times, key=lambda tp: int(tp[2:])):
+        values = times[name]
+        print(f"{name:>8} {len(values):>10} {statistics.median(values):>8.2f} {percentile(values, 99):>8.2f}")
+    print(f"{'all':>8} {len(every):>10} {statistics.median(every):>8.2f} {percentile(every, 99):>8.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
