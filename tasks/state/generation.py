@@ -29,7 +29,8 @@ one read
 =============================  ==============================================
 
 A loss (``wiped``, ``replaced``, ``rolled_back``) is written once as the
-marker ``gpusched:data_lost`` (``SET NX``) with a ``sched.data.lost`` event, and
+marker ``gpusched:data_lost`` with a ``sched.data.lost`` event (one WATCH/MULTI
+transaction: both or neither, only if no marker exists yet), and
 logged (``data_lost``, level critical) by every process that detects it; from
 then on every process finds ``halted`` until a recovery removes the marker.
 Nothing decides, books or drains meanwhile
@@ -55,7 +56,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from tasks.audit.events import append_event, utc_now_iso
+from redis.client import Pipeline
+
+from tasks.audit.events import event_fields, utc_now_iso
 from tasks.runtime.logging import get_logger
 from tasks.state.partition import Partition
 
@@ -271,9 +274,23 @@ class DataGeneration:
             "remembered_version": self.max_version, "found_generation": status.generation,
             "found_version": status.version,
         }
-        first = p.client.set(p.keys.data_lost, json.dumps(marker, sort_keys=True), nx=True)
-        if first:
-            append_event(p.client, p.keys.events, "sched.data.lost", marker)
+        event = event_fields("sched.data.lost", marker)
+
+        def write_once(pipe: Pipeline) -> bool:
+            # the marker and its event in one transaction: never one without the other
+            if pipe.exists(p.keys.data_lost):
+                return False
+            pipe.multi()
+            pipe.set(p.keys.data_lost, json.dumps(marker, sort_keys=True))
+            pipe.xadd(p.keys.events, event)  # type: ignore[arg-type]
+            return True
+
+        # redis-py's stubs type the callable as returning None; value_from_callable returns it
+        first = p.client.transaction(
+            write_once,  # type: ignore[arg-type]
+            p.keys.data_lost,
+            value_from_callable=True,
+        )
         log.critical("data_lost", verdict=status.verdict, detail=status.detail, first=bool(first),
                      action="not deciding until recovered: see docs/service.md, Recovery")
 

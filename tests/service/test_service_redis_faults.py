@@ -301,3 +301,43 @@ def test_a_wiped_redis_is_detected_and_nothing_is_decided_until_recovered(
         wait_until(lambda: _logged(d, "data_generation_adopted"), 30, "the workers to adopt the recovery")
     finally:
         d.stop()
+
+
+def test_the_loss_marker_and_its_event_are_written_in_one_transaction(
+    private_redis: RedisServer, tmp_path: Path
+) -> None:
+    """A reader that finds ``gpusched:data_lost`` also finds ``sched.data.lost``: the marker and
+    the event go to Redis inside one MULTI/EXEC (two separate commands before, so the
+    wiped-Redis test above could read the marker and not yet the event)."""
+    d = Deployment(private_redis.url, tmp_path)
+    try:
+        d.client.rt.generation.check(create=True)  # the generation this process remembers
+        d.redis.flushall()
+        seen: list[str] = []
+        monitor = redis.Redis.from_url(private_redis.url).monitor()
+
+        def listen() -> None:
+            with monitor as m:
+                for command in m.listen():
+                    seen.append(command["command"])
+                    if command["command"].startswith("ECHO"):
+                        return
+
+        listener = threading.Thread(target=listen, daemon=True)
+        listener.start()
+        wait_until(lambda: bool(d.redis.ping()) and _monitoring(private_redis.url), 10, "MONITOR")
+        assert d.client.rt.generation.check(create=True).verdict == "wiped"
+        d.redis.echo("done")
+        listener.join(10)
+        words = [command.split()[0].upper() for command in seen]
+        start = words.index("MULTI")
+        assert words[start:start + 4] == ["MULTI", "SET", "XADD", "EXEC"], seen
+        assert d.keys.data_lost in seen[start + 1] and "sched.data.lost" in seen[start + 2]
+        assert words.count("XADD") == 1
+    finally:
+        d.stop()
+
+
+def _monitoring(url: str) -> bool:
+    clients = redis.Redis.from_url(url).client_list()
+    return any(c.get("cmd") == "monitor" for c in clients)
