@@ -43,6 +43,7 @@ import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from kombu.serialization import loads as kombu_body_loads
@@ -160,7 +161,14 @@ def excerpt_of(raw: bytes | str) -> str:
 
 
 def inspect_message(
-    raw: bytes, *, max_bytes: int, tasks: frozenset[str], intake_task: str, max_time_limit: float
+    raw: bytes,
+    *,
+    max_bytes: int,
+    tasks: frozenset[str],
+    intake_task: str,
+    max_time_limit: float,
+    max_delay: float | None = None,
+    now: datetime | None = None,
 ) -> Verdict | None:
     """Check one raw broker message (see the module docstring); None when kombu and Celery
     can take it.
@@ -171,6 +179,10 @@ def inspect_message(
         tasks: the task names this service runs.
         intake_task: the task whose first argument may be a raw request (``gpusched.decide``).
         max_time_limit: the worker's hard time limit; a message may not ask for more.
+        max_delay: the furthest ``eta`` a message may carry, in seconds from ``now``
+            (None: any). A worker holds an ETA message unacknowledged until it is due, and
+            the broker hands it out again once it outlives the visibility timeout.
+        now: the time ``eta`` is compared with (default: the current UTC time).
     """
     size = len(raw)
 
@@ -191,7 +203,7 @@ def inspect_message(
     except Exception as error:  # whatever kombu's decoder raises, kombu would raise too
         return refuse(INVALID_JSON, f"message is not JSON: {_one_line(error)}")
     named = _task_of(envelope)
-    problem = _envelope_problem(envelope, tasks, max_time_limit)
+    problem = _envelope_problem(envelope, tasks, max_time_limit) or _delay_problem(envelope, max_delay, now)
     if problem is not None:
         return refuse(*problem, **named)
     body_problem = _body_problem(envelope, named["task"] == intake_task)
@@ -252,6 +264,26 @@ def _celery_problem(
     for limit in parsed.timelimit or ():
         if limit is not None and not 0 < limit <= max_time_limit:
             return UNKNOWN_MESSAGE, f"message headers: timelimit must be in (0, {max_time_limit:g}] seconds"
+    return None
+
+
+def _delay_problem(
+    envelope: dict[str, Any], max_delay: float | None, now: datetime | None
+) -> tuple[str, str] | None:
+    """An ``eta`` further ahead than ``max_delay`` (one that does not parse is Celery's to refuse)."""
+    eta = envelope["headers"].get("eta")
+    if max_delay is None or eta is None:
+        return None
+    try:
+        due = datetime.fromisoformat(eta)
+    except ValueError:
+        return None
+    if due.tzinfo is None:  # Celery reads a naive ETA as UTC
+        due = due.replace(tzinfo=UTC)
+    ahead = (due - (now or datetime.now(UTC))).total_seconds()
+    if ahead > max_delay:
+        return UNKNOWN_MESSAGE, (f"message headers: eta is {ahead:.0f} s ahead, more than {max_delay:g} s "
+                                 "(visibility_timeout_s / 2: a message held longer is delivered twice)")
     return None
 
 

@@ -129,7 +129,8 @@ def _guarded(inspect: Callable[[bytes], Verdict | None], original: Any) -> Calla
 def _inspect(item: bytes) -> Verdict | None:
     settings = get_settings()
     return inspect_message(item, max_bytes=settings.max_message_bytes, tasks=SERVICE_TASKS,
-                           intake_task=DECIDE, max_time_limit=settings.task_time_limit_s)
+                           intake_task=DECIDE, max_time_limit=settings.task_time_limit_s,
+                           max_delay=settings.visibility_timeout_s / 2)
 
 
 def guard_client(client: redis.Redis) -> redis.Redis:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from service.raw_messages import envelope, nested, nested_text
@@ -90,3 +92,27 @@ def test_junk_on_the_intake_queue_is_dead_lettered_and_the_worker_keeps_consumin
     assert bad_text["status"] == "rejected" and bad_text["error"]["field"] == "model.name"
     assert wait_until(d.idle, 30, "empty queues")
     assert d.outcomes()["deep-1"] == {"terminal": 1, "rejected": 1}
+
+
+def test_a_far_future_eta_is_dead_lettered_not_held_and_delivered_again(
+    deployment: Callable[..., Deployment],
+) -> None:
+    """A message whose ``eta`` is further ahead than half the visibility timeout would sit
+    unacknowledged in the worker's memory and be handed out again by the broker each time
+    it outlives the timeout (held before: no dead letter, no result); it is refused at the
+    door, and a request sent with a short ``eta`` (the service's own retries) still runs."""
+    d = deployment()
+    (worker,) = d.start_workers(1)
+    d.client.apply_cluster(cluster(1, 2))
+    far = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+    soon = (datetime.now(UTC) + timedelta(seconds=1)).isoformat()
+    d.redis.lpush(d.keys.requests_queue, envelope(args=[llm_request("eta-far")], headers={"eta": far}))
+    d.redis.lpush(d.keys.requests_queue, envelope(args=[llm_request("eta-soon")], headers={"eta": soon}))
+
+    assert d.client.wait("eta-soon", timeout=90)["status"] == "scheduled"
+    (letter,) = wait_until(lambda: d.redis.xrange(d.keys.deadletter), 30, "the far-future message's dead letter")
+    fields = letter[1]
+    assert fields["reason"] == "unknown_message"
+    assert re.match(r"message headers: eta is 86[34]\d\d s ahead, more than \d+ s", fields["detail"])
+    assert json.loads(fields["args"])["excerpt"].startswith("{")
+    assert worker.process is not None and worker.process.poll() is None, worker.log_tail()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 from service.raw_messages import envelope, nested, nested_text
@@ -94,3 +95,28 @@ def test_excerpts_are_bounded_and_printable() -> None:
     assert excerpt_of(b"abc") == "abc"
     assert excerpt_of(b"\xff" * 10_000) == "\\xff" * EXCERPT_BYTES
     assert len(excerpt_of("é" * 10_000).encode()) <= EXCERPT_BYTES
+
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("eta", "refused"),
+    [
+        ("2026-12-01T12:02:30+00:00", False),  # exactly the limit (150 s) ahead
+        ("2026-12-01T12:02:31+00:00", True),
+        ("2026-12-01T12:02:31", True),  # naive: read as UTC, as Celery does
+        ("2026-12-01T13:02:30+01:00", False),  # the same instant as the limit, another zone
+        ("2026-11-30T12:00:00+00:00", False),  # past due: run at once
+        ("not a date", False),  # Celery's own refusal (invalid_task, dead-lettered by the consumer)
+    ],
+)
+def test_an_eta_further_ahead_than_the_limit_is_refused(eta: str, refused: bool) -> None:
+    raw = envelope(args=[_request("r1")], headers={"eta": eta})
+    verdict = inspect_message(raw, max_bytes=1 << 20, tasks=TASKS, intake_task="gpusched.decide",
+                              max_time_limit=120, max_delay=150, now=NOW)
+    assert (verdict is not None) == refused
+    if verdict is not None:
+        assert verdict.reason == "unknown_message"
+        assert verdict.detail.startswith("message headers: eta is 151 s ahead, more than 150 s")
+    assert _inspect(raw) is None  # without a limit (the default) any eta passes
