@@ -288,6 +288,12 @@ def test_a_wiped_redis_is_detected_and_nothing_is_decided_until_recovered(
         cli = subprocess.run([sys.executable, "-m", "tasks.edges.cli", "health"], env=env,
                              capture_output=True, text=True, timeout=60)
         assert cli.returncode != 0 and "data" in cli.stderr, cli.stderr
+        event = subprocess.run([sys.executable, "-m", "tasks.edges.cli", "cluster", "event", "-"], env=env,
+                               input='{"kind": "worker_state", "worker_id": 1, "state": "ready"}',
+                               capture_output=True, text=True, timeout=60)
+        # DataLost (exit 1), not a check against the wiped cluster ("no worker 1", exit 2)
+        assert event.returncode == 1, event.stderr
+        assert event.stderr.startswith("gpusched: gpusched refuses to decide: data loss"), event.stderr
         # nothing is decided: a raw request sent meanwhile waits in the queue, recorded nowhere
         sender = Celery(broker=private_redis.url)
         sender.send_task(DECIDE, args=(llm_request("raw-while-lost"),), queue=d.keys.requests_queue)
