@@ -6,6 +6,7 @@ stop or wipe it) and real ``celery -A tasks.app worker`` processes.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -301,7 +302,13 @@ def test_a_wiped_redis_is_detected_and_nothing_is_decided_until_recovered(
         assert d.results() == [] and d.client.rt.records.record("raw-while-lost") == {}
         assert _alive(d) == ["w0", "w1"]
 
-        summary = d.client.apply_cluster(backup, recover=True)
+        saved = tmp_path / "backup.json"
+        saved.write_text(json.dumps(backup), encoding="utf-8")
+        recovery = subprocess.run([sys.executable, "-m", "tasks.edges.cli", "cluster", "apply", str(saved),
+                                   "--recover"], env=env, capture_output=True, text=True, timeout=120)
+        assert recovery.returncode == 0, recovery.stderr
+        summary = json.loads(recovery.stdout)  # the summary alone: the log line went to stderr
+        assert "data_recovered" in recovery.stderr
         assert summary["status"] == "recovered" and summary["bookings"] == len(placed)
         assert int(d.redis.get(d.keys.version) or 0) < high
         result = d.client.wait("raw-while-lost", timeout=120, terminal=True)
