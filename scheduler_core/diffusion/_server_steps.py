@@ -45,21 +45,20 @@ def _offload_targets(ctx: TuneContext) -> tuple[dict[str, bool], str]:
 def adjust_offload(args: ServerArgsState, ctx: TuneContext) -> None:
     """Offload pre-defaults by device memory and task (``_adjust_offload``, step 3a).
 
-    Sets only flags that are still None, except for action (VLA) models,
-    whose four ``*_cpu_offload`` flags are forced False. No-op on CPU.
-    ``vae_cpu_offload`` is never turned on here.
+    Sets only flags that are still None: an explicit value, or one the
+    performance-mode step already chose (memory mode's ``dit_cpu_offload=True``),
+    is kept. Action (VLA) models default every still-unset ``*_cpu_offload``
+    flag to False. No-op on CPU. ``vae_cpu_offload`` is never turned on here.
     """
     if ctx.is_cpu:
         return
     if ctx.pipeline.is_action_gen:
-        for flag in ALL_FLAGS:
-            args.set_offload_flag(flag, False)
-        ctx.log(
-            "Offload pre-defaults for action task VLA_ACTION: "
-            + ", ".join(f"{flag}=False" for flag in ALL_FLAGS)
-        )
-        return
-    targets, reason = _offload_targets(ctx)
+        # server_args.py: ServerArgs._adjust_offload fills the action defaults flag by flag
+        # (`if ... is None`), like the other branches; it never overrides a set value.
+        targets = dict.fromkeys(ALL_FLAGS, False)
+        reason = f"action task {ctx.pipeline.task_type}"
+    else:
+        targets, reason = _offload_targets(ctx)
     changed: list[str] = []
     for flag, value in targets.items():
         if args.offload_flag(flag) is None:
