@@ -147,23 +147,28 @@ def adjust_platform_specific(args: ServerArgsState, ctx: TuneContext) -> None:
 def adjust_layerwise_offload_components(args: ServerArgsState, ctx: TuneContext) -> None:
     """Normalise the layerwise list and switch off the CPU offload it replaces (step 9).
 
-    ``dit_layerwise_offload`` prepends ``dit``; an empty list becomes None.
-    Selected text/image-encoder and VAE groups get their ``*_cpu_offload``
-    set False; ``dit_cpu_offload`` is kept (it governs load-time residency).
+    ``dit_layerwise_offload`` prepends ``dit`` unless the list already names
+    that group. When the result names nothing, the value is left as it was
+    (None stays None, an explicit ``[]`` stays ``[]``). Selected
+    text/image-encoder and VAE groups get their ``*_cpu_offload`` set False;
+    ``dit_cpu_offload`` is kept (it governs load-time residency).
     """
     raw = args.layerwise_offload_components
     components = normalize_components(raw)
     if args.dit_layerwise_offload:
         components = with_dit_prepended(components)
-    normalized = components or None
-    if normalized != raw:
-        ctx.log(f"Normalized layerwise_offload_components: {raw} -> {normalized}")
-    args.layerwise_offload_components = normalized
+    if components is None:
+        # server_args.py: ServerArgs._adjust_layerwise_offload_components assigns only a
+        # normalised list that names something; otherwise the raw value stays.
+        return
+    if components != raw:
+        ctx.log(f"Normalized layerwise_offload_components: {raw} -> {components}")
+    args.layerwise_offload_components = components
     disabled: list[str] = []
-    for component in normalized or []:
+    for component in components:
         for flag in offload_flags_for(component):
             if flag != DIT_FLAG and args.offload_flag(flag) is not False:
                 args.set_offload_flag(flag, False)
                 disabled.append(f"{flag}=False")
     if disabled:
-        ctx.log(f"Layerwise offload of {normalized} replaces CPU offload: {', '.join(disabled)}")
+        ctx.log(f"Layerwise offload of {components} replaces CPU offload: {', '.join(disabled)}")
