@@ -59,6 +59,14 @@ def test_describe_and_cluster_show_explain_a_live_deployment(deployment: Callabl
     per_gpu = _cli(d, "cluster", "show", "--gpus", "--gpu-type", "4090", "--state", "ready")
     assert per_gpu.stdout.count("cuda:") == 2 and "node-0002" not in per_gpu.stdout
 
+    # --sort and --limit order and cut the JSON as they do the table (not ready first: worker 2)
+    by_state = json.loads(_cli(d, "cluster", "show", "--json", "--sort", "state").stdout)
+    assert [w["id"] for w in by_state["workers"]] == [2, 1]
+    first = json.loads(_cli(d, "cluster", "show", "--json", "--sort", "state", "--limit", "1").stdout)
+    assert [w["id"] for w in first["workers"]] == [2] and first["summary"]["workers"] == 2
+    none = json.loads(_cli(d, "cluster", "show", "--json", "--limit", "0").stdout)
+    assert none["workers"] == [] and none["summary"]["workers"] == 2
+
 
 def test_a_reused_request_id_with_another_body_is_a_conflict_at_the_command_line(
     deployment: Callable[..., Deployment], tmp_path: Path,

@@ -169,6 +169,8 @@ USAGE = [
     Case(("cluster", "nope"), 2, "invalid choice"),
     Case(("cluster", "apply"), 2, "required: FILE.json"),
     Case(("cluster", "event"), 2, "required: FILE.json"),
+    Case(("cluster", "show", "--limit", "-1"), 2, "argument --limit: '-1' must be 0 or more"),
+    Case(("cluster", "show", "--limit", "many", "--json"), 2, "argument --limit: 'many' is not an integer"),
 ]
 
 OFFLINE = [
