@@ -6,6 +6,7 @@ stop or wipe it) and real ``celery -A tasks.app worker`` processes.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -110,6 +111,29 @@ def test_workers_ride_out_redis_out_of_memory(private_redis: RedisServer, tmp_pa
         alerts = d.events("sched.redis.out_of_memory")
         assert alerts and all(a["data"]["refused_s"] > 0 for a in alerts)
         assert replay(d.redis, d.client.rt.cluster).differ == 0
+    finally:
+        free_filler(d.redis)
+        d.stop()
+
+
+def test_the_cli_says_redis_is_out_of_memory_when_a_cluster_event_is_refused(
+    private_redis: RedisServer, tmp_path: Path,
+) -> None:
+    """``cluster event`` sends through kombu, which wraps Redis's OOM refusal in its own error:
+    still the out-of-memory line ``submit`` and ``cluster apply`` print (exit 1), not "cannot reach"."""
+    d = Deployment(private_redis.url, tmp_path)
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"kind": "worker_state", "worker_id": 1, "state": "unreachable"}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSCHED_")} | d.env
+    try:
+        d.client.apply_cluster(cluster(1, 1))
+        fill_to_maxmemory(d.redis, headroom=4 << 20)
+        done = subprocess.run([sys.executable, "-m", "tasks.edges.cli", "cluster", "event", str(event)],
+                              env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 1, done.stderr
+        assert done.stderr.startswith("gpusched: Redis is out of memory: ") and done.stderr.count("\n") == 1
+        assert "maxmemory" in done.stderr and "cannot reach" not in done.stderr
+        assert d.redis.llen(d.keys.cluster_queue) == 0  # nothing was queued
     finally:
         free_filler(d.redis)
         d.stop()
