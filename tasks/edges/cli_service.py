@@ -110,9 +110,13 @@ def _client(check: bool = True) -> Any:
             :func:`_service_errors`).
     """
     from tasks.edges.client import ServiceClient
+    from tasks.runtime.logging import configure_logging
     from tasks.runtime.settings import get_settings
 
-    get_settings()
+    settings = get_settings()
+    # the service's log lines (a recovery's data_recovered, export's booking_not_exported...)
+    # go to stderr: stdout holds the command's JSON only
+    configure_logging(settings.log_format, settings.log_level)
     if check:
         _preflight()
     return ServiceClient()

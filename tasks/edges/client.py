@@ -270,11 +270,16 @@ class ServiceClient:
         size, nesting, Unicode, shape, key alphabets; a snapshot's rows), and what only
         the current cluster tells: the worker an event changes must exist (but for
         ``worker_added``), a ``gpu_memory_changed`` must name its GPUs.
+
+        Raises:
+            tasks.state.generation.DataLost: Redis lost the service's data (no recovery
+                ran): the cluster it would check against is not the service's.
         """
         try:
             parsed = parse_event(event, IntakeLimits.of(self.settings))
             if isinstance(parsed, SnapshotEvent):
                 parse_snapshot(parsed.model_dump(mode="json"))
+            self.rt.generation.ensure_ok(create=False)
             named = event_worker_id(parsed)
             stored = self.rt.cluster.worker_row(named[1]) if named else None
             check_against_worker(parsed, Worker.model_validate_json(stored) if stored else None)

@@ -97,9 +97,13 @@ def normalize(raw: Any, limits: IntakeLimits | None = None) -> Normalized:
         check_size(text, limits.max_request_bytes, field="request", setting="max_request_bytes")
     except InvalidField as error:
         return _refused(request_id, error.field, error.message)
+    given = raw.get("request_id")
+    if given is not None and given != request_id:  # one the core refuses: rejected under the derived id
+        rejection = _invalid_id(stripped, given, request_id)
+        return Normalized(request_id, text, sha256_hex(text), rejection, False)
     try:
         check_document(stripped)
-        if isinstance(raw.get("request_id"), str) and raw["request_id"] == request_id:
+        if isinstance(given, str) and given == request_id:
             check_name(request_id, REQUEST_ID, "request_id")
     except InvalidField as error:
         rejection = service_rejection(request_id, error.field, error.message)
@@ -114,6 +118,15 @@ def normalize(raw: Any, limits: IntakeLimits | None = None) -> Normalized:
         rejection = service_rejection(request_id, problem.field, problem.message)
         return Normalized(request_id, text, sha256_hex(text), rejection, False)
     return Normalized(request_id, text, sha256_hex(text), None, is_pinned(parsed.model))
+
+
+def _invalid_id(stripped: dict[str, Any], given: Any, request_id: str) -> ScheduleResult:
+    """The core's rejection of a ``request_id`` it does not take as the id (not a string,
+    empty, longer than 200 characters, not valid Unicode), under the id derived instead."""
+    rejection = with_request_id(schedule({**stripped, "request_id": given}), request_id)
+    if rejection.status == "rejected" and rejection.error is not None:
+        return rejection
+    return service_rejection(request_id, "request_id", "must be 1 to 200 characters of valid Unicode")
 
 
 def _rejected_non_object(raw: Any, request_id: str) -> Normalized:

@@ -165,8 +165,11 @@ class DataGeneration:
     def __init__(self, partition: Partition, memory: GenerationMemory | None = None) -> None:
         self._partition = partition
         self.memory = memory if memory is not None else GenerationMemory()
-        #: The highest cluster version this runtime read while healthy.
+        #: The highest cluster version this runtime read while healthy, under the generation
+        #: :attr:`versions_of` (threads share the generation id but not this: a thread that
+        #: finds the generation changed, adopted by another, starts counting again).
         self.max_version = 0
+        self.versions_of: str | None = None
 
     @property
     def remembered(self) -> str | None:
@@ -198,7 +201,10 @@ class DataGeneration:
         elif status.verdict == "new" and create:
             status = self._create(version)
         if status.ok:
-            self.max_version = max(self.max_version, version)
+            if status.generation != self.versions_of:
+                self.versions_of, self.max_version = status.generation, version
+            else:
+                self.max_version = max(self.max_version, version)
         return status
 
     def ensure_ok(self, *, create: bool = True) -> GenerationStatus:
@@ -235,7 +241,7 @@ class DataGeneration:
                 "replaced", f"Redis holds generation {generation}, not {known}: it was wiped and "
                 "written again without a recovery", generation, version,
             )
-        if version < self.max_version:
+        if generation == self.versions_of and version < self.max_version:
             return GenerationStatus(
                 "rolled_back", f"Redis went back in time: cluster version {version} after "
                 f"{self.max_version} was read (an older AOF/RDB or a lagging replica)", generation, version,
@@ -248,7 +254,7 @@ class DataGeneration:
     def _adopt(self, generation: str, known: str | None, version: int) -> GenerationStatus:
         """A recovery superseding what this process knew (or after the loss it saw): adopt it."""
         self.memory.remember(generation)
-        self.max_version = 0  # a recovery rebuilt the state: its versions start again
+        self.versions_of, self.max_version = generation, 0  # a recovery rebuilt the state
         log.warning("data_generation_adopted", generation=generation, previous=known)
         return GenerationStatus("recovered", f"generation {generation} recovered from {known or 'a loss'}",
                                 generation, version)

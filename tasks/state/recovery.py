@@ -242,7 +242,7 @@ def _resume(rt: Runtime, supersedes: list[str], workers: int, instances: int, bo
     pipe.delete(k.data_lost)
     pipe.execute()
     rt.generation.memory.remember(generation)
-    rt.generation.max_version = 0
+    rt.generation.versions_of, rt.generation.max_version = generation, 0
     append_event(rt.client, k.events, "sched.data.recovered", {
         "generation": generation, "supersedes": supersedes, "workers": workers, "instances": instances,
         "bookings": bookings,

@@ -78,6 +78,9 @@ def _files(tmp: Path) -> dict[str, Path]:
         "nan": '{"request_id": "nan-1", "model": {"name": "m", "weight_bytes": NaN}}',
         "surrogate": '{"request_id": "sur-1", "model": {"name": "m\\ud800"}}',
         "bad_id": json.dumps({**llm_request("x"), "request_id": "a;b"}),
+        "long_id": json.dumps({**llm_request("x"), "request_id": "x" * 250}),
+        "number_id": json.dumps({**llm_request("x"), "request_id": 42}),
+        "empty_id": json.dumps({**llm_request("x"), "request_id": ""}),
         "deep_config": json.dumps({**llm_request("deep-cfg")}).replace(
             '"hf_config": {', '"hf_config": {"x": ' + _deep(200) + ", ", 1),
         "big_request": json.dumps({**llm_request("big-1"), "notes": "x" * 5000}),
@@ -199,6 +202,10 @@ SERVICE = [
     Case(("submit", "{nan}"), 2, "model.weight_bytes"),
     Case(("submit", "{surrogate}"), 2, "model.name: is not valid Unicode"),
     Case(("submit", "{bad_id}"), 2, "request_id: must match"),
+    # an id the core does not take: rejected (was accepted under a derived req-… id)
+    Case(("submit", "{long_id}"), 2, "request_id: String should have at most 200 characters"),
+    Case(("submit", "{number_id}"), 2, "request_id: Input should be a valid string"),
+    Case(("submit", "{empty_id}"), 2, "request_id: String should have at least 1 character"),
     Case(("submit", "{deep_config}"), 2, "model.hf_config: nests more than 64 levels deep"),
     Case(("submit", "{big_request}"), 2, "max_request_bytes limit of 4096 bytes",
          env={"GPUSCHED_MAX_REQUEST_BYTES": "4096"}),

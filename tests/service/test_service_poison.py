@@ -110,7 +110,7 @@ def test_a_far_future_eta_is_dead_lettered_not_held_and_delivered_again(
     d.redis.lpush(d.keys.requests_queue, envelope(args=[llm_request("eta-soon")], headers={"eta": soon}))
 
     assert d.client.wait("eta-soon", timeout=90)["status"] == "scheduled"
-    (letter,) = wait_until(lambda: d.redis.xrange(d.keys.deadletter), 30, "the far-future message's dead letter")
+    (letter,) = wait_until(lambda: d.redis.xrange(d.keys.deadletter), 30, "the far-future dead letter")
     fields = letter[1]
     assert fields["reason"] == "unknown_message"
     assert re.match(r"message headers: eta is 86[34]\d\d s ahead, more than \d+ s", fields["detail"])

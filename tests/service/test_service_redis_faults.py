@@ -278,8 +278,10 @@ def _logged(d: Deployment, event: str) -> bool:
 def test_a_wiped_redis_is_detected_and_nothing_is_decided_until_recovered(
     private_redis: RedisServer, tmp_path: Path
 ) -> None:
-    """Item 9: SIGKILL Redis and restart it empty; every surface says so; a recovery resumes deciding."""
-    d = Deployment(private_redis.url, tmp_path)
+    """Item 9: SIGKILL Redis and restart it empty; every surface says so; a recovery resumes deciding
+    and stays healthy (a retention pass every second: the thread that did not adopt the recovery
+    once took its lower cluster versions for a rollback and halted the service again)."""
+    d = Deployment(private_redis.url, tmp_path, {"maintenance_interval_s": 1})
     try:
         d.client.apply_cluster(cluster(10, 2))
         d.start_workers(2)
@@ -287,6 +289,11 @@ def test_a_wiped_redis_is_detected_and_nothing_is_decided_until_recovered(
         for rid in placed:
             d.client.submit(llm_request(rid))
         wait_until(lambda: d.settled(set(placed)), 120, "the first requests to be placed")
+        for extra in range(11, 16):  # workers join: cluster versions the recovery will not reach
+            d.client.apply_cluster({**cluster(extra, 2), "model_instances": d.client.export_cluster()[
+                "model_instances"]})
+        high = int(d.redis.get(d.keys.version) or 0)
+        time.sleep(2)  # a retention pass reads the high version on its own thread
         backup = d.client.export_cluster()  # what an operator keeps (gpusched cluster export)
         assert sorted(b["request_id"] for b in backup["bookings"]) == placed
 
@@ -305,6 +312,12 @@ def test_a_wiped_redis_is_detected_and_nothing_is_decided_until_recovered(
         cli = subprocess.run([sys.executable, "-m", "tasks.edges.cli", "health"], env=env,
                              capture_output=True, text=True, timeout=60)
         assert cli.returncode != 0 and "data" in cli.stderr, cli.stderr
+        event = subprocess.run([sys.executable, "-m", "tasks.edges.cli", "cluster", "event", "-"], env=env,
+                               input='{"kind": "worker_state", "worker_id": 1, "state": "ready"}',
+                               capture_output=True, text=True, timeout=60)
+        # DataLost (exit 1), not a check against the wiped cluster ("no worker 1", exit 2)
+        assert event.returncode == 1, event.stderr
+        assert event.stderr.startswith("gpusched: gpusched refuses to decide: data loss"), event.stderr
         # nothing is decided: a raw request sent meanwhile waits in the queue, recorded nowhere
         sender = Celery(broker=private_redis.url)
         sender.send_task(DECIDE, args=(llm_request("raw-while-lost"),), queue=d.keys.requests_queue)
@@ -312,8 +325,15 @@ def test_a_wiped_redis_is_detected_and_nothing_is_decided_until_recovered(
         assert d.results() == [] and d.client.rt.records.record("raw-while-lost") == {}
         assert _alive(d) == ["w0", "w1"]
 
-        summary = d.client.apply_cluster(backup, recover=True)
+        saved = tmp_path / "backup.json"
+        saved.write_text(json.dumps(backup), encoding="utf-8")
+        recovery = subprocess.run([sys.executable, "-m", "tasks.edges.cli", "cluster", "apply", str(saved),
+                                   "--recover"], env=env, capture_output=True, text=True, timeout=120)
+        assert recovery.returncode == 0, recovery.stderr
+        summary = json.loads(recovery.stdout)  # the summary alone: the log line went to stderr
+        assert "data_recovered" in recovery.stderr
         assert summary["status"] == "recovered" and summary["bookings"] == len(placed)
+        assert int(d.redis.get(d.keys.version) or 0) < high
         result = d.client.wait("raw-while-lost", timeout=120, terminal=True)
         assert result["status"] == "scheduled"  # decided once recovered, next to the restored bookings
         again = {rid: d.client.submit(llm_request(rid)).status for rid in placed}  # type: ignore[union-attr]
@@ -323,6 +343,9 @@ def test_a_wiped_redis_is_detected_and_nothing_is_decided_until_recovered(
         d.assert_ledger_consistent()
         assert data_generation_ok(d.client.rt).ok and d.events("sched.data.recovered")
         wait_until(lambda: _logged(d, "data_generation_adopted"), 30, "the workers to adopt the recovery")
+        time.sleep(4)  # several retention passes, each checking the generation on its own thread
+        assert not d.redis.exists(d.keys.data_lost), d.redis.get(d.keys.data_lost)
+        assert data_generation_ok(d.client.rt).ok and not _logged(d, "rolled_back")
     finally:
         d.stop()
 

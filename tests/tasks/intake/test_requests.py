@@ -70,6 +70,29 @@ def test_request_ids_outside_the_key_alphabet_are_rejected() -> None:
     assert normalized.rejection.error is not None and normalized.rejection.error.field == "request_id"
 
 
+def test_a_request_id_the_core_does_not_take_is_rejected_as_the_core_rejects_it() -> None:
+    """The core derives ``req-…`` for such an id and rejects the request naming ``request_id``
+    (``gpusched schedule``); the service did the same derivation but dropped the given id and
+    accepted the request, so a control plane waiting on its own id never saw a result."""
+    from scheduler_core import schedule
+
+    for given, message in [
+        ("x" * 201, "String should have at most 200 characters"),
+        (42, "Input should be a valid string"),
+        ("", "String should have at least 1 character"),
+    ]:
+        raw = {**_valid(), "request_id": given}
+        normalized = normalize(raw)
+        core = schedule(raw)
+        assert normalized.request_id == core.request_id and normalized.request_id.startswith("req-")
+        error = normalized.rejection.error if normalized.rejection is not None else None
+        assert error is not None and (error.field, error.message) == ("request_id", message)
+        assert normalized.rejection is not None
+        assert normalized.rejection.model_dump() == core.model_dump()
+    assert normalize({**_valid(), "request_id": "x" * 200}).rejection is None  # the longest id taken
+    assert normalize({**_valid(), "request_id": None}).rejection is None  # none given: derived
+
+
 def test_local_paths_are_read_only_under_model_roots_and_say_nothing_about_the_disk(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from tasks.intake.limits import IntakeLimits
 

@@ -112,3 +112,29 @@ def test_the_file_remembers_across_restarts_and_processes_share_their_memory(
     shared = process_memory("redis://x", "gpusched:{t}", None)
     assert process_memory("redis://x", "gpusched:{t}", None) is shared
     assert process_memory("redis://x", "gpusched:{u}", None) is not shared
+
+
+def test_a_thread_that_did_not_adopt_the_recovery_does_not_take_its_lower_versions_for_a_rollback(
+    h: Harness,
+) -> None:
+    """Threads of one worker process share the generation id (one memory) but each keeps the
+    highest version it read: after a recovery adopted by one thread, another thread sees the
+    recovered generation as known and must not compare the new, lower versions with the
+    highest it read under the lost one (it did, and halted the service ~30 s after a recovery)."""
+    h.apply(uniform_cluster())
+    h.apply(uniform_cluster(3))
+    shared = GenerationMemory()
+    decider, retention = _other_process(h, shared), _other_process(h, shared)
+    assert decider.check().version == retention.check().version == 2
+    old = shared.generation
+    h.rt.client.flushall()
+    assert decider.check().verdict == "wiped"
+    record = {"id": "g2", "recovery": True, "supersedes": [old]}
+    h.rt.client.set(h.rt.keys.generation, json.dumps(record))
+    h.rt.client.set(h.rt.keys.version, 1)  # the recovery's own apply: version 1 < 2
+    h.rt.client.delete(h.rt.keys.data_lost)
+    assert decider.check().verdict == "recovered"
+    status = retention.check()  # the memory already knows g2: plainly ok
+    assert (status.verdict, status.version) == ("ok", 1)
+    h.rt.client.set(h.rt.keys.version, 0)  # and a rollback under g2 is still seen, by both
+    assert retention.check().verdict == "rolled_back"
