@@ -63,8 +63,13 @@ def export_state(rt: Runtime) -> dict[str, Any]:
     """The cluster as a recovery document: workers, the control plane's instances, gpusched's bookings.
 
     Read from one atomic read of the cluster hashes, then each booking's
-    record (its request and published result).
+    record (its request and published result). ``exported`` says when
+    (``time``, UTC ISO 8601), at which ``cluster_version``, and under which
+    data ``generation`` — the id Redis holds, read as it is (an export
+    never writes one; ``None`` before any worker wrote the first), so a
+    fresh process (``gpusched cluster export``) names it too.
     """
+    generation = _generation_id(rt.client.get(rt.keys.generation))
     version, _, workers, instances, metas = rt.cluster.read_state()
     ordered = sorted(
         ((key, parse_meta(metas[key])) for key in instances if key in metas), key=lambda item: item[1].order
@@ -78,7 +83,7 @@ def export_state(rt: Runtime) -> dict[str, Any]:
         "model_instances": [json.loads(instances[key]) for key, meta in ordered if meta.source != "gpusched"],
         "bookings": [booking for booking in bookings if booking is not None],
         "exported": {"time": utc_now_iso(), "cluster_version": version,
-                     "generation": rt.generation.remembered},
+                     "generation": generation},
     }
 
 
@@ -243,6 +248,14 @@ def _resume(rt: Runtime, supersedes: list[str], workers: int, instances: int, bo
         "bookings": bookings,
     })
     return generation
+
+
+def _generation_id(raw: Any) -> str | None:
+    """The id of a stored generation record (a bare value is its own id, as the check reads it)."""
+    if raw is None:
+        return None
+    found = _json_object(raw).get("id")
+    return str(found) if found else str(raw)
 
 
 def _json_object(raw: Any) -> dict[str, Any]:
