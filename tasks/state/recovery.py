@@ -43,6 +43,7 @@ from tasks.runtime.context import Runtime
 from tasks.runtime.logging import get_logger
 from tasks.state.cluster_store import Booking
 from tasks.state.followups import run_followup
+from tasks.state.generation import generation_id
 from tasks.state.ledger import encode_amounts, instance_claims, occupied_workers, worker_gpu_types
 from tasks.state.rows import InstanceMeta, booked_instance_key, parse_meta, row_json
 
@@ -69,7 +70,7 @@ def export_state(rt: Runtime) -> dict[str, Any]:
     never writes one; ``None`` before any worker wrote the first), so a
     fresh process (``gpusched cluster export``) names it too.
     """
-    generation = _generation_id(rt.client.get(rt.keys.generation))
+    generation = generation_id(rt.client.get(rt.keys.generation))
     version, _, workers, instances, metas = rt.cluster.read_state()
     ordered = sorted(
         ((key, parse_meta(metas[key])) for key in instances if key in metas), key=lambda item: item[1].order
@@ -212,7 +213,7 @@ def _pause(rt: Runtime) -> list[str]:
     k = rt.keys
     raw_marker, raw_generation = rt.client.mget([k.data_lost, k.generation])
     marker = _json_object(raw_marker)
-    current = _json_object(raw_generation).get("id") if raw_generation else None
+    current = generation_id(raw_generation)
     candidates = [marker.get("remembered_generation"), marker.get("found_generation"), current,
                   rt.generation.remembered]
     supersedes = list(dict.fromkeys(str(c) for c in candidates if c))
@@ -248,14 +249,6 @@ def _resume(rt: Runtime, supersedes: list[str], workers: int, instances: int, bo
         "bookings": bookings,
     })
     return generation
-
-
-def _generation_id(raw: Any) -> str | None:
-    """The id of a stored generation record (a bare value is its own id, as the check reads it)."""
-    if raw is None:
-        return None
-    found = _json_object(raw).get("id")
-    return str(found) if found else str(raw)
 
 
 def _json_object(raw: Any) -> dict[str, Any]:
