@@ -163,7 +163,8 @@ def startup(
     kv = kv_shape(config, flags.kv_cache_dtype, config.get("torch_dtype", "bfloat16"))
     context = config.get("max_position_embeddings", 2048)
     traits = ModelTraits(
-        kv is not None and kv.is_mla, "vision_config" in config, config.get("vision_config"), context
+        kv is not None and kv.is_mla, "vision_config" in config, config.get("vision_config"), context,
+        kv_heads=kv.kv_heads if kv is not None else 0,
     )
     device = Device(min(total for total, _, _ in pre) / MIB, pre[0][2])
     fraction = sizing(device, traits, flags, tp, pp).fraction

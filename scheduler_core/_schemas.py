@@ -14,6 +14,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     StringConstraints,
     field_validator,
     model_validator,
@@ -305,7 +306,7 @@ class ScheduleRequest(_Row):
     model_instances: list[ModelInstance] | None = None
     min_context_tokens: int | None = Field(default=None, ge=1, le=1 << 24)
     min_kv_tokens: int | None = Field(default=None, ge=1, le=1 << 34)
-    gpu_sharing: bool | None = None
+    gpu_sharing: StrictBool | None = None
     replaces: InstanceRef | None = None
 
     @field_validator("policy")

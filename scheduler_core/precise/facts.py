@@ -97,6 +97,7 @@ def precise_facts(
         multimodal=model_params.is_multimodel,
         vision_config=model_params.vision_config,
         context_len=context,
+        kv_heads=0 if kv is None else kv.kv_heads,
     )
     weights, known = _weights(request, facts)
     sharing = settings.gpu_sharing if request.gpu_sharing is None else request.gpu_sharing

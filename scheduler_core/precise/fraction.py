@@ -54,6 +54,8 @@ _DEFAULT_MAX_PREFILL_TOKENS = 16384
 #: ROCm's aiter attention backend shrinks the fraction for long contexts.
 _AITER_FACTOR = 0.85
 _AITER_CONTEXT = 8192
+#: KV heads per rank for which SGLang picks aiter for an MLA model on ROCm (else triton).
+_AITER_MLA_HEADS = (16, 128)
 
 #: ``adjust_mem_fraction_for_vlm``: ViT-L/14 baseline, base factor, sensitivity, clamp.
 _VIT_BASE = (24, 1024)
@@ -86,6 +88,7 @@ class RuntimeFlags:
     page_size: int | None = None
     kv_cache_dtype: str = "auto"
     speculative_draft_tokens: int | None = None
+    attention_backend: str | None = None
 
     @classmethod
     def from_parameters(cls, params: BackendParameters) -> RuntimeFlags:
@@ -107,6 +110,7 @@ class RuntimeFlags:
             page_size=params.find_int(["page-size"]),
             kv_cache_dtype=(params.find(["kv-cache-dtype"]) or "auto").lower(),
             speculative_draft_tokens=params.find_int(["speculative-num-draft-tokens"]),
+            attention_backend=params.find(["attention-backend"]),
         )
 
 
@@ -126,6 +130,8 @@ class ModelTraits:
     multimodal: bool
     vision_config: Mapping[str, Any] | None = field(hash=False)
     context_len: int
+    #: The config's KV heads (SGLang's ``ModelConfig.get_total_num_kv_heads``; 0: unknown).
+    kv_heads: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,10 +270,23 @@ def vlm_adjusted(fraction: float, model: ModelTraits, flags: RuntimeFlags) -> fl
     return fraction
 
 
-def aiter_factor(device: Device, model: ModelTraits) -> float:
-    """ROCm's aiter attention backend (the default there) multiplies *any* fraction, the
-    user's included, by 0.85 when the context exceeds 8,192 tokens."""
-    if device.platform == "rocm" and model.context_len > _AITER_CONTEXT:
+def uses_aiter(device: Device, model: ModelTraits, flags: RuntimeFlags, tp: int) -> bool:
+    """Whether SGLang runs the aiter attention backend (``srt/server_args.py``,
+    ``ServerArgs._get_default_attn_backend``): the user's ``--attention-backend`` when
+    given; else on ROCm, for an MHA/GQA model always, for an MLA model only when its KV
+    heads per rank (``max(1, heads // tp)``, ``ModelConfig.get_num_kv_heads``) are 16 or
+    128 (triton otherwise)."""
+    if flags.attention_backend is not None:
+        return flags.attention_backend == "aiter"
+    if device.platform != "rocm":
+        return False
+    return not model.mla or max(1, model.kv_heads // max(tp, 1)) in _AITER_MLA_HEADS
+
+
+def aiter_factor(device: Device, model: ModelTraits, flags: RuntimeFlags, tp: int) -> float:
+    """With the aiter attention backend (:func:`uses_aiter`) SGLang multiplies *any*
+    fraction, the user's included, by 0.85 when the context exceeds 8,192 tokens."""
+    if model.context_len > _AITER_CONTEXT and uses_aiter(device, model, flags, tp):
         return _AITER_FACTOR
     return 1.0
 
@@ -288,4 +307,5 @@ def sizing(device: Device, model: ModelTraits, flags: RuntimeFlags, tp: int, pp:
         fraction = FALLBACK_FRACTION
     page = flags.page_size or (_NPU_PAGE_SIZE if device.platform == "npu" else 1)
     launch = vlm_adjusted(fraction, model, flags)
-    return Sizing(chunk, bs, reserve, launch, aiter_factor(device, model), max(page, 1), runtime)
+    factor = aiter_factor(device, model, flags, tp)
+    return Sizing(chunk, bs, reserve, launch, factor, max(page, 1), runtime)

@@ -6,6 +6,9 @@ the service commands (``submit``, ``worker``, ``cluster``, ``replay``) live in
 :mod:`tasks.edges.cli_service`, the operator's (``cancel``, ``describe``,
 ``cluster show``, ``health``) in :mod:`tasks.edges.cli_operate`.
 
+Every command (and ``--version``) reads the settings first, so a typo in
+``GPUSCHED_*`` stops it with one line, whether or not it uses the settings.
+
 Exit codes: 0 success (including ``unschedulable``); 2 bad input, a rejected
 request, invalid settings or bad usage; 1 a service failure (Redis unreachable,
 a timeout, no live worker, replay differences) or standard output closed
@@ -33,11 +36,41 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+def check_settings() -> None:
+    """Read the settings once, so a typo in ``GPUSCHED_*`` (or ``service.json``) stops every command.
+
+    The offline commands and ``--version`` use no setting, but a misspelt
+    variable is still a mistake the operator should hear about before it
+    matters (docs/service.md, *Settings*). Loads pydantic-settings only, never
+    Celery or Redis.
+
+    Raises:
+        tasks.runtime.settings.SettingsError: one line naming the setting (exit 2).
+    """
+    from tasks.runtime.settings import get_settings
+
+    get_settings()
+
+
+class _Version(argparse.Action):
+    """``--version``: check the settings (as every command does), then print the version and exit."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="print the installed version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        check_settings()
+        print(f"gpusched {_version()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full ``gpusched`` parser with every registered subcommand."""
     parser = Parser(prog="gpusched", description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--version", action="version", version=f"gpusched {_version()}",
-                        help="print the installed version and exit")
+    parser.add_argument("--version", action=_Version)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     cli_offline.register(commands)
     # both import Celery/Redis lazily, inside their handlers
@@ -65,8 +98,7 @@ def _silence_stdout() -> None:
 
 
 def _is_settings_error(error: Exception) -> bool:
-    """A :class:`tasks.runtime.settings.SettingsError` (only possible once that module is loaded;
-    the offline commands never load it)."""
+    """A :class:`tasks.runtime.settings.SettingsError` (only possible once that module is loaded)."""
     settings = sys.modules.get("tasks.runtime.settings")
     return settings is not None and isinstance(error, settings.SettingsError)
 
@@ -74,6 +106,7 @@ def _is_settings_error(error: Exception) -> bool:
 def _run(argv: Sequence[str] | None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        check_settings()
         code: int = args.handler(args)
         sys.stdout.flush()
     except CliError as error:

@@ -15,6 +15,7 @@ from typing import Any
 
 from tasks.edges.cli_offline import CliError
 from tasks.edges.cli_service import service_client, service_errors
+from tasks.edges.cli_support import non_negative_int
 
 #: ``cluster show --sort`` orders (:func:`tasks.edges.cluster_view.sort_workers`); kept here so
 #: building the parser imports nothing of the service.
@@ -47,13 +48,13 @@ def _describe(args: argparse.Namespace) -> int:
 
 # -------------------------------------------------------------- cluster show
 def _cluster_show(args: argparse.Namespace) -> int:
-    from tasks.edges.cluster_view import Filters, cluster_view, render_cluster
+    from tasks.edges.cluster_view import Filters, arrange, cluster_view, render_cluster
 
     filters = Filters(worker=args.worker, gpu_type=args.gpu_type, state=args.state)
     with service_errors():
         view = cluster_view(service_client().rt, filters)
     if args.json:
-        print(json.dumps(view, indent=2))
+        print(json.dumps(arrange(view, args.sort, args.limit), indent=2))
     else:
         print(render_cluster(view, gpus=args.gpus, sort=args.sort, limit=args.limit))
     return 0
@@ -133,6 +134,7 @@ def register_cluster(actions: Any) -> None:
                       help="only workers in STATE (ready, not_ready, unreachable, ...; down = not ready)")
     show.add_argument("--sort", default="id", choices=WORKER_ORDERS,
                       help="worker order (free/booked: most first; state: not ready first)")
-    show.add_argument("--limit", type=int, default=None, metavar="N", help="show the first N workers only")
+    show.add_argument("--limit", type=non_negative_int, default=None, metavar="N",
+                      help="show the first N workers only (after --sort; the summary covers them all)")
     show.add_argument("--gpus", action="store_true", help="one row per GPU under each worker")
     show.add_argument("--json", action="store_true", help="print JSON instead of text")

@@ -42,15 +42,32 @@ def _service_errors() -> Iterator[None]:
         yield
     except DataLost as error:
         raise CliError(str(error), EXIT_FAILURE) from None
-    except redis.exceptions.OutOfMemoryError as error:  # Redis answered: at maxmemory
-        message = str(error) if isinstance(error, RedisOutOfMemory) else f"Redis is out of memory: {error}"
+    except (redis.exceptions.OutOfMemoryError, OperationalError) as error:
+        oom = _out_of_memory(error)
+        if oom is None:  # kombu's error for a broker it cannot reach
+            url = redact_url(get_settings().redis_url)
+            raise CliError(f"cannot reach Redis at {url}: {error}", EXIT_FAILURE) from None
+        message = str(oom) if isinstance(oom, RedisOutOfMemory) else f"Redis is out of memory: {oom}"
         raise CliError(message, EXIT_FAILURE) from None
-    except (redis.ConnectionError, redis.TimeoutError, OperationalError, ConnectionError) as error:
+    except (redis.ConnectionError, redis.TimeoutError, ConnectionError) as error:
         url = redact_url(get_settings().redis_url)
         raise CliError(f"cannot reach Redis at {url}: {error}", EXIT_FAILURE) from None
     except redis.RedisError as error:  # e.g. NOPERM, OOM: Redis answered and refused
         url = redact_url(get_settings().redis_url)
         raise CliError(f"Redis at {url} refused the command: {error}", EXIT_FAILURE) from None
+
+
+def _out_of_memory(error: BaseException) -> BaseException | None:
+    """Redis's out-of-memory refusal behind ``error``: itself, or the cause kombu wrapped in its
+    ``OperationalError`` when a send (``cluster event``) was refused; None if there is none."""
+    import redis
+
+    seen: BaseException | None = error
+    for _ in range(8):  # a short chain: kombu wraps once
+        if seen is None or isinstance(seen, redis.exceptions.OutOfMemoryError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _preflight() -> None:

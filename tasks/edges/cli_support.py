@@ -118,6 +118,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    """An argparse type: an integer of 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} must be 0 or more")
+    return value
+
+
 def stream_id(text: str) -> str:
     """An argparse type: a Redis stream id (``1700000000000`` or ``1700000000000-0``)."""
     if not STREAM_ID.fullmatch(text):

@@ -158,6 +158,23 @@ def sort_workers(workers: list[dict[str, Any]], order: str) -> list[dict[str, An
     return sorted(workers, key=keys[order])
 
 
+def arrange(view: Mapping[str, Any], sort: str = "id", limit: int | None = None) -> dict[str, Any]:
+    """``view`` with its workers in ``sort`` order and cut to the first ``limit`` (``--json``).
+
+    The summary and the parked queue stay those of every worker the filters
+    kept, as in the text: ``summary.workers`` above ``len(workers)`` says the
+    list was cut.
+
+    Raises:
+        KeyError: unknown order.
+        ValueError: a negative ``limit``.
+    """
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be 0 or more, not {limit}")
+    workers = sort_workers(list(view["workers"]), sort)
+    return {**view, "workers": workers[:limit] if limit is not None else workers}
+
+
 # ------------------------------------------------------------------ rendering
 def _gib(amount: int) -> str:
     return f"{amount / GIB:.1f}"
@@ -175,7 +192,10 @@ def _duration(seconds: int | None) -> str:
 
 def render_cluster(view: Mapping[str, Any], *, gpus: bool = False, sort: str = "id", limit: int | None = None,
                    width: int | None = None) -> str:
-    """The view as text: summary, worker table (with ``gpus``, a row per GPU), parked queue."""
+    """The view as text: summary, worker table (with ``gpus``, a row per GPU), parked queue.
+
+    Workers are ordered and cut as :func:`arrange` does.
+    """
     width = width or shutil.get_terminal_size((110, 24)).columns
     s = view["summary"]
     lines = [
@@ -186,8 +206,8 @@ def render_cluster(view: Mapping[str, Any], *, gpus: bool = False, sort: str = "
         + (f"; {s['overbooked_gpus']} GPU(s) OVERBOOKED" if s["overbooked_gpus"] else ""),
         "",
     ]
-    workers = sort_workers(list(view["workers"]), sort)
-    shown = workers[:limit] if limit is not None else workers
+    workers = view["workers"]
+    shown = arrange(view, sort, limit)["workers"]
     rows: list[list[object]] = []
     for w in shown:
         rows.append(_worker_row(w))

@@ -44,6 +44,7 @@ from kombu.transport import redis as kombu_redis
 from tasks.intake.broker_messages import Verdict, excerpt_of, inspect_message
 from tasks.intake.limits import MAX_JSON_DEPTH
 from tasks.intake.requests import service_rejection
+from tasks.runtime import metrics
 from tasks.runtime.broker import RideOutChannel
 from tasks.runtime.celery_app import worker_runtime
 from tasks.runtime.logging import get_logger
@@ -67,6 +68,7 @@ def dead_letter(verdict: Verdict, queue: str) -> None:
 
     Retried while Redis is unreachable; if it never answers, the refusal is
     logged with its excerpt (the message was popped, as kombu pops every message).
+    A written dead letter counts in ``gpusched_dead_letters_total{reason}``.
     """
     request = verdict.request
     rejected = ""
@@ -93,6 +95,9 @@ def dead_letter(verdict: Verdict, queue: str) -> None:
                           excerpt=verdict.excerpt, queue=queue, error=repr(error))
                 return
             time.sleep(settings.transient_backoff_s)
+    # counted once written (as the middleware's give_up does); this is the node's main process,
+    # whose counts reach /metrics through the same multiprocess directory as the pool's
+    metrics.count_dead_letter(verdict.reason)
     log.error("message_dead_lettered", reason=verdict.reason, detail=verdict.detail, queue=queue,
               task=verdict.task, task_id=verdict.task_id,
               request_id=request.request_id if request else None)

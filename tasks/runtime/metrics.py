@@ -4,7 +4,8 @@ Two kinds, both served by each worker node on ``/metrics``
 (:mod:`tasks.runtime.middleware.metrics_server`):
 
 * **Events counted where they happen**, in whichever process of the worker
-  node handles them (prefork pool processes included): decisions by status,
+  node handles them (prefork pool processes included, and the main process,
+  where the broker door dead-letters what it refuses): decisions by status,
   the decide task's duration, submit → terminal result latency, reservation
   conflicts, wake-ups, reschedules and dead letters. A worker node keeps them
   in ``prometheus-client``'s multiprocess mode (one directory of memory-mapped

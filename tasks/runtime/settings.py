@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_origin
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
@@ -64,6 +64,19 @@ MESSAGE_OVERHEAD_BYTES = 64 * 1024
 
 class SettingsError(ValueError):
     """Settings that cannot be used; the message is one line and names the setting."""
+
+
+class RuleBroken(ValueError):
+    """A rule between settings is broken; ``setting`` is the first one it names.
+
+    Raised inside the model validator, so pydantic reports it without a field
+    (``loc`` is empty); :func:`describe_invalid` takes the setting from here.
+    """
+
+    def __init__(self, setting: str, message: str) -> None:
+        super().__init__(f"{setting} {message}")
+        self.setting = setting
+        self.message = message
 
 
 def config_dir() -> Path:
@@ -172,13 +185,14 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _timing_rules(self) -> Settings:
         if self.task_time_limit_s >= self.visibility_timeout_s:
-            raise ValueError("task_time_limit_s must stay below visibility_timeout_s")
+            raise RuleBroken("task_time_limit_s", "must stay below visibility_timeout_s")
         if self.task_soft_time_limit_s >= self.task_time_limit_s:
-            raise ValueError("task_soft_time_limit_s must stay below task_time_limit_s")
+            raise RuleBroken("task_soft_time_limit_s", "must stay below task_time_limit_s")
         if self.max_countdown_s > self.visibility_timeout_s / 2:
-            raise ValueError("max_countdown_s must be at most visibility_timeout_s / 2")
+            raise RuleBroken("max_countdown_s", "must be at most visibility_timeout_s / 2")
         if self.stuck_after_s <= self.visibility_timeout_s:
-            raise ValueError("stuck_after_s must exceed visibility_timeout_s (the broker redelivers first)")
+            raise RuleBroken("stuck_after_s",
+                             "must exceed visibility_timeout_s (the broker redelivers first)")
         return self
 
     @field_validator("cluster")
@@ -287,10 +301,37 @@ def read_service_json(path: Path, names: frozenset[str]) -> dict[str, Any]:
 
 
 def describe_invalid(error: ValidationError) -> str:
-    """One line for invalid settings: the first error's setting and message."""
+    """One line for invalid settings: ``invalid setting <name>: <why>`` for the first error.
+
+    A broken rule between settings (:class:`RuleBroken`) names the first setting it involves.
+    """
     first = error.errors(include_url=False)[0]
+    cause = (first.get("ctx") or {}).get("error")
+    if isinstance(cause, RuleBroken):
+        return f"invalid setting {cause.setting}: {cause.message}"
     where = ".".join(str(part) for part in first["loc"]) or "settings"
     return f"invalid setting {where}: {str(first['msg']).removeprefix('Value error, ')}"
+
+
+#: How pydantic-settings names the field whose environment value is not JSON.
+_SOURCE_FIELD = re.compile(r'field "([^"]+)"')
+
+
+def describe_source_error(error: SourceError) -> str:
+    """One line for a complex setting (a list: ``model_roots``) whose environment value is not JSON.
+
+    pydantic-settings reads such a field from the environment as JSON only, and
+    names it in its own message (``error parsing value for field "model_roots"
+    from source "EnvSettingsSource"``).
+    """
+    found = _SOURCE_FIELD.search(str(error))
+    if found is None or found.group(1) not in Settings.model_fields:
+        return f"invalid setting: {str(error).splitlines()[0]}"
+    name = found.group(1)
+    variable = f"{ENV_PREFIX}{name.upper()}"
+    if get_origin(Settings.model_fields[name].annotation) in (tuple, list):
+        return f"invalid setting {name}: {variable} must be a JSON list, e.g. {variable}='[\"/models\"]'"
+    return f"invalid setting {name}: {variable} must be JSON"
 
 
 def load_settings() -> Settings:
@@ -304,7 +345,7 @@ def load_settings() -> Settings:
     except ValidationError as error:
         raise SettingsError(describe_invalid(error)) from None
     except SourceError as error:  # a complex value (model_roots) that is not JSON
-        raise SettingsError(f"invalid setting: {str(error).splitlines()[0]}") from None
+        raise SettingsError(describe_source_error(error)) from None
 
 
 @lru_cache(maxsize=1)

@@ -194,7 +194,8 @@ class DataGeneration:
         version = int(raw_version or 0)
         if raw_marker is not None:
             self.memory.saw_loss = True
-            return GenerationStatus("halted", _marker_detail(raw_marker), _id_of(raw_generation), version)
+            found = generation_id(raw_generation)
+            return GenerationStatus("halted", _marker_detail(raw_marker), found, version)
         status = self._verdict(_parse(raw_generation), version)
         if status.verdict in LOSSES:
             self._mark_lost(status)
@@ -311,7 +312,9 @@ def _parse(raw: Any) -> dict[str, Any] | None:
     return value if isinstance(value, dict) and value.get("id") else {"id": str(raw)}
 
 
-def _id_of(raw: Any) -> str | None:
+def generation_id(raw: Any) -> str | None:
+    """The id of a stored generation record, as the check reads it (a bare value is its own id;
+    None when there is none)."""
     found = _parse(raw)
     return None if found is None else str(found["id"])
 

@@ -43,6 +43,7 @@ from tasks.runtime.context import Runtime
 from tasks.runtime.logging import get_logger
 from tasks.state.cluster_store import Booking
 from tasks.state.followups import run_followup
+from tasks.state.generation import generation_id
 from tasks.state.ledger import encode_amounts, instance_claims, occupied_workers, worker_gpu_types
 from tasks.state.rows import InstanceMeta, booked_instance_key, parse_meta, row_json
 
@@ -63,8 +64,13 @@ def export_state(rt: Runtime) -> dict[str, Any]:
     """The cluster as a recovery document: workers, the control plane's instances, gpusched's bookings.
 
     Read from one atomic read of the cluster hashes, then each booking's
-    record (its request and published result).
+    record (its request and published result). ``exported`` says when
+    (``time``, UTC ISO 8601), at which ``cluster_version``, and under which
+    data ``generation`` — the id Redis holds, read as it is (an export
+    never writes one; ``None`` before any worker wrote the first), so a
+    fresh process (``gpusched cluster export``) names it too.
     """
+    generation = generation_id(rt.client.get(rt.keys.generation))
     version, _, workers, instances, metas = rt.cluster.read_state()
     ordered = sorted(
         ((key, parse_meta(metas[key])) for key in instances if key in metas), key=lambda item: item[1].order
@@ -78,7 +84,7 @@ def export_state(rt: Runtime) -> dict[str, Any]:
         "model_instances": [json.loads(instances[key]) for key, meta in ordered if meta.source != "gpusched"],
         "bookings": [booking for booking in bookings if booking is not None],
         "exported": {"time": utc_now_iso(), "cluster_version": version,
-                     "generation": rt.generation.remembered},
+                     "generation": generation},
     }
 
 
@@ -207,7 +213,7 @@ def _pause(rt: Runtime) -> list[str]:
     k = rt.keys
     raw_marker, raw_generation = rt.client.mget([k.data_lost, k.generation])
     marker = _json_object(raw_marker)
-    current = _json_object(raw_generation).get("id") if raw_generation else None
+    current = generation_id(raw_generation)
     candidates = [marker.get("remembered_generation"), marker.get("found_generation"), current,
                   rt.generation.remembered]
     supersedes = list(dict.fromkeys(str(c) for c in candidates if c))

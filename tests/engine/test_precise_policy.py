@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 from builders import (
     GIB,
     H100,
+    MI300X,
     MIB,
     RTX_4090,
     RTX_4090_SMALL,
@@ -27,6 +29,8 @@ from scheduler_core.precise.fit import device_of, room
 from scheduler_core.precise.fraction import Device, ModelTraits, RuntimeFlags, reserve_mib, sizing
 from scheduler_core.precise.windows import windows
 from scheduler_core.workers import Gpu
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 QWEN_7B = {
     "architectures": ["Qwen2ForCausalLM"],
@@ -345,3 +349,61 @@ def test_every_precise_placement_satisfies_rule_two_and_is_deterministic(cluster
         schedule(request(row, workers, held)).model_dump_json()
         == schedule(request(row, workers, held, gpu_sharing=sharing, min_kv_tokens=5)).model_dump_json()
     )
+
+
+def _rocm_workers(count: int, gpus: int) -> list[dict]:
+    return [worker(w, f"mi{w}", [gpu(i, MI300X, type_="rocm", vendor="amd") for i in range(gpus)])
+            for w in range(1, count + 1)]
+
+
+def test_the_aiter_factor_follows_the_attention_backend_sglang_picks():
+    """SGLang multiplies the fraction by 0.85 (context > 8,192) only when the attention backend is
+    aiter (``srt/server_args.py``): the user's ``--attention-backend`` decides; on ROCm an MHA/GQA
+    model gets aiter, an MLA model only with 16 or 128 KV heads per rank (``max(1, 128 // tp)``
+    for DeepSeek's 128 heads: tp 1 or 8 → aiter, tp 4 or 16 → triton)."""
+    rocm = Device(196_592, "rocm")
+    mla = ModelTraits(mla=True, multimodal=False, vision_config=None, context_len=163_840, kv_heads=128)
+    factors = {tp: sizing(rocm, mla, RuntimeFlags(), tp, 1).factor for tp in (1, 4, 8, 16)}
+    assert factors == {1: 0.85, 4: 1.0, 8: 0.85, 16: 1.0}
+    gqa = ModelTraits(mla=False, multimodal=False, vision_config=None, context_len=32_768, kv_heads=4)
+    assert sizing(rocm, gqa, RuntimeFlags(), 1, 1).factor == 0.85
+    assert sizing(rocm, gqa, RuntimeFlags(attention_backend="triton"), 1, 1).factor == 1.0
+    assert sizing(Device(81_559, "cuda"), gqa, RuntimeFlags(attention_backend="aiter"), 1, 1).factor == 0.85
+    short = ModelTraits(mla=False, multimodal=False, vision_config=None, context_len=8_192, kv_heads=4)
+    assert sizing(rocm, short, RuntimeFlags(), 1, 1).factor == 1.0  # only past 8,192 tokens
+
+
+def test_an_explicit_attention_backend_books_what_sglang_will_take_on_rocm():
+    """Qwen2.5-7B on one MI300X launches at 0.867: with aiter (ROCm's default) the pool is
+    0.867 × 0.85 of the GPU, with ``--attention-backend triton`` the whole 0.867 (it booked
+    the aiter share before, 24.8 GiB less than SGLang takes)."""
+    booked = {}
+    for params in ([], ["--attention-backend", "triton"]):
+        result = _precise(_qwen(backend_parameters=params), _rocm_workers(1, 1))
+        assert result.launch is not None and result.launch.backend_parameters[-2:] == [
+            "--mem-fraction-static", "0.867"]
+        booked[len(params)] = result.candidates[result.selected].computed_resource_claim.vram["0"]
+    assert booked == {0: math.ceil(0.867 * 0.85 * MI300X), 2: math.ceil(0.867 * MI300X)}
+    assert booked == {0: 151_916_091_173, 2: 178_724_813_145}
+
+
+def test_deepseek_over_two_rocm_nodes_at_tp16_runs_triton_and_books_the_whole_fraction():
+    """DeepSeek (MLA, 128 KV heads) at tp 16 has 8 heads per rank: SGLang picks triton, no
+    aiter factor, so each GPU books ⌈0.857 × total⌉; at tp 8 on one node (16 heads per rank)
+    it is aiter again: ⌈0.862 × 0.85 × total⌉."""
+    example = json.loads((EXAMPLES / "03-deepseek-two-nodes.json").read_text())["model"]
+    booked = {}
+    for tp, nodes in ((16, 2), (8, 1)):
+        row = model(name="ds", hf_config=example["hf_config"], weight_bytes=example["weight_bytes"],
+                    backend_parameters=["--tp-size", str(tp)], distributed_inference_across_workers=True)
+        result = _precise(row, _rocm_workers(nodes, 8))
+        chosen = result.candidates[result.selected]
+        booked[tp] = set(chosen.computed_resource_claim.vram.values())
+    assert booked == {16: {math.ceil(0.857 * MI300X)}, 8: {math.ceil(0.862 * 0.85 * MI300X)}}
+
+
+def test_gpu_sharing_must_be_a_boolean():
+    for value in ("yes", "true", 1):
+        result = _precise(_qwen(), [uniform_worker(1, "h100", 1, H100)], gpu_sharing=value)
+        assert result.status == "rejected" and result.error is not None
+        assert result.error.field == "gpu_sharing"

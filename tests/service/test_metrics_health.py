@@ -8,7 +8,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -108,3 +108,22 @@ def test_a_worker_node_serves_domain_metrics_and_health_until_redis_goes_away(
         assert gone.returncode == 1 and "cannot reach" in gone.stderr
     finally:
         d.stop()
+
+
+def test_a_message_refused_at_the_broker_door_is_counted_as_a_dead_letter(
+    deployment: Callable[..., Deployment],
+) -> None:
+    # the door runs in the node's main (consumer) process, not in a pool process
+    d = deployment()
+    port = free_port()
+    d.start_workers(1, env={"GPUSCHED_METRICS_PORT": str(port), "GPUSCHED_METRICS_HOST": "127.0.0.1"})
+    d.client.apply_cluster(cluster(1, 2))
+    d.redis.lpush(d.keys.requests_queue, b"this is not json")
+    d.redis.lpush(d.keys.requests_queue, b"{}")
+    d.client.submit(llm_request("after-junk"), wait=True, timeout=60)  # the node read past the junk
+    wait_until(lambda: d.redis.xlen(d.keys.deadletter) == 2, 60, "both refusals dead-lettered")
+
+    samples = _samples(f"http://127.0.0.1:{port}/metrics")
+    assert samples[("gpusched_dead_letters_total", (("reason", "invalid_json"),))] == 1
+    assert samples[("gpusched_dead_letters_total", (("reason", "malformed_envelope"),))] == 1
+    assert samples[("gpusched_deadletter_entries", ())] == 2

@@ -59,6 +59,14 @@ def test_describe_and_cluster_show_explain_a_live_deployment(deployment: Callabl
     per_gpu = _cli(d, "cluster", "show", "--gpus", "--gpu-type", "4090", "--state", "ready")
     assert per_gpu.stdout.count("cuda:") == 2 and "node-0002" not in per_gpu.stdout
 
+    # --sort and --limit order and cut the JSON as they do the table (not ready first: worker 2)
+    by_state = json.loads(_cli(d, "cluster", "show", "--json", "--sort", "state").stdout)
+    assert [w["id"] for w in by_state["workers"]] == [2, 1]
+    first = json.loads(_cli(d, "cluster", "show", "--json", "--sort", "state", "--limit", "1").stdout)
+    assert [w["id"] for w in first["workers"]] == [2] and first["summary"]["workers"] == 2
+    none = json.loads(_cli(d, "cluster", "show", "--json", "--limit", "0").stdout)
+    assert none["workers"] == [] and none["summary"]["workers"] == 2
+
 
 def test_a_reused_request_id_with_another_body_is_a_conflict_at_the_command_line(
     deployment: Callable[..., Deployment], tmp_path: Path,
@@ -79,3 +87,24 @@ def test_a_reused_request_id_with_another_body_is_a_conflict_at_the_command_line
     assert answer["stored_digest"] in conflict.stderr and answer["digest"] in conflict.stderr
     assert len(d.events("sched.request.conflict")) == 1
     assert [e["request_id"] for e in d.events("sched.decision.made")] == ["same-id"]
+
+
+def test_cluster_export_names_the_data_generation_redis_holds_without_creating_one(
+    deployment: Callable[..., Deployment],
+) -> None:
+    d = deployment()
+    empty = _cli(d, "cluster", "export")  # a fresh Redis: no generation yet, and the export writes none
+    assert empty.returncode == 0, empty.stderr
+    assert json.loads(empty.stdout)["exported"]["generation"] is None
+    assert d.redis.get(d.keys.generation) is None
+
+    d.start_workers(1)  # the worker writes the first generation
+    d.client.apply_cluster(cluster(1, 1))
+    assert d.client.submit(llm_request("kept"), wait=True, timeout=60)["status"] == "scheduled"  # type: ignore[index]
+    generation = wait_until(lambda: d.redis.get(d.keys.generation), 60, "the data generation")
+    backup = _cli(d, "cluster", "export")  # a fresh process: it knows no generation of its own
+    assert backup.returncode == 0, backup.stderr
+    exported = json.loads(backup.stdout)
+    assert exported["exported"]["generation"] == json.loads(generation)["id"]
+    assert exported["exported"]["cluster_version"] == d.client.rt.cluster.version()
+    assert [b["request_id"] for b in exported["bookings"]] == ["kept"]

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from service.support import Deployment, cluster, llm_request, wait_until, worker_row
@@ -44,3 +48,20 @@ def test_a_plain_celery_worker_consumes_requests_cluster_events_and_resume_steps
     published = d.client.wait("plain-2", timeout=60, terminal=True)
     assert published["status"] == "scheduled"
     d.assert_ledger_consistent()
+
+
+@pytest.mark.parametrize(("variable", "value", "says"), [
+    ("GPUSCHED_UNREACHABLE_GRACE", "5",
+     "gpusched: unknown setting in the environment: GPUSCHED_UNREACHABLE_GRACE "
+     "(did you mean GPUSCHED_UNREACHABLE_GRACE_S?)\n"),
+    ("GPUSCHED_VISIBILITY_TIMEOUT_S", "60",
+     "gpusched: invalid setting task_time_limit_s: must stay below visibility_timeout_s\n"),
+])
+def test_a_plain_celery_worker_with_bad_settings_stops_with_one_line(
+    tmp_path: Path, variable: str, value: str, says: str,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSCHED_")} | {variable: value}
+    command = [sys.executable, "-m", "celery", "-A", "tasks.app", "worker", "--loglevel", "INFO"]
+    done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert (done.returncode, done.stderr) == (2, says)

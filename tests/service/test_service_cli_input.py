@@ -172,6 +172,8 @@ USAGE = [
     Case(("cluster", "nope"), 2, "invalid choice"),
     Case(("cluster", "apply"), 2, "required: FILE.json"),
     Case(("cluster", "event"), 2, "required: FILE.json"),
+    Case(("cluster", "show", "--limit", "-1"), 2, "argument --limit: '-1' must be 0 or more"),
+    Case(("cluster", "show", "--limit", "many", "--json"), 2, "argument --limit: 'many' is not an integer"),
 ]
 
 OFFLINE = [
@@ -242,11 +244,21 @@ SETTINGS = [
     Case(("submit", "{good}"), 2, "GPUSCHED_UNREACHABLE_GRACE (did you mean GPUSCHED_UNREACHABLE_GRACE_S?)",
          env={"GPUSCHED_UNREACHABLE_GRACE": "3"}),
     Case(("submit", "{good}"), 2, "invalid setting max_crashes", env={"GPUSCHED_MAX_CRASHES": "many"}),
-    Case(("submit", "{good}"), 2, "task_time_limit_s must stay below visibility_timeout_s",
+    Case(("submit", "{good}"), 2, "invalid setting task_time_limit_s: must stay below visibility_timeout_s",
          env={"GPUSCHED_VISIBILITY_TIMEOUT_S": "60"}),
+    Case(("submit", "{good}"), 2, "invalid setting stuck_after_s: must exceed visibility_timeout_s",
+         env={"GPUSCHED_STUCK_AFTER_S": "300"}),
     Case(("submit", "{good}"), 2, "invalid setting cluster", env={"GPUSCHED_CLUSTER": "bad id"}),
     Case(("submit", "{good}"), 2, "invalid setting log_format", env={"GPUSCHED_LOG_FORMAT": "xml"}),
-    Case(("submit", "{good}"), 2, "model_roots", env={"GPUSCHED_MODEL_ROOTS": "/models"}),
+    Case(("submit", "{good}"), 2, "invalid setting model_roots: GPUSCHED_MODEL_ROOTS must be a JSON list",
+         env={"GPUSCHED_MODEL_ROOTS": "/models"}),
+    # a typo stops the offline commands too (they never read the settings, but it is still a typo)
+    *(Case(args, 2, "unknown setting in the environment: GPUSCHED_UNREACHABLE_GRACE (did you mean",
+           env={"GPUSCHED_UNREACHABLE_GRACE": "5"})
+      for args in (("schedule", str(EXAMPLES / "01-single-4090.json")),
+                   ("tune", str(EXAMPLES / "tune" / "qwen-image.json")), ("--version",))),
+    Case(("schedule", str(EXAMPLES / "01-single-4090.json")), 2, "invalid setting max_crashes",
+         env={"GPUSCHED_MAX_CRASHES": "many"}),
     Case(("replay",), 2, "unknown setting in", env={"GPUSCHED_CONFIG_DIR": "{bad_config}"}),
     Case(("replay",), 2, "invalid JSON", env={"GPUSCHED_CONFIG_DIR": "{broken_config}"}),
     Case(("worker",), 2, "did you mean", env={"GPUSCHED_DRAIN_INTERVAL": "1"}),

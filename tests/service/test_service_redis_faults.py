@@ -116,6 +116,29 @@ def test_workers_ride_out_redis_out_of_memory(private_redis: RedisServer, tmp_pa
         d.stop()
 
 
+def test_the_cli_says_redis_is_out_of_memory_when_a_cluster_event_is_refused(
+    private_redis: RedisServer, tmp_path: Path,
+) -> None:
+    """``cluster event`` sends through kombu, which wraps Redis's OOM refusal in its own error:
+    still the out-of-memory line ``submit`` and ``cluster apply`` print (exit 1), not "cannot reach"."""
+    d = Deployment(private_redis.url, tmp_path)
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"kind": "worker_state", "worker_id": 1, "state": "unreachable"}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSCHED_")} | d.env
+    try:
+        d.client.apply_cluster(cluster(1, 1))
+        fill_to_maxmemory(d.redis, headroom=4 << 20)
+        done = subprocess.run([sys.executable, "-m", "tasks.edges.cli", "cluster", "event", str(event)],
+                              env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 1, done.stderr
+        assert done.stderr.startswith("gpusched: Redis is out of memory: ") and done.stderr.count("\n") == 1
+        assert "maxmemory" in done.stderr and "cannot reach" not in done.stderr
+        assert d.redis.llen(d.keys.cluster_queue) == 0  # nothing was queued
+    finally:
+        free_filler(d.redis)
+        d.stop()
+
+
 def _decider_waiting_on_lease(client: redis.Redis) -> bool:
     """A connection is blocked in ``BLPOP`` (the decide lease's wake list), not kombu's ``BRPOP``."""
     return any(c.get("cmd") == "blpop" and "b" in c.get("flags", "") for c in client.client_list())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -116,3 +117,19 @@ def test_tune_refusal_from_the_flow_is_one_line_exit_two():
         "gpusched: invalid tune request: Invalid ltx2_two_stage_device_mode='foo'. "
         "Expected one of ('original', 'resident', 'snapshot').\n"
     )
+
+
+def test_a_settings_typo_stops_the_offline_commands_but_not_help():
+    """The offline commands use no setting, but a typo in GPUSCHED_* is still refused (one line,
+    exit 2); --help still prints, so the operator can read how to fix it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSCHED_")}
+    env["GPUSCHED_UNREACHABLE_GRACE"] = "5"
+    expected = ("gpusched: unknown setting in the environment: GPUSCHED_UNREACHABLE_GRACE "
+                "(did you mean GPUSCHED_UNREACHABLE_GRACE_S?)\n")
+    for args in (("schedule", str(EXAMPLES[0])), ("--version",)):
+        proc = subprocess.run([sys.executable, "-m", "tasks.edges.cli", *args], env=env, capture_output=True,
+                              text=True, cwd=ROOT, timeout=60, check=False)
+        assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", expected), args
+    helped = subprocess.run([sys.executable, "-m", "tasks.edges.cli", "--help"], env=env, capture_output=True,
+                            text=True, cwd=ROOT, timeout=60, check=False)
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: gpusched")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from builders import GIB, H100, RTX_4090, gpu, worker
 from service_builders import cluster_of, small_request, worker_row
 
 from tasks.edges.cli_operate import WORKER_ORDERS
-from tasks.edges.cluster_view import Filters, cluster_view, render_cluster, sort_workers
+from tasks.edges.cluster_view import Filters, arrange, cluster_view, render_cluster, sort_workers
 from tasks.testing import Harness
 
 TWENTY_GIB = {"GPUSTACK_MODEL_VRAM_CLAIM": str(20 * GIB)}
@@ -83,3 +84,14 @@ def test_every_cli_sort_order_is_known() -> None:
     assert [[w["id"] for w in sort_workers(workers, order)] for order in WORKER_ORDERS] == [
         [1, 2], [2, 1], [1, 2], [2, 1], [1, 2],
     ]
+
+
+def test_arrange_orders_and_cuts_the_json_workers_and_keeps_the_summary_of_all() -> None:
+    view = cluster_view(_cluster().rt)
+    ordered = arrange(view, "state", 2)
+    assert [w["id"] for w in ordered["workers"]] == [3, 1]  # not ready first, then by id
+    assert ordered["summary"] == view["summary"] and ordered["parked"] == view["parked"]
+    assert arrange(view, "id", 0)["workers"] == []
+    assert [w["id"] for w in arrange(view)["workers"]] == [1, 2, 3]
+    with pytest.raises(ValueError, match="limit must be 0 or more"):
+        arrange(view, "id", -1)

@@ -70,8 +70,31 @@ def test_model_roots_are_absolute_folders(monkeypatch: pytest.MonkeyPatch) -> No
         with pytest.raises(ValidationError, match="model_roots"):
             Settings(model_roots=bad)
     monkeypatch.setenv("GPUSCHED_MODEL_ROOTS", "/models")  # not JSON: one line, no traceback
-    with pytest.raises(SettingsError, match=r'^invalid setting: error parsing value for field "model_roots"'):
+    with pytest.raises(SettingsError) as raised:
         load_settings()
+    assert str(raised.value) == (
+        "invalid setting model_roots: GPUSCHED_MODEL_ROOTS must be a JSON list, "
+        """e.g. GPUSCHED_MODEL_ROOTS='["/models"]'"""
+    )
+
+
+@pytest.mark.parametrize(("environment", "message"), [
+    ({"GPUSCHED_VISIBILITY_TIMEOUT_S": "60"}, "task_time_limit_s: must stay below visibility_timeout_s"),
+    ({"GPUSCHED_TASK_SOFT_TIME_LIMIT_S": "120"}, "task_soft_time_limit_s: must stay below task_time_limit_s"),
+    ({"GPUSCHED_MAX_COUNTDOWN_S": "151"}, "max_countdown_s: must be at most visibility_timeout_s / 2"),
+    ({"GPUSCHED_STUCK_AFTER_S": "300"},
+     "stuck_after_s: must exceed visibility_timeout_s (the broker redelivers first)"),
+])
+def test_a_broken_rule_between_settings_names_the_first_setting_it_involves(
+    monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], message: str,
+) -> None:
+    from tasks.runtime.settings import SettingsError, load_settings
+
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError) as raised:
+        load_settings()
+    assert str(raised.value) == f"invalid setting {message}"
 
 
 def test_the_broker_limit_follows_the_largest_document_limit() -> None:
