@@ -148,7 +148,11 @@ class ClusterState:
         known = self._computed.get(key)
         if known is None:
             full = self._workers.get(worker.id, worker)
-            known = self._per_worker(full, gpu_type, lambda: self._allocatable(full, gpu_type))
+            known = (
+                self._allocatable(full, gpu_type)
+                if self._remembered is None
+                else self._per_worker(full, gpu_type, lambda: self._allocatable(full, gpu_type))
+            )
             self._computed[key] = known
         return known
 
