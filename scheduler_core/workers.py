@@ -112,6 +112,8 @@ def _check_text(view: WorkerView) -> None:
 
 
 def _check_gpu_identity(view: WorkerView) -> None:
+    if len({gpu.index for gpu in view.gpus}) == len(view.gpus):  # the common case: no index repeats
+        return
     indexed = [(gpu.type, gpu.index) for gpu in view.gpus if gpu.index is not None]
     if len(set(indexed)) == len(indexed):
         return
