@@ -98,15 +98,14 @@ def held(gpu_type: str | None, on_worker: Iterable[Holding]) -> tuple[int, dict[
     """RAM and VRAM per GPU index that the holdings on one worker count for ``gpu_type``."""
     ram = 0
     vram: dict[int, int] = {}
-    for holding in on_worker:
-        typed = holding.instance_type
-        if holding.main:
+    for main, typed, held_ram, held_vram in on_worker:  # a Holding's fields, in order
+        if main:
             if gpu_type is not None and typed is not None and typed != gpu_type:
                 continue  # an untyped instance's main claims count for every type
-            ram += holding.ram
+            ram += held_ram
         elif gpu_type is not None and typed != gpu_type:
             continue
-        for index, amount in holding.vram:
+        for index, amount in held_vram:
             vram[index] = vram.get(index, 0) + amount
     return ram, vram
 
