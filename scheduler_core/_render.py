@@ -53,16 +53,22 @@ def _construct(cls: type[_M], **fields: Any) -> _M:
     no extra, no private), without its per-call default/alias handling, which
     costs ~3 µs per object; ``tests/engine/test_render.py`` pins the equivalence.
     """
-    instance = cls.__new__(cls)
+    return _built(cls, fields, _fields_set(cls))
+
+
+def _built(cls: type[_M], fields: dict[str, Any], fields_set: set[str]) -> _M:
+    """:func:`_construct` on a ready field dict and ``cls``'s fields-set (the per-candidate path)."""
+    instance: _M = _new_object(cls)
     _set(instance, "__dict__", fields)
     # Every field is passed, so the fields-set is the class's; one shared set per class
     # (pydantic copies it before changing it: model_copy and __copy__ take a copy).
-    _set(instance, "__pydantic_fields_set__", _fields_set(cls))
+    _set(instance, "__pydantic_fields_set__", fields_set)
     _set(instance, "__pydantic_extra__", None)
     _set(instance, "__pydantic_private__", None)
     return instance
 
 
+_new_object: Any = object.__new__
 _set = object.__setattr__
 _FIELDS_SETS: dict[type[BaseModel], set[str]] = {}
 
@@ -73,6 +79,8 @@ def _fields_set(cls: type[BaseModel]) -> set[str]:
         known = _FIELDS_SETS[cls] = set(cls.model_fields)
     return known
 
+
+_CANDIDATE_FIELDS = _fields_set(CandidateOut)
 
 #: Memo of rendered claims keyed by their content.
 ClaimMemo = dict[tuple[object, ...], ClaimOut]
@@ -120,20 +128,23 @@ def _subordinate_out(sub: Subordinate) -> SubordinateOut:
 
 def candidate_out(candidate: Candidate, score: float, memo: ClaimMemo | None = None) -> CandidateOut:
     """One candidate with its placement score (``memo`` shares equal claim objects)."""
-    subordinates = [_subordinate_out(sub) for sub in candidate.subordinates]
-    return _construct(
-        CandidateOut,
-        worker_id=candidate.worker.id,
-        worker_name=candidate.worker.name,
-        worker_ip=candidate.worker.ip,
-        gpu_type=candidate.gpu_type,
-        gpu_indexes=list(candidate.gpu_indexes),
-        computed_resource_claim=claim_out(candidate.claim, memo),
-        overcommit=candidate.overcommit,
-        score=score,
-        subordinate_workers=subordinates or None,
-        kv_tokens=candidate.kv_tokens,
-    )
+    # Once per listed candidate (thousands for a one-GPU model): the field dict is built
+    # directly, in the model's field order, with the class's fields-set looked up once.
+    worker = candidate.worker
+    subordinates = candidate.subordinates
+    fields = {
+        "worker_id": worker.id,
+        "worker_name": worker.name,
+        "worker_ip": worker.ip,
+        "gpu_type": candidate.gpu_type,
+        "gpu_indexes": list(candidate.gpu_indexes),
+        "computed_resource_claim": claim_out(candidate.claim, memo),
+        "overcommit": candidate.overcommit,
+        "score": score,
+        "subordinate_workers": [_subordinate_out(sub) for sub in subordinates] if subordinates else None,
+        "kv_tokens": candidate.kv_tokens,
+    }
+    return _built(CandidateOut, fields, _CANDIDATE_FIELDS)
 
 
 def event_out(event: Event) -> EventOut:

@@ -148,7 +148,11 @@ class ClusterState:
         known = self._computed.get(key)
         if known is None:
             full = self._workers.get(worker.id, worker)
-            known = self._per_worker(full, gpu_type, lambda: self._allocatable(full, gpu_type))
+            known = (
+                self._allocatable(full, gpu_type)
+                if self._remembered is None
+                else self._per_worker(full, gpu_type, lambda: self._allocatable(full, gpu_type))
+            )
             self._computed[key] = known
         return known
 
@@ -229,7 +233,11 @@ def group_workers_by_gpu_type(
         if not worker.gpus:
             buckets.setdefault(None, []).append(worker)
             continue
-        for gpu_type in dict.fromkeys(g.type for g in worker.gpus):
+        types = dict.fromkeys([g.type for g in worker.gpus])
+        if len(types) == 1:  # the common case: the worker itself is its one type's copy
+            buckets.setdefault(next(iter(types)), []).append(worker)
+            continue
+        for gpu_type in types:
             buckets.setdefault(gpu_type, []).append(worker.of_type(gpu_type))
     return buckets
 

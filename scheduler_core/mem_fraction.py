@@ -217,16 +217,16 @@ class MemFractionCalculator:
         """``_is_npu``: type ``cann``, or any GPU with vendor ascend / type cann."""
         if self._gpu_type == "cann":
             return True
+        # Each distinct (vendor, type) pair is looked at once: thousands of GPUs, a few pairs.
+        pairs = {(gpu.vendor, gpu.type) for worker in workers for gpu in worker.gpus}
         return any(
-            (gpu.vendor or "").lower() == "ascend" or (gpu.type or "").lower() == "cann"
-            for worker in workers
-            for gpu in worker.gpus
+            (vendor or "").lower() == "ascend" or (kind or "").lower() == "cann" for vendor, kind in pairs
         )
 
     def min_gpu_total(self, workers: Sequence[WorkerView]) -> int:
         """``_get_min_gpu_sum``: smallest GPU total (selected GPUs only under manual selection)."""
         if not self._selection.active:  # every GPU of every worker counts
-            return min((min(g.total for g in w.gpus) for w in workers if w.gpus), default=0)
+            return min([g.total for w in workers for g in w.gpus], default=0)
         totals: list[int] = []
         for worker in workers:
             if not worker.gpus:
