@@ -46,6 +46,12 @@ CLI_FLAGS: Mapping[str, tuple[str, ValueKind]] = MappingProxyType(
     }
 )
 
+#: Flags whose value must be one of a fixed set, compared as given (argparse ``choices`` in
+#: upstream ``ServerArgs.add_cli_args``; ``LTX2_TWO_STAGE_DEVICE_MODE_CHOICES``).
+CLI_CHOICES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {"ltx2-two-stage-device-mode": ("original", "resident", "snapshot")}
+)
+
 #: Boolean spellings accepted on the CLI (compared lower-case).
 BOOL_LITERALS: Mapping[str, bool] = MappingProxyType(
     {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
@@ -131,6 +137,14 @@ def _parse_list(flag: str, values: list[str]) -> list[str]:
     return components
 
 
+def _parse_choice(flag: str, text: str) -> str:
+    choices = CLI_CHOICES.get(flag)
+    if choices is not None and text not in choices:
+        listed = ", ".join(repr(choice) for choice in choices)
+        raise ValueError(f"--{flag}: invalid choice {text!r} (choose from {listed})")
+    return text
+
+
 def _convert(flag: str, kind: ValueKind, values: list[str] | None) -> Any:
     if kind == "bool":
         return _parse_bool(flag, values)
@@ -139,7 +153,7 @@ def _convert(flag: str, kind: ValueKind, values: list[str] | None) -> Any:
     if kind == "list":
         return _parse_list(flag, values)
     if kind == "str":
-        return values[0]
+        return _parse_choice(flag, values[0])
     return _parse_number(flag, kind, values[0])
 
 
@@ -150,8 +164,9 @@ def diffusion_args_from_cli(backend_parameters: Sequence[str]) -> dict[str, Any]
     boolean followed by a non-boolean token leaves that token alone). Booleans
     take true/false/1/0/yes/no in any case; ``--layerwise-offload-components``
     takes commas and/or several tokens. Underscores in flag names count as
-    dashes; when a flag repeats the last one wins (argparse). Unknown flags
-    and stray tokens are ignored. Pure.
+    dashes; when a flag repeats the last one wins (argparse). A flag with
+    fixed choices (``CLI_CHOICES``) takes only those, case-sensitive, as
+    SGLang's argparse does. Unknown flags and stray tokens are ignored. Pure.
 
     Raises:
         ValueError: naming the flag when its value does not parse.

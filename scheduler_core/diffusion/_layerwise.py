@@ -89,24 +89,26 @@ def normalize_components(raw: Sequence[str] | str | None) -> list[str] | None:
     keeping the first occurrence.
 
     Returns:
-        None for None; otherwise the normalised list (possibly empty).
+        The normalised list, or None when ``raw`` is None or names nothing
+        (``[]``, ``""``, ``",,"``), as ``normalize_layerwise_offload_components``.
     """
     if raw is None:
         return None
     names = _expand_default(_split_names(raw))
     if ALL_SELECTOR in names:
         return [ALL_SELECTOR]
-    return list(dict.fromkeys(names))
+    return list(dict.fromkeys(names)) or None
 
 
 def with_dit_prepended(components: list[str] | None) -> list[str]:
     """Put the ``dit`` group first, as the legacy ``dit_layerwise_offload`` flag asks.
 
-    A list that already holds ``dit`` or ``all`` (which covers the DiT) is
-    returned unchanged; None becomes ``["dit"]``.
+    Only the literal ``dit`` group counts as already there, so ``["all"]``
+    becomes ``["dit", "all"]`` and ``["transformer"]`` ``["dit", "transformer"]``
+    (``ServerArgs._adjust_layerwise_offload_components``); None becomes ``["dit"]``.
     """
     current = components or []
-    if DIT_GROUP in current or ALL_SELECTOR in current:
+    if DIT_GROUP in current:
         return list(current)
     return [DIT_GROUP, *current]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from ._deployments import DeploymentConfig
 from ._task_types import TaskType, upper_task_type
@@ -18,22 +18,9 @@ from ._task_types import TaskType, upper_task_type
 #: Platforms whose predicates (is_cuda, is_cpu, is_mps, ...) the flow asks (Contract 2).
 PlatformKind = Literal["cuda", "rocm", "npu", "mps", "cpu"]
 
-#: Accepted ``ltx2_two_stage_device_mode`` values; ``snapshot`` is upstream's alias of original.
-LTX2_DEVICE_MODES = ("original", "resident", "snapshot")
-
 
 def _lower_str(value: object) -> object:
     return value.lower() if isinstance(value, str) else value
-
-
-def _check_ltx2_mode(value: str | None) -> str | None:
-    # our wording, not upstream's (upstream's argparse choices reject other values)
-    if value is not None and value not in LTX2_DEVICE_MODES:
-        raise ValueError(f"must be one of {LTX2_DEVICE_MODES}, got {value!r}")
-    return value
-
-
-Ltx2DeviceMode = Annotated[str | None, BeforeValidator(_lower_str), AfterValidator(_check_ltx2_mode)]
 
 
 #: Most GPUs one diffusion deployment may name. The tuner's work grows with the GPU count,
@@ -71,7 +58,9 @@ class ServerArgsInput(BaseModel):
     image_encoder_cpu_offload: bool | None = None
     vae_cpu_offload: bool = False
     enable_torch_compile: bool = False
-    ltx2_two_stage_device_mode: Ltx2DeviceMode = None
+    # Any string: upstream reads (lower-cases, validates) the mode only for LTX-2.3 two-stage
+    # pipelines and leaves it untouched elsewhere (see _server_steps.adjust_ltx2_two_stage_device_mode).
+    ltx2_two_stage_device_mode: str | None = None
 
     def explicit_names(self) -> frozenset[str]:
         """Every argument name the user passed, known or not."""
@@ -93,12 +82,16 @@ class PlatformInfo(BaseModel):
 
 
 class EnvFlags(BaseModel):
-    """The SGLang environment variables the flow reads (None = unset)."""
+    """The SGLang environment variables the flow reads (None = unset).
+
+    ``SGLANG_LTX2_TWO_STAGE_DEVICE_MODE`` is kept as given: the LTX-2.3 step treats
+    an empty value as unset and validates the rest.
+    """
 
     model_config = ConfigDict(frozen=True)
 
     SGLANG_CACHE_DIT_ENABLED: bool | None = None
-    SGLANG_LTX2_TWO_STAGE_DEVICE_MODE: Ltx2DeviceMode = None
+    SGLANG_LTX2_TWO_STAGE_DEVICE_MODE: str | None = None
 
     @property
     def cache_dit_enabled(self) -> bool:

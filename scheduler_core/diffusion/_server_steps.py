@@ -22,11 +22,19 @@ from ._state import ServerArgsState, TuneContext
 #: ``ServerArgs._adjust_offload``: below this total device memory every component offloads.
 LOW_DEVICE_MEMORY_TOTAL_GIB = 30.0
 
-#: Device-name marker that selects the LTX-2.3 resident two-stage mode on CUDA
-#: (``ServerArgs._adjust_ltx2_two_stage_device_mode``).
+#: Device-name marker that selects the LTX-2.3 resident two-stage mode on CUDA, matched
+#: against the upper-cased device name
+#: (``ServerArgs._resolve_default_ltx2_two_stage_device_mode``).
 LTX2_RESIDENT_DEVICE_NAME_MARKER = "H200"
 
-#: ``snapshot`` is a deprecated alias of ``original`` (upstream ``ServerArgs.ltx2_two_stage_device_mode``).
+#: Modes the LTX-2.3 step may leave in ``ltx2_two_stage_device_mode``
+#: (upstream ``LTX2_TWO_STAGE_DEVICE_MODES``).
+LTX2_DEVICE_MODES = ("original", "resident")
+
+#: Values upstream accepts, listed in its error text (``LTX2_TWO_STAGE_DEVICE_MODE_CHOICES``).
+LTX2_DEVICE_MODE_CHOICES = (*LTX2_DEVICE_MODES, "snapshot")
+
+#: ``snapshot`` is a deprecated alias of ``original`` (``_normalize_ltx2_two_stage_device_mode``).
 LTX2_MODE_ALIASES = {"snapshot": "original"}
 
 
@@ -45,21 +53,20 @@ def _offload_targets(ctx: TuneContext) -> tuple[dict[str, bool], str]:
 def adjust_offload(args: ServerArgsState, ctx: TuneContext) -> None:
     """Offload pre-defaults by device memory and task (``_adjust_offload``, step 3a).
 
-    Sets only flags that are still None, except for action (VLA) models,
-    whose four ``*_cpu_offload`` flags are forced False. No-op on CPU.
-    ``vae_cpu_offload`` is never turned on here.
+    Sets only flags that are still None: an explicit value, or one the
+    performance-mode step already chose (memory mode's ``dit_cpu_offload=True``),
+    is kept. Action (VLA) models default every still-unset ``*_cpu_offload``
+    flag to False. No-op on CPU. ``vae_cpu_offload`` is never turned on here.
     """
     if ctx.is_cpu:
         return
     if ctx.pipeline.is_action_gen:
-        for flag in ALL_FLAGS:
-            args.set_offload_flag(flag, False)
-        ctx.log(
-            "Offload pre-defaults for action task VLA_ACTION: "
-            + ", ".join(f"{flag}=False" for flag in ALL_FLAGS)
-        )
-        return
-    targets, reason = _offload_targets(ctx)
+        # server_args.py: ServerArgs._adjust_offload fills the action defaults flag by flag
+        # (`if ... is None`), like the other branches; it never overrides a set value.
+        targets = dict.fromkeys(ALL_FLAGS, False)
+        reason = f"action task {ctx.pipeline.task_type}"
+    else:
+        targets, reason = _offload_targets(ctx)
     changed: list[str] = []
     for flag, value in targets.items():
         if args.offload_flag(flag) is None:
@@ -73,7 +80,8 @@ def _default_ltx2_mode(ctx: TuneContext) -> tuple[str, str]:
     if not ctx.is_cuda:
         return "original", f"default on non-CUDA platform {ctx.platform.kind}"
     device_name = ctx.platform.device_name or ""
-    if LTX2_RESIDENT_DEVICE_NAME_MARKER in device_name:
+    # upstream upper-cases get_device_name(0) first, so "nvidia h200" counts too
+    if LTX2_RESIDENT_DEVICE_NAME_MARKER in device_name.upper():
         return "resident", f"default: device name {device_name!r} contains 'H200'"
     total = ctx.total_memory_gib()
     if total >= LTX2_RESIDENT_AUTO_ENABLE_MEM_GB:
@@ -86,7 +94,8 @@ def _default_ltx2_mode(ctx: TuneContext) -> tuple[str, str]:
 def _chosen_ltx2_mode(args: ServerArgsState, ctx: TuneContext) -> tuple[str, str]:
     if args.ltx2_two_stage_device_mode is not None:
         return args.ltx2_two_stage_device_mode, "explicit ltx2_two_stage_device_mode"
-    if ctx.ltx2_env_mode is not None:
+    # upstream reads the env only when non-empty (`if env_mode`): "" counts as unset
+    if ctx.ltx2_env_mode:
         return ctx.ltx2_env_mode, "env SGLANG_LTX2_TWO_STAGE_DEVICE_MODE"
     return _default_ltx2_mode(ctx)
 
@@ -94,15 +103,25 @@ def _chosen_ltx2_mode(args: ServerArgsState, ctx: TuneContext) -> tuple[str, str
 def adjust_ltx2_two_stage_device_mode(args: ServerArgsState, ctx: TuneContext) -> None:
     """Pick the LTX-2.3 two-stage device mode: explicit, then env, then the default (step 4).
 
-    Only for LTX-2.3 two-stage pipelines; ``snapshot`` becomes ``original``.
-    Runs in every performance mode.
+    Only for LTX-2.3 two-stage pipelines; other pipelines keep the given value
+    untouched, whatever it is. The explicit or env value is lower-cased and
+    ``snapshot`` becomes ``original``. Runs in every performance mode.
+
+    Raises:
+        ValueError: upstream's text, when the explicit or env value is not a mode.
     """
     if not ctx.pipeline.is_ltx23_two_stage:
         return
-    mode, source = _chosen_ltx2_mode(args, ctx)
+    chosen, source = _chosen_ltx2_mode(args, ctx)
+    mode = chosen.lower()
     if mode in LTX2_MODE_ALIASES:
         source = f"{source}; {mode!r} is a deprecated alias of {LTX2_MODE_ALIASES[mode]!r}"
         mode = LTX2_MODE_ALIASES[mode]
+    if mode not in LTX2_DEVICE_MODES:
+        # server_args.py: ServerArgs._adjust_ltx2_two_stage_device_mode
+        raise ValueError(
+            f"Invalid ltx2_two_stage_device_mode={mode!r}. Expected one of {LTX2_DEVICE_MODE_CHOICES}."
+        )
     args.ltx2_two_stage_device_mode = mode
     ctx.log(f"LTX-2.3 two-stage device mode: ltx2_two_stage_device_mode={mode} ({source})")
 
@@ -128,23 +147,28 @@ def adjust_platform_specific(args: ServerArgsState, ctx: TuneContext) -> None:
 def adjust_layerwise_offload_components(args: ServerArgsState, ctx: TuneContext) -> None:
     """Normalise the layerwise list and switch off the CPU offload it replaces (step 9).
 
-    ``dit_layerwise_offload`` prepends ``dit``; an empty list becomes None.
-    Selected text/image-encoder and VAE groups get their ``*_cpu_offload``
-    set False; ``dit_cpu_offload`` is kept (it governs load-time residency).
+    ``dit_layerwise_offload`` prepends ``dit`` unless the list already names
+    that group. When the result names nothing, the value is left as it was
+    (None stays None, an explicit ``[]`` stays ``[]``). Selected
+    text/image-encoder and VAE groups get their ``*_cpu_offload`` set False;
+    ``dit_cpu_offload`` is kept (it governs load-time residency).
     """
     raw = args.layerwise_offload_components
     components = normalize_components(raw)
     if args.dit_layerwise_offload:
         components = with_dit_prepended(components)
-    normalized = components or None
-    if normalized != raw:
-        ctx.log(f"Normalized layerwise_offload_components: {raw} -> {normalized}")
-    args.layerwise_offload_components = normalized
+    if components is None:
+        # server_args.py: ServerArgs._adjust_layerwise_offload_components assigns only a
+        # normalised list that names something; otherwise the raw value stays.
+        return
+    if components != raw:
+        ctx.log(f"Normalized layerwise_offload_components: {raw} -> {components}")
+    args.layerwise_offload_components = components
     disabled: list[str] = []
-    for component in normalized or []:
+    for component in components:
         for flag in offload_flags_for(component):
             if flag != DIT_FLAG and args.offload_flag(flag) is not False:
                 args.set_offload_flag(flag, False)
                 disabled.append(f"{flag}=False")
     if disabled:
-        ctx.log(f"Layerwise offload of {normalized} replaces CPU offload: {', '.join(disabled)}")
+        ctx.log(f"Layerwise offload of {components} replaces CPU offload: {', '.join(disabled)}")

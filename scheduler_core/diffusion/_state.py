@@ -56,7 +56,10 @@ class ServerArgsState:
     def from_input(cls, given: ServerArgsInput, performance_mode: str) -> ServerArgsState:
         """Start from the user's values (upstream defaults where absent)."""
         raw_components = given.layerwise_offload_components
-        components = [raw_components] if isinstance(raw_components, str) else raw_components
+        components = raw_components
+        if isinstance(raw_components, str):
+            # a string is one comma list; "" names nothing and, like upstream's "", is falsy
+            components = [raw_components] if raw_components else []
         return cls(
             performance_mode=performance_mode,
             num_gpus=given.num_gpus,

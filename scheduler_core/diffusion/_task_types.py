@@ -28,5 +28,5 @@ def is_image_gen(task_type: str) -> bool:
 
 
 def is_action_gen(task_type: str) -> bool:
-    """Whether ``task_type`` is the action (VLA) task, which never offloads."""
+    """Whether ``task_type`` is the action (VLA) task, whose unset offload flags default off."""
     return task_type == ACTION_GEN_TASK

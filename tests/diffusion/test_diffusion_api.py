@@ -132,9 +132,10 @@ def test_unknown_explicit_args_count_as_explicit_but_are_ignored(run):
         ({"explicit_args": {"num_gpus": 0}}, "explicit_args.num_gpus"),
         ({"explicit_args": {"layerwise_offload_components": 3}}, "layerwise_offload_components"),
         (
-            {"explicit_args": {"ltx2_two_stage_device_mode": "fast"}},
+            {"explicit_args": {"ltx2_two_stage_device_mode": 2}},
             "explicit_args.ltx2_two_stage_device_mode",
         ),
+        ({"env": {"SGLANG_LTX2_TWO_STAGE_DEVICE_MODE": True}}, "env.SGLANG_LTX2_TWO_STAGE_DEVICE_MODE"),
         ({"platform": {"kind": "tpu"}}, "platform.kind"),
         (
             {"platform": {"kind": "cuda", "available_memory_gib_by_device": {"0": -1}}},

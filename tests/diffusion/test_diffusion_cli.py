@@ -146,12 +146,26 @@ def test_last_occurrence_wins_and_underscores_count_as_dashes():
         (["--num-gpus"], "--num-gpus"),
         (["--performance-mode", "--tp-size", "1"], "--performance-mode"),
         (["--layerwise-offload-components=,"], "--layerwise-offload-components"),
+        (["--ltx2-two-stage-device-mode", "foo"], "--ltx2-two-stage-device-mode"),
     ],
 )
 def test_bad_values_raise_value_error_naming_the_flag(tokens, flag):
     """Rule: a value that does not parse is a ValueError naming the flag."""
     with pytest.raises(ValueError, match=flag):
         diffusion_args_from_cli(tokens)
+
+
+def test_choice_flags_take_argparse_choices_as_given():
+    """Rule: --ltx2-two-stage-device-mode has argparse choices original/resident/snapshot (case-sensitive)."""
+    assert diffusion_args_from_cli(["--ltx2-two-stage-device-mode", "snapshot"]) == {
+        "ltx2_two_stage_device_mode": "snapshot"
+    }
+    with pytest.raises(ValueError) as raised:
+        diffusion_args_from_cli(["--ltx2-two-stage-device-mode=Resident"])
+    assert str(raised.value) == (
+        "--ltx2-two-stage-device-mode: invalid choice 'Resident' "
+        "(choose from 'original', 'resident', 'snapshot')"
+    )
 
 
 def test_cli_args_feed_tune_as_explicit_args(make_request):

@@ -174,6 +174,81 @@ def test_family_facts_follow_upstream():
     assert catalog.pipelines["Pi05PipelineConfig"].family.task_type == "VLA_ACTION"
 
 
+#: Each class's ``task_type`` default upstream (configs/pipeline_configs/*.py at bd3f6a79,
+#: inheritance resolved). Names do not decide it: LongLive2T2VConfig inherits
+#: Wan2_2_TI2V_5B_Config and declares TI2V; JoyEcho overrides its LTX-2 parent's TI2V with T2V.
+UPSTREAM_TASK_TYPES = {
+    "WanT2V480PConfig": "T2V",
+    "WanT2V720PConfig": "T2V",
+    "TurboWanT2V480PConfig": "T2V",
+    "Wan2_2_TI2V_5B_Config": "TI2V",
+    "FastWan2_2_TI2V_5B_Config": "TI2V",
+    "Wan2_2_T2V_A14B_Config": "T2V",
+    "SelfForcingWanT2V480PConfig": "T2V",
+    "LongLive2T2VConfig": "TI2V",
+    "WanI2V480PConfig": "I2V",
+    "WanI2V720PConfig": "I2V",
+    "TurboWanI2V720Config": "I2V",
+    "Wan2_2_I2V_A14B_Config": "I2V",
+    "LingBotWorldI2VConfig": "I2V",
+    "LingBotWorldCausalDMDConfig": "I2V",
+    "LingBotWorldV2CausalDMDConfig": "I2V",
+    "TurboWanT2V1_3B480PConfig": "T2V",
+    "FastWan2_1_T2V_480P_Config": "T2V",
+    "MOVAPipelineConfig": "I2V",
+    "MOVA360PConfig": "I2V",
+    "MOVA720PConfig": "I2V",
+    "LTX2PipelineConfig": "TI2V",
+    "LTX2I2VPipelineConfig": "TI2V",
+    "LTX23PipelineConfig": "TI2V",
+    "JoyEchoPipelineConfig": "T2V",
+    "ZImagePipelineConfig": "T2I",
+    "SanaWMPipelineConfig": "TI2V",
+    "SanaWMRealtimeConfig": "TI2V",
+    "FastHunyuanConfig": "T2V",
+    "HunyuanConfig": "T2V",
+    "Pi05PipelineConfig": "VLA_ACTION",
+    "QwenImagePipelineConfig": "T2I",
+    "QwenImageEditPipelineConfig": "I2I",
+    "QwenImageEditPlusPipelineConfig": "I2I",
+    "FluxPipelineConfig": "T2I",
+    "Flux2PipelineConfig": "TI2I",
+    "Flux2KleinPipelineConfig": "TI2I",
+    "StableDiffusion3PipelineConfig": "T2I",
+    "SanaPipelineConfig": "T2I",
+    "GlmImagePipelineConfig": "TI2I",
+    "Hunyuan3D2PipelineConfig": "I2M",
+    "DiffusersGenericPipelineConfig": "T2I",
+}
+
+
+def test_task_types_are_the_class_defaults_upstream():
+    """Rule: family.task_type is the config class's ``task_type`` default, for every class."""
+    catalog = load_deployment_configs()
+    assert {name: e.family.task_type for name, e in catalog.pipelines.items()} == UPSTREAM_TASK_TYPES
+
+
+def test_pipeline_rules_use_the_class_task_type():
+    """Rule: a rule's task is its class's (upstream reads pipeline_config.task_type).
+
+    Only the diffusers-generic class differs: upstream swaps in its per-task
+    subclass (e.g. DiffusersT2VPipelineConfig) for a video pipeline.
+    """
+    catalog = load_deployment_configs()
+    mismatched = [
+        (rule.repo_id or rule.class_name, rule.task_type)
+        for rule in load_pipeline_rules().rules
+        if rule.task_type != catalog.pipelines[rule.pipeline_config_class].family.task_type
+    ]
+    assert mismatched == [("LTXPipeline", "T2V")]
+
+
+def test_unknown_class_without_task_type_names_the_field(make_request):
+    """Rule: a task type neither given nor known for the class is a ValueError naming it."""
+    with pytest.raises(ValueError, match=r"pipeline\.task_type: not given and not known"):
+        tune(make_request("MyNewPipelineConfig"))
+
+
 def test_loader_is_cached_per_directory():
     """Rule: loaded and validated once, lazily cached."""
     assert load_deployment_configs() is load_deployment_configs(REPO_CONFIGS)

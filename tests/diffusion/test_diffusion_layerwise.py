@@ -33,12 +33,16 @@ ALL_FLAGS = (
         ("vae,default", ["vae", "text_encoder", "image_encoder"]),
         ("vae,all,dit", ["all"]),
         ("vae,vae,text_encoder,VAE", ["vae", "text_encoder"]),
-        ("", []),
-        (",, ,", []),
+        ("", None),
+        (",, ,", None),
+        ([], None),
     ],
 )
 def test_normalize_components(raw, expected):
-    """Rule: split commas, '-'->'_', lower-case, expand default, 'all' wins, dedupe in order."""
+    """Rule: split commas, '-'->'_', lower-case, expand default, 'all' wins, dedupe in order.
+
+    A list naming nothing normalises to None (``normalize_layerwise_offload_components``).
+    """
     assert normalize_components(raw) == expected
 
 
@@ -54,11 +58,15 @@ def test_normalize_components_is_idempotent():
         (None, ["dit"]),
         (["vae"], ["dit", "vae"]),
         (["vae", "dit"], ["vae", "dit"]),
-        (["all"], ["all"]),
+        (["all"], ["dit", "all"]),
+        (["transformer"], ["dit", "transformer"]),
     ],
 )
 def test_with_dit_prepended(components, expected):
-    """Rule: dit_layerwise_offload prepends 'dit' (None -> ['dit']); 'all' already covers it."""
+    """Rule: prepend 'dit' unless the literal 'dit' group is listed (None -> ['dit']).
+
+    Upstream checks ``"dit" not in`` the list only, so 'all' and DiT aliases get it too.
+    """
     assert with_dit_prepended(components) == expected
 
 
@@ -162,7 +170,31 @@ def test_normalisation_default_selector_and_dedupe(run):
     )
 
 
-def test_normalisation_empty_list_becomes_none(run):
-    """Rule: an empty list after normalisation is stored as None (our reading)."""
-    result = run(explicit={"layerwise_offload_components": ""})
-    assert result.layerwise_offload_components is None
+@pytest.mark.parametrize("raw", [[], "", [" , "]])
+def test_normalisation_naming_nothing_keeps_the_given_value(run, raw):
+    """Rule: upstream assigns the normalised list only when it names something.
+
+    An explicit ``[]`` (or ``""``, read as ``[]``) stays ``[]``; a list of blanks
+    stays as given; no CPU-offload flag is switched off.
+    """
+    result = run(explicit={"layerwise_offload_components": raw})
+    assert result.layerwise_offload_components == ([] if raw == "" else raw)
+    assert result.text_encoder_cpu_offload is True  # the image-task pre-default stands
+    assert not [line for line in result.logs if line.startswith("Normalized layerwise")]
+
+
+def test_normalisation_legacy_flag_with_empty_list_gives_dit(run):
+    """Rule: dit_layerwise_offload=True with a list naming nothing -> ['dit']."""
+    result = run(explicit={"dit_layerwise_offload": True, "layerwise_offload_components": []})
+    assert result.layerwise_offload_components == ["dit"]
+
+
+def test_normalisation_legacy_flag_prepends_dit_to_all(run):
+    """Rule: dit_layerwise_offload=True with ['all'] -> ['dit', 'all'] ('all' is not the 'dit' group)."""
+    result = run(explicit={"dit_layerwise_offload": True, "layerwise_offload_components": ["all"]})
+    assert result.layerwise_offload_components == ["dit", "all"]
+    assert "Normalized layerwise_offload_components: ['all'] -> ['dit', 'all']" in result.logs
+    assert result.dit_cpu_offload is True
+    assert result.text_encoder_cpu_offload is False
+    assert result.image_encoder_cpu_offload is False
+    assert result.vae_cpu_offload is False

@@ -26,6 +26,17 @@ def test_ltx2_mode_default_resident_for_h200_name(run):
     ]
 
 
+@pytest.mark.parametrize("device_name", ["nvidia h200", "NVIDIA H200 NVL", "h200"])
+def test_ltx2_mode_h200_name_match_ignores_case(run, device_name):
+    """Rule: upstream upper-cases get_device_name(0) before looking for 'H200'."""
+    result = run(LTX23, pipeline=TWO_STAGE, device_name=device_name, total=120)
+    assert result.ltx2_two_stage_device_mode == "resident"
+    assert _mode_log(result) == [
+        "LTX-2.3 two-stage device mode: ltx2_two_stage_device_mode=resident "
+        f"(default: device name {device_name!r} contains 'H200')"
+    ]
+
+
 @pytest.mark.parametrize(("total", "mode"), [(130.0, "resident"), (129.9, "original")])
 def test_ltx2_mode_default_by_130gib_total(run, total, mode):
     """Rule: on CUDA total memory >= 130 GiB (LTX2_RESIDENT_AUTO_ENABLE_MEM_GB) -> resident."""
@@ -54,6 +65,16 @@ def test_ltx2_mode_env_beats_default(run, env, device_name, expected):
     """Rule: SGLANG_LTX2_TWO_STAGE_DEVICE_MODE wins over the default."""
     result = run(LTX23, pipeline=TWO_STAGE, ltx2_env=env, device_name=device_name)
     assert result.ltx2_two_stage_device_mode == expected
+
+
+@pytest.mark.parametrize(
+    ("device_name", "expected"), [("NVIDIA H200", "resident"), ("NVIDIA H100", "original")]
+)
+def test_ltx2_mode_empty_env_counts_as_unset(run, device_name, expected):
+    """Rule: upstream uses the env only when non-empty (``if env_mode``): "" -> the default."""
+    result = run(LTX23, pipeline=TWO_STAGE, ltx2_env="", device_name=device_name)
+    assert result.ltx2_two_stage_device_mode == expected
+    assert "(default: " in _mode_log(result)[0]
 
 
 def test_ltx2_mode_explicit_beats_env(run):
@@ -86,6 +107,45 @@ def test_ltx2_mode_untouched_for_other_pipelines(run):
     assert plain.ltx2_two_stage_device_mode is None
     assert given.ltx2_two_stage_device_mode == "resident"
     assert _mode_log(plain) == [] and _mode_log(given) == []
+
+
+@pytest.mark.parametrize("value", ["SNAPSHOT", "Resident", "foo"])
+def test_ltx2_mode_not_read_for_other_pipelines(run, value):
+    """Rule: off LTX-2.3 two-stage, upstream neither lower-cases, maps nor validates the mode."""
+    result = run(explicit={"ltx2_two_stage_device_mode": value}, ltx2_env="bogus")
+    assert result.ltx2_two_stage_device_mode == value
+    assert _mode_log(result) == []
+
+
+@pytest.mark.parametrize(
+    ("explicit", "env", "shown"),
+    [
+        ({"ltx2_two_stage_device_mode": "foo"}, None, "foo"),
+        ({"ltx2_two_stage_device_mode": "FAST"}, "resident", "fast"),
+        ({"ltx2_two_stage_device_mode": ""}, None, ""),
+        ({}, "foo", "foo"),
+        ({}, " ", " "),
+    ],
+)
+def test_ltx2_invalid_mode_raises_upstream_text(run, explicit, env, shown):
+    """Rule: an explicit or env value that is not a mode -> upstream's ValueError.
+
+    The value is lower-cased first, so the text shows it lower-cased; the
+    listed choices include the ``snapshot`` alias.
+    """
+    expected = (
+        f"Invalid ltx2_two_stage_device_mode={shown!r}. "
+        "Expected one of ('original', 'resident', 'snapshot')."
+    )
+    with pytest.raises(ValueError) as raised:
+        run(LTX23, pipeline=TWO_STAGE, explicit=explicit, ltx2_env=env)
+    assert str(raised.value) == expected
+
+
+def test_ltx2_explicit_mode_is_lower_cased(run):
+    """Rule: on LTX-2.3 two-stage the explicit value is lower-cased before use."""
+    result = run(LTX23, pipeline=TWO_STAGE, explicit={"ltx2_two_stage_device_mode": "RESIDENT"})
+    assert result.ltx2_two_stage_device_mode == "resident"
 
 
 def test_ltx2_mode_chosen_in_manual_mode_too(run):

@@ -51,13 +51,33 @@ def test_adjust_offload_only_fills_unset_flags(run):
     assert result.dit_cpu_offload is True
 
 
-def test_adjust_offload_action_task_forces_every_offload_off(run):
-    """Rule: VLA_ACTION -> dit/text/image/vae offload False (Pi0.5), explicit True included."""
-    result = run("Pi05PipelineConfig", explicit={"dit_cpu_offload": True, "vae_cpu_offload": True})
+def test_adjust_offload_action_task_defaults_unset_flags_off(run):
+    """Rule: VLA_ACTION (Pi0.5) -> every still-unset *_cpu_offload flag defaults to False."""
+    result = run("Pi05PipelineConfig")
+    assert (
+        "Offload pre-defaults (action task VLA_ACTION): dit_cpu_offload=False, "
+        "text_encoder_cpu_offload=False, image_encoder_cpu_offload=False" in result.logs
+    )
     assert result.dit_cpu_offload is False
     assert result.text_encoder_cpu_offload is False
     assert result.image_encoder_cpu_offload is False
     assert result.vae_cpu_offload is False
+
+
+def test_adjust_offload_action_task_keeps_explicit_offload(run):
+    """Rule: the action branch fills None flags only (``if self.dit_cpu_offload is None``, ...).
+
+    Explicit dit/vae True survive; text/image encoder, unset, default to False.
+    """
+    result = run("Pi05PipelineConfig", explicit={"dit_cpu_offload": True, "vae_cpu_offload": True})
+    assert (
+        "Offload pre-defaults (action task VLA_ACTION): text_encoder_cpu_offload=False, "
+        "image_encoder_cpu_offload=False" in result.logs
+    )
+    assert result.dit_cpu_offload is True
+    assert result.text_encoder_cpu_offload is False
+    assert result.image_encoder_cpu_offload is False
+    assert result.vae_cpu_offload is True
     assert result.layerwise_offload_components is None
 
 
@@ -65,8 +85,11 @@ def test_action_task_gets_no_default_layerwise(run):
     """Rule: default layerwise components are empty for action models, even in memory mode."""
     result = run("Pi05PipelineConfig", explicit={"performance_mode": "memory"})
     assert result.layerwise_offload_components is None
-    # memory mode set dit_cpu_offload=True first; the action branch of _adjust_offload forces it off
-    assert result.dit_cpu_offload is False
+    # memory mode sets dit_cpu_offload=True before _adjust_offload, whose action branch
+    # only fills flags still None, so upstream keeps it
+    assert result.dit_cpu_offload is True
+    assert result.text_encoder_cpu_offload is False
+    assert result.image_encoder_cpu_offload is False
 
 
 # --- auto residency threshold (45 image / 120 other / per model) ----------------------------

@@ -16,24 +16,27 @@ from scheduler_core.diffusion import PipelineInfo, pipeline_from_model_index, tu
         ("Wan-AI/Wan2.1-T2V-1.3B-Diffusers", "WanT2V480PConfig", "T2V", True),
         ("Wan-AI/Wan2.1-T2V-14B-Diffusers", "WanT2V720PConfig", "T2V", True),
         ("FastVideo/FastWan2.1-T2V-1.3B-Diffusers", "FastWan2_1_T2V_480P_Config", "T2V", True),
-        ("Lightricks/LTX-2.3", "LTX23PipelineConfig", "T2V", True),
-        ("Lightricks/LTX-2", "LTX2PipelineConfig", "T2V", True),
+        ("Lightricks/LTX-2.3", "LTX23PipelineConfig", "TI2V", True),
+        ("Lightricks/LTX-2", "LTX2PipelineConfig", "TI2V", True),
         ("Tongyi-MAI/Z-Image-Turbo", "ZImagePipelineConfig", "T2I", False),
         ("Tongyi-MAI/Z-Image", "ZImagePipelineConfig", "T2I", True),
         ("Qwen/Qwen-Image", "QwenImagePipelineConfig", "T2I", True),
         ("Qwen/Qwen-Image-2512", "QwenImagePipelineConfig", "T2I", True),
-        ("Qwen/Qwen-Image-Edit", "QwenImageEditPipelineConfig", "TI2I", True),
-        ("Qwen/Qwen-Image-Edit-2509", "QwenImageEditPlusPipelineConfig", "TI2I", True),
+        ("Qwen/Qwen-Image-Edit", "QwenImageEditPipelineConfig", "I2I", True),
+        ("Qwen/Qwen-Image-Edit-2509", "QwenImageEditPlusPipelineConfig", "I2I", True),
         ("black-forest-labs/FLUX.1-dev", "FluxPipelineConfig", "T2I", False),
-        ("black-forest-labs/FLUX.2-dev", "Flux2PipelineConfig", "T2I", False),
-        ("black-forest-labs/FLUX.2-klein-base-4B", "Flux2KleinPipelineConfig", "T2I", True),
-        ("black-forest-labs/FLUX.2-klein-4B", "Flux2KleinPipelineConfig", "T2I", False),
+        ("black-forest-labs/FLUX.2-dev", "Flux2PipelineConfig", "TI2I", False),
+        ("black-forest-labs/FLUX.2-klein-base-4B", "Flux2KleinPipelineConfig", "TI2I", True),
+        ("black-forest-labs/FLUX.2-klein-4B", "Flux2KleinPipelineConfig", "TI2I", False),
         ("hunyuanvideo-community/HunyuanVideo", "HunyuanConfig", "T2V", False),
         ("FastVideo/FastHunyuan-diffusers", "FastHunyuanConfig", "T2V", False),
     ],
 )
 def test_repo_id_rules(repo_id, config_class, task_type, uses_cfg):
-    """Rule: repo-id rules map HF repos to the SGLang config class, task and CFG default."""
+    """Rule: repo-id rules map HF repos to the SGLang config class, task and CFG default.
+
+    The task is the class's ``task_type`` default upstream (pipeline_configs/*.py).
+    """
     info = pipeline_from_model_index(None, repo_id)
     assert info == PipelineInfo(
         pipeline_config_class=config_class, task_type=task_type, model_default_uses_cfg=uses_cfg
@@ -44,13 +47,13 @@ def test_repo_id_rules(repo_id, config_class, task_type, uses_cfg):
     ("class_name", "config_class", "task_type", "uses_cfg"),
     [
         ("QwenImagePipeline", "QwenImagePipelineConfig", "T2I", True),
-        ("QwenImageEditPipeline", "QwenImageEditPipelineConfig", "TI2I", True),
+        ("QwenImageEditPipeline", "QwenImageEditPipelineConfig", "I2I", True),
         ("FluxPipeline", "FluxPipelineConfig", "T2I", False),
-        ("Flux2Pipeline", "Flux2PipelineConfig", "T2I", False),
+        ("Flux2Pipeline", "Flux2PipelineConfig", "TI2I", False),
         ("WanPipeline", "WanT2V480PConfig", "T2V", True),
         ("WanImageToVideoPipeline", "WanI2V480PConfig", "I2V", True),
         ("HunyuanVideoPipeline", "HunyuanConfig", "T2V", False),
-        ("LTX2Pipeline", "LTX2PipelineConfig", "T2V", True),
+        ("LTX2Pipeline", "LTX2PipelineConfig", "TI2V", True),
         ("LTXPipeline", "DiffusersGenericPipelineConfig", "T2V", True),
         ("ZImagePipeline", "ZImagePipelineConfig", "T2I", True),
         ("SanaPipeline", "SanaPipelineConfig", "T2I", True),

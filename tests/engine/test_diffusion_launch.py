@@ -136,17 +136,25 @@ def test_dp_size_reaches_the_tuner_validation():
 
 def test_tuner_input_errors_name_the_field():
     """Bad input: a malformed tuner input names its model field and location."""
-    bad = z_image(env={"SGLANG_LTX2_TWO_STAGE_DEVICE_MODE": "bogus"})
+    bad = z_image(backend_parameters=["--ltx2-two-stage-device-mode", "bogus"])
     result = schedule(request(bad, [uniform_worker(1, "big", 1, H100)]))
     assert result.launch.diffusion["error"] == {
-        "code": "invalid_diffusion_arguments",
-        "message": "env.SGLANG_LTX2_TWO_STAGE_DEVICE_MODE: must be one of ('original', 'resident', "
-        "'snapshot'), got 'bogus'",
-        "field": "model.env",
+        "code": "invalid_backend_parameters",
+        "message": "--ltx2-two-stage-device-mode: invalid choice 'bogus' "
+        "(choose from 'original', 'resident', 'snapshot')",
+        "field": "model.backend_parameters",
     }
     bad = z_image(backend_parameters=["--num-gpus", "1", "--cfg-parallel-degree", "0"])
     result = schedule(request(bad, [uniform_worker(1, "big", 1, H100)]))
     assert result.launch.diffusion["error"]["message"].startswith("explicit_args.cfg_parallel_degree")
+
+
+def test_ltx2_env_is_not_read_for_other_pipelines():
+    """Rule: upstream reads SGLANG_LTX2_TWO_STAGE_DEVICE_MODE only for LTX-2.3 two-stage pipelines."""
+    model = z_image(env={"SGLANG_LTX2_TWO_STAGE_DEVICE_MODE": "bogus"})
+    result = schedule(request(model, [uniform_worker(1, "big", 1, H100)]))
+    assert "error" not in result.launch.diffusion
+    assert result.launch.diffusion["flags"]["ltx2_two_stage_device_mode"] is None
 
 
 def test_cache_dit_env_reads_like_sglang():

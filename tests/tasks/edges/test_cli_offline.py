@@ -99,6 +99,26 @@ def test_tune_prints_result():
     assert result["dit_cpu_offload"] is True
 
 
+def test_tune_refusal_from_the_flow_is_one_line_exit_two():
+    """A ValueError raised inside tune() (upstream's LTX-2.3 mode check) prints one line, exit 2."""
+    request = {
+        "explicit_args": {"ltx2_two_stage_device_mode": "foo"},
+        "platform": {
+            "kind": "cuda",
+            "device_total_memory_gib": 80,
+            "available_memory_gib_by_device": {"0": 80},
+        },
+        "pipeline": {"pipeline_config_class": "LTX23PipelineConfig", "is_ltx23_two_stage_pipeline": True},
+    }
+    proc = run("tune", "-", stdin=json.dumps(request))
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr == (
+        "gpusched: invalid tune request: Invalid ltx2_two_stage_device_mode='foo'. "
+        "Expected one of ('original', 'resident', 'snapshot').\n"
+    )
+
+
 def test_a_settings_typo_stops_the_offline_commands_but_not_help():
     """The offline commands use no setting, but a typo in GPUSCHED_* is still refused (one line,
     exit 2); --help still prints, so the operator can read how to fix it."""
