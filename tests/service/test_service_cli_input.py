@@ -212,6 +212,9 @@ SERVICE = [
     Case(("submit", "{list_one_bad}"), 2, "bad-2: model.backend"),
     Case(("submit", "{null}"), 2, "rejected"),
     Case(("submit", "{good}"), 1, "standard output is closed", stdout="closed"),
+    # an endless input is refused at the CLI's read limit (it grew to gigabytes before)
+    *(Case((*command, "/dev/zero"), 2, "/dev/zero: more than 268435456 bytes")
+      for command in (("submit",), ("schedule",))),
     Case(("cluster", "apply", "{snapshot_bad_row}"), 2, "workers.0.id"),
     Case(("cluster", "apply", "{snapshot_semicolon}"), 2, "workers.0.status.gpu_devices.0.type: must match"),
     Case(("cluster", "apply", "{snapshot_dup}"), 2, "workers.1.id: duplicate worker id"),
