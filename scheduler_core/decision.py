@@ -150,7 +150,8 @@ def _schedule(
 ) -> ScheduleResult:
     deep = deep_field(request) if isinstance(request, Mapping) else None
     if deep is not None:
-        return _render.rejected(request_id, "invalid_request", f"nested more than {MAX_DEPTH} levels deep", deep)
+        message = f"nested more than {MAX_DEPTH} levels deep"
+        return _render.rejected(request_id, "invalid_request", message, deep)
     try:
         parsed = request if isinstance(request, ScheduleRequest) else ScheduleRequest.model_validate(request)
     except ValidationError as error:

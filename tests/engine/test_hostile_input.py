@@ -63,7 +63,8 @@ def _json_digest_id(raw: dict[str, Any]) -> str:
 @pytest.mark.parametrize(
     ("where", "message"),
     [
-        ("model.hf_config", "Failed to parse model qwen2.5-7b hyperparameters: nested more than 64 levels deep"),
+        ("model.hf_config",
+         "Failed to parse model qwen2.5-7b hyperparameters: nested more than 64 levels deep"),
         ("model.env", "nested more than 64 levels deep"),
         ("annotations", "nested more than 64 levels deep"),
     ],
@@ -91,7 +92,8 @@ def test_a_request_that_contains_itself_is_rejected_under_the_fixed_id():
     del raw["request_id"]
     raw["annotations"] = [raw]
     result = schedule(raw)
-    assert (result.request_id, result.status, result.error.field) == (UNHASHABLE_REQUEST_ID, "rejected", "request")
+    assert (result.request_id, result.status) == (UNHASHABLE_REQUEST_ID, "rejected")
+    assert result.error.field == "request"
 
 
 def test_deep_field_is_named_the_same_with_or_without_an_id():
