@@ -39,7 +39,7 @@ from scheduler_core.diffusion_launch import ExplicitArgs, explicit_diffusion_arg
 from scheduler_core.errors import RequestError
 from scheduler_core.estimate import ModelFacts, estimate_vram, is_llm, model_ram_claim, resolve_model_facts
 from scheduler_core.framework import GPUSTACK, PRECISE, Chain, run_filters, run_strategies
-from scheduler_core.limits import MAX_DEPTH, encodable, too_deep
+from scheduler_core.limits import MAX_DEPTH, encodable, flat_canonical_json, too_deep
 from scheduler_core.mem_fraction import FractionFlags, FractionInputs, MemFractionCalculator
 from scheduler_core.model_config import ModelConfigError, ModelParameters, model_parameters_from_config
 from scheduler_core.model_folder import ModelFolderError
@@ -52,8 +52,11 @@ _T = TypeVar("_T")
 
 #: Longest client-given request id used as is; longer or missing ids are derived.
 MAX_REQUEST_ID = 200
-#: The id of a rejection for a request that has no id and cannot be hashed into one.
+#: The id of a rejection for a request that has no id and cannot be hashed into one: only a
+#: Python value that contains itself (JSON cannot express one); nesting never prevents a digest.
 UNHASHABLE_REQUEST_ID = "req-unhashable"
+#: Request fields typed all the way down: pydantic names the field of anything deep in them.
+_TYPED_CLUSTER_FIELDS = frozenset({"workers", "model_instances"})
 
 
 def canonical_json(value: Any) -> str:
@@ -64,10 +67,11 @@ def canonical_json(value: Any) -> str:
 def request_id_for(raw: Any) -> str:
     """The request's id: its own ``request_id`` (1–200 characters of valid Unicode), else
     ``req-`` and 24 hex digits of the sha256 of its canonical JSON (the same request, the
-    same id).
+    same id). Any depth is hashed: a request too deep for :func:`canonical_json` is written
+    by :func:`~scheduler_core.limits.flat_canonical_json`, which gives the same text.
 
     Raises:
-        RequestError: the request has no usable id and nests too deeply to be hashed.
+        RequestError: the request has no usable id and contains itself (no JSON text).
     """
     if isinstance(raw, ScheduleRequest):
         if raw.request_id:
@@ -77,10 +81,34 @@ def request_id_for(raw: Any) -> str:
         given = raw.get("request_id")
         if isinstance(given, str) and 0 < len(given) <= MAX_REQUEST_ID and encodable(given):
             return given
-    if too_deep(raw):
-        raise RequestError("request", f"nested more than {MAX_DEPTH} levels deep")
-    digest = hashlib.sha256(canonical_json(raw).encode()).hexdigest()[:24]
+    try:
+        text = flat_canonical_json(raw) if too_deep(raw) else canonical_json(raw)
+    except ValueError:  # json's "Circular reference detected"
+        raise RequestError("request", "contains itself (a circular reference)") from None
+    digest = hashlib.sha256(text.encode()).hexdigest()[:24]
     return f"req-{digest}"
+
+
+def deep_field(raw: Mapping[str, Any]) -> str | None:
+    """The field of a request that nests more than :data:`MAX_DEPTH` levels, or None.
+
+    Named as the service names it: the top-level field, or the model's field
+    (``model.env``). ``model.hf_config`` is left to
+    :func:`~scheduler_core.model_config.model_parameters_from_config`, which refuses it
+    with GPUStack's message; ``workers`` and ``model_instances`` are typed, so
+    validation names the field of anything deep in them. Iterative: any depth.
+    """
+    for key, value in raw.items():
+        if key in _TYPED_CLUSTER_FIELDS:
+            continue
+        if key == "model" and isinstance(value, Mapping):
+            inner = next((name for name, item in value.items()
+                          if name != "hf_config" and too_deep(item)), None)
+            if inner is not None:
+                return f"model.{inner}"
+        elif too_deep(value):
+            return str(key)
+    return None
 
 
 def schedule(
@@ -120,6 +148,10 @@ def schedule(
 def _schedule(
     request: Any, request_id: str, configured: Chain | None, memo: SnapshotMemo | None
 ) -> ScheduleResult:
+    deep = deep_field(request) if isinstance(request, Mapping) else None
+    if deep is not None:
+        message = f"nested more than {MAX_DEPTH} levels deep"
+        return _render.rejected(request_id, "invalid_request", message, deep)
     try:
         parsed = request if isinstance(request, ScheduleRequest) else ScheduleRequest.model_validate(request)
     except ValidationError as error:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import re
 import uuid
@@ -50,7 +51,6 @@ from kombu.serialization import loads as kombu_body_loads
 from kombu.utils.json import loads as kombu_json_loads
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from scheduler_core import UNHASHABLE_REQUEST_ID
 from tasks.intake.limits import MAX_JSON_DEPTH
 from tasks.intake.names import REQUEST_ID
 
@@ -123,7 +123,7 @@ class DeepRequest:
     """The raw request of a ``gpusched.decide`` message refused for its nesting.
 
     Attributes:
-        request_id: its id (the given one; the core's fixed id when it has none).
+        request_id: its id (the given one, else ``req-`` + the digest of its text).
         field: the field that nests too deeply (``model.hf_config``, or a top-level field).
     """
 
@@ -336,7 +336,12 @@ def deep_request(body: str) -> DeepRequest | None:
 
     The body is read with every value nested past :data:`BODY_DEPTH` replaced by a
     marker string, so parsing is bounded; the marker's path names the field.
-    None when the body is not ``[[request, ...], ...]`` even so.
+    None when the body is not ``[[request, ...], ...]`` even so. A request without a
+    usable id gets ``req-`` and 24 hex digits of the sha256 of its text as sent
+    (:func:`request_text`): reading it whole is what its depth forbids, so this is not
+    the canonical digest, but the same message gives the same id and different
+    requests different ids (never one shared id, which made every such request
+    after the first a ``conflict``).
     """
     marker = f"gpusched-pruned-{uuid.uuid4().hex}"
     try:
@@ -352,7 +357,31 @@ def deep_request(body: str) -> DeepRequest | None:
     path = _path_of(request, marker) or "request"
     parts = path.split(".")
     field = ".".join(parts[:2]) if parts[0] == "model" and len(parts) > 1 else parts[0]
-    return DeepRequest(given if usable and isinstance(given, str) else UNHASHABLE_REQUEST_ID, field)
+    if usable and isinstance(given, str):
+        return DeepRequest(given, field)
+    digest = hashlib.sha256(request_text(body).encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    return DeepRequest(f"req-{digest}", field)
+
+
+def request_text(body: str) -> str:
+    """The JSON text of ``args[0]`` in a ``[[request, ...], ...]`` body, as sent (no parsing).
+
+    The whole body when ``args[0]`` is not an object or array (the caller has already
+    read the body as that shape).
+    """
+    depth = 0
+    start: int | None = None
+    for match in _TOKENS.finditer(body):
+        token = match.group()
+        if token in ("[", "{"):
+            depth += 1
+            if depth == 3 and start is None:
+                start = match.start()
+        elif token in ("]", "}"):
+            depth -= 1
+            if depth == 2 and start is not None:
+                return body[start:match.end()]
+    return body
 
 
 def _pruned(text: str, limit: int, replacement: str) -> str:

@@ -68,8 +68,9 @@ class Normalized:
 
 def request_id_of(raw: Any) -> str:
     """The request's idempotency key: the core's rule (:func:`scheduler_core.request_id_for`):
-    the given id, else ``req-`` + a content digest; the core's fixed id for a request that
-    has none and nests too deeply to be hashed (``schedule()`` rejects it under that id)."""
+    the given id, else ``req-`` + a content digest, at any depth (so each too-deep request is
+    refused under its own id); the core's fixed id only for a value that contains itself,
+    which no JSON document is (``schedule()`` rejects it under that id)."""
     try:
         return request_id_for(raw)
     except ValueError:

@@ -7,6 +7,7 @@ Each case was an ``internal_error`` or an exception before: the result is now a
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import time
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 from builders import GIB, H100, gpu, model, request, worker
 
-from scheduler_core import schedule, tune
+from scheduler_core import UNHASHABLE_REQUEST_ID, schedule, tune
 
 
 def _nested(depth: int) -> dict[str, Any]:
@@ -38,7 +39,69 @@ def test_deeply_nested_request_without_id_is_rejected_not_raised():
     raw = request(model(), [worker(1, "w", [gpu(0, H100)])])
     del raw["request_id"]
     raw["annotations"] = _nested(1000)
-    assert _rejected(raw) == ("request", "nested more than 64 levels deep")
+    assert _rejected(raw) == ("annotations", "nested more than 64 levels deep")
+
+
+def _deep_without_id(where: str, depth: int = 100) -> dict[str, Any]:
+    raw = request(model(), [worker(1, "w", [gpu(0, H100)])])
+    del raw["request_id"]
+    if where == "model.hf_config":
+        raw["model"]["hf_config"] = {**raw["model"]["hf_config"], "extra": _nested(depth)}
+    elif where == "model.env":
+        raw["model"]["env"] = {"A": _nested(depth)}
+    else:
+        raw[where] = _nested(depth)
+    return raw
+
+
+def _json_digest_id(raw: dict[str, Any]) -> str:
+    """docs/service.md's rule, written with the standard library (100 levels is within its reach)."""
+    text = json.dumps(raw, sort_keys=True, separators=(",", ":"))
+    return "req-" + hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ("model.hf_config",
+         "Failed to parse model qwen2.5-7b hyperparameters: nested more than 64 levels deep"),
+        ("model.env", "nested more than 64 levels deep"),
+        ("annotations", "nested more than 64 levels deep"),
+    ],
+)
+def test_deep_request_without_id_gets_its_digest_id_and_its_field(where, message):
+    """Every too-deep id-less request used to share the id ``req-unhashable`` and the field
+    ``request``: it now has the id its content gives (docs/service.md) and names its field."""
+    raw = _deep_without_id(where)
+    result = schedule(copy.deepcopy(raw))
+    assert result.request_id == _json_digest_id(raw)
+    assert (result.status, result.error.field, result.error.message) == ("rejected", where, message)
+    assert schedule(copy.deepcopy(raw)).model_dump_json() == result.model_dump_json()
+
+
+def test_different_deep_requests_without_id_get_different_ids():
+    ids = {schedule(_deep_without_id(where, 1000)).request_id
+           for where in ("model.hf_config", "model.env", "annotations")}
+    ids.add(schedule(_deep_without_id("annotations", 1001)).request_id)
+    assert len(ids) == 4 and all(len(i) == 28 and i.startswith("req-") for i in ids), ids
+
+
+def test_a_request_that_contains_itself_is_rejected_under_the_fixed_id():
+    """Only a Python caller can build one (JSON cannot): it has no content digest."""
+    raw = request(model(), [worker(1, "w", [gpu(0, H100)])])
+    del raw["request_id"]
+    raw["annotations"] = [raw]
+    result = schedule(raw)
+    assert (result.request_id, result.status) == (UNHASHABLE_REQUEST_ID, "rejected")
+    assert result.error.field == "request"
+
+
+def test_deep_field_is_named_the_same_with_or_without_an_id():
+    raw = _deep_without_id("model.env")
+    with_id = schedule({**raw, "request_id": "r-deep"})
+    assert (with_id.request_id, with_id.error.field) == ("r-deep", "model.env")
+    shallow = _deep_without_id("annotations", 63)  # 64 levels: the bound, accepted
+    assert schedule(shallow).status == "scheduled"
 
 
 def test_deeply_nested_hf_config_is_rejected_with_the_field():

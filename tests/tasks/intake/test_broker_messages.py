@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import UTC, datetime
 
 import pytest
 from service.raw_messages import envelope, nested, nested_text
 
-from scheduler_core import UNHASHABLE_REQUEST_ID
 from tasks.intake.broker_messages import (
     BODY_DEPTH,
     EXCERPT_BYTES,
@@ -16,6 +16,7 @@ from tasks.intake.broker_messages import (
     depth_exceeds,
     excerpt_of,
     inspect_message,
+    request_text,
 )
 
 TASKS = frozenset({"gpusched.decide", "gpusched.resume"})
@@ -82,13 +83,38 @@ def test_a_deep_intake_request_names_its_id_and_field() -> None:
     assert verdict.task == "gpusched.decide" and verdict.task_id
     anonymous = {"model": {"name": "m"}, "extra": nested(200)}
     unnamed = _inspect(envelope(args=[anonymous]))
-    assert unnamed is not None and unnamed.request == DeepRequest(UNHASHABLE_REQUEST_ID, "extra")
-    # a request id outside the alphabet is not trusted: the core's fixed id
-    bad_id = _inspect(envelope(args=[{**_request("a;b"), "x": nested(200)}]))
-    assert bad_id is not None and bad_id.request == DeepRequest(UNHASHABLE_REQUEST_ID, "x")
+    assert unnamed is not None and unnamed.request == DeepRequest(_text_id(anonymous), "extra")
+    # a request id outside the alphabet is not trusted: the id of its text instead
+    bad = {**_request("a;b"), "x": nested(200)}
+    bad_id = _inspect(envelope(args=[bad]))
+    assert bad_id is not None and bad_id.request == DeepRequest(_text_id(bad), "x")
     # the same depth on another task is refused without a request
     other = _inspect(envelope("gpusched.resume", [nested(200)]))
     assert other is not None and other.reason == "too_deep" and other.request is None
+
+
+def _text_id(request: dict[str, object]) -> str:
+    """``req-`` + sha256 of the request's JSON text as ``envelope`` writes it (json.dumps)."""
+    return "req-" + hashlib.sha256(json.dumps(request).encode()).hexdigest()[:24]
+
+
+def test_deep_requests_without_an_id_get_ids_of_their_own() -> None:
+    """They all shared ``req-unhashable``: every one after the first was a conflict."""
+    ids = set()
+    requests = (
+        {"model": {"name": "m", "hf_config": nested(200)}},
+        {"model": {"name": "m", "env": nested(200)}},
+        {"model": {"name": "m"}, "extra": nested(200)},
+        {"model": {"name": "m"}, "extra": nested(201)},
+    )
+    for request in requests:
+        verdict = _inspect(envelope(args=[request, 7]))
+        assert verdict is not None and verdict.request is not None
+        again = _inspect(envelope(args=[request, 8]))  # other args, same request: the same id
+        assert again is not None and again.request == verdict.request
+        ids.add(verdict.request.request_id)
+    assert len(ids) == 4
+    assert request_text('[[{"a":"]}"}, 1], {}, {}]') == '{"a":"]}"}'
 
 
 def test_excerpts_are_bounded_and_printable() -> None:

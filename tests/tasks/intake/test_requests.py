@@ -6,6 +6,7 @@ import json
 
 from builders import RTX_4090, model, uniform_worker
 
+from scheduler_core import schedule
 from tasks.intake.requests import normalize
 
 
@@ -51,7 +52,34 @@ def test_deep_nesting_is_refused_on_the_field_the_core_would_name() -> None:
             field, "nests more than 64 levels deep")
         assert normalized.request_id == "r-1"
     bare = normalize(deep)
-    assert bare.rejection is not None and bare.request_id == "req-unhashable"
+    assert bare.rejection is not None and bare.rejection.error is not None
+    assert bare.request_id == schedule(deep).request_id and bare.request_id.startswith("req-")
+    assert bare.rejection.error.field == "request"
+
+
+def _deep(depth: int = 100) -> dict[str, object]:
+    value: dict[str, object] = {}
+    for _ in range(depth):
+        value = {"x": value}
+    return value
+
+
+def test_deep_requests_without_id_each_get_their_digest_id_and_field() -> None:
+    """They all used to share ``req-unhashable``: the second was a ``conflict`` with the
+    first's stub and its own field was never reported."""
+    in_config = {"model": {**model(), "hf_config": {**model()["hf_config"], "x": _deep()}}}
+    in_env = {"model": {**model(), "env": {"A": _deep()}}}
+    in_extra = {"model": model(), "extra": _deep(2000)}
+    seen: dict[str, str] = {}
+    for raw, field in ((in_config, "model.hf_config"), (in_env, "model.env"), (in_extra, "extra")):
+        normalized = normalize(raw)
+        assert normalized.rejection is not None and normalized.rejection.error is not None
+        assert (normalized.rejection.error.field, normalized.rejection.error.message) == (
+            field, "nests more than 64 levels deep")
+        assert normalized.request_id == schedule(raw).request_id  # the core's id for it
+        assert normalize(raw).request_json == normalized.request_json  # the same stub again
+        seen[normalized.request_id] = field
+    assert len(seen) == 3 and all(len(request_id) == 28 for request_id in seen)
 
 
 def test_lone_surrogates_anywhere_are_rejected_with_their_path() -> None:
