@@ -80,7 +80,9 @@ class ServiceClient:
             timeout: seconds to wait.
 
         Returns:
-            The result dict when waiting, else a :class:`Submission`.
+            The result dict when waiting, else a :class:`Submission`. A ``conflict`` (the id
+            holds a different request) is returned as its :class:`Submission` even when
+            waiting: the id's result belongs to the other request, so there is none to wait for.
 
         Raises:
             WaitTimeout: waiting timed out (the request is accepted and still driven).
@@ -98,6 +100,8 @@ class ServiceClient:
             return submission
         if submission.result is not None:
             return submission.result
+        if submission.status == "conflict":  # never the other request's result (docs/service.md)
+            return submission
         return self.wait(submission.request_id, timeout=timeout, start_id=start, terminal=terminal)
 
     def _submit(self, request: Any) -> Submission:
@@ -337,7 +341,8 @@ def submit(
     Same arguments and errors as :meth:`ServiceClient.submit`.
 
     Returns:
-        The result dict when ``wait`` is true, else a :class:`Submission`.
+        The result dict when ``wait`` is true (a :class:`Submission` with status
+        ``conflict`` for a conflicting id), else a :class:`Submission`.
     """
     return default_client().submit(request, wait=wait, timeout=timeout, terminal=terminal)
 
