@@ -14,8 +14,8 @@ import json
 from typing import Any
 
 from tasks.edges.cli_offline import CliError
-from tasks.edges.cli_service import service_client, service_errors
-from tasks.edges.cli_support import non_negative_int
+from tasks.edges.cli_service import preflight, service_client, service_errors
+from tasks.edges.cli_support import EXIT_FAILURE, non_negative_int
 
 #: ``cluster show --sort`` orders (:func:`tasks.edges.cluster_view.sort_workers`); kept here so
 #: building the parser imports nothing of the service.
@@ -64,9 +64,19 @@ def _cluster_show(args: argparse.Namespace) -> int:
 def _health(args: argparse.Namespace) -> int:
     if args.endpoint:
         return _endpoint_health(args.endpoint, args.timeout)
+    import redis
+
     from tasks.runtime.health import DEPLOYMENT_CHECKS, first_failure, run_checks
 
-    verdicts = run_checks(service_client(check=False).rt, DEPLOYMENT_CHECKS)  # reports Redis down itself
+    try:  # bounded like every command's first PING: a TLS handshake that never ends is a timeout
+        preflight()
+    except CliError as error:
+        if error.exit_code != EXIT_FAILURE:
+            raise
+        raise CliError(f"unhealthy: {error}", EXIT_FAILURE) from None
+    except redis.RedisError:
+        pass  # refused, or a password missing: the checks report Redis themselves
+    verdicts = run_checks(service_client(check=False).rt, DEPLOYMENT_CHECKS)
     failed = first_failure(verdicts)
     if failed is not None:
         raise CliError(f"unhealthy: {failed.detail}", 1)

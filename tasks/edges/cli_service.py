@@ -78,13 +78,15 @@ def _preflight() -> None:
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
+    from tasks.runtime.context import redis_credentials
     from tasks.runtime.settings import get_settings
 
     settings = get_settings()
     timeout = settings.redis_socket_connect_timeout_s
     try:
         probe = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=timeout,
-                                     socket_timeout=timeout, retry=Retry(NoBackoff(), 0), protocol=2)
+                                     socket_timeout=timeout, retry=Retry(NoBackoff(), 0), protocol=2,
+                                     **redis_credentials(settings))
     except ValueError as error:
         raise CliError(f"invalid setting redis_url: {error}") from None
     try:
@@ -360,6 +362,7 @@ def _add(commands: Any, name: str, help_text: str, handler: Callable[[argparse.N
 #: The one-line handling of Redis outages and of bad settings, for the other command modules.
 service_errors = _service_errors
 service_client = _client
+preflight = _preflight
 
 
 def register(commands: Any, cluster_actions: Callable[[Any], None] | None = None) -> None:

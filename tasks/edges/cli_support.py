@@ -159,19 +159,29 @@ def read_json(source: str) -> Any:
         raise CliError(f"{source}: unreadable JSON value: {error_line(error)}") from None
 
 
-def _read_text(source: str) -> str:
+#: The most a command reads from one input (a file or stdin): far above any document the
+#: service takes (``max_snapshot_bytes`` is 64 MiB) or a full cluster dump for ``schedule``,
+#: and a bound on what ``/dev/zero`` or an endless pipe can make the CLI hold.
+MAX_INPUT_BYTES = 256 * 1024 * 1024
+
+
+def _read_text(source: str, limit: int = MAX_INPUT_BYTES) -> str:
     if source == "-":
         if sys.stdin is None or sys.stdin.closed:
             raise CliError("cannot read -: standard input is closed")
         try:  # bytes, decoded here: the locale's error handler must not hide invalid UTF-8
-            return sys.stdin.buffer.read().decode("utf-8")
+            data = sys.stdin.buffer.read(limit + 1)
         except OSError as error:
             raise CliError(f"cannot read -: {error.strerror or error}") from None
-        except UnicodeDecodeError:
-            raise CliError("cannot read -: not UTF-8 text") from None
+    else:
+        try:
+            with Path(source).open("rb") as handle:
+                data = handle.read(limit + 1)
+        except OSError as error:
+            raise CliError(f"cannot read {source}: {error.strerror or error}") from None
+    if len(data) > limit:
+        raise CliError(f"cannot read {source}: more than {limit} bytes (the command line's input limit)")
     try:
-        return Path(source).read_text(encoding="utf-8")
-    except OSError as error:
-        raise CliError(f"cannot read {source}: {error.strerror or error}") from None
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise CliError(f"cannot read {source}: not UTF-8 text") from None

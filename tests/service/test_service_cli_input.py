@@ -212,6 +212,9 @@ SERVICE = [
     Case(("submit", "{list_one_bad}"), 2, "bad-2: model.backend"),
     Case(("submit", "{null}"), 2, "rejected"),
     Case(("submit", "{good}"), 1, "standard output is closed", stdout="closed"),
+    # an endless input is refused at the CLI's read limit (it grew to gigabytes before)
+    *(Case((*command, "/dev/zero"), 2, "/dev/zero: more than 268435456 bytes")
+      for command in (("submit",), ("schedule",))),
     Case(("cluster", "apply", "{snapshot_bad_row}"), 2, "workers.0.id"),
     Case(("cluster", "apply", "{snapshot_semicolon}"), 2, "workers.0.status.gpu_devices.0.type: must match"),
     Case(("cluster", "apply", "{snapshot_dup}"), 2, "workers.1.id: duplicate worker id"),
@@ -271,6 +274,13 @@ CONNECTIONS = [
     *(Case(args, 1, "invalid username-password pair", env={"GPUSCHED_REDIS_URL": "{url_wrong_password}"})
       for args in (("submit", "{good}"), ("replay",), ("describe", "x"), ("cluster", "show"))),
     Case(("health",), 1, "Redis does not answer", env={"GPUSCHED_REDIS_URL": "{url_without_password}"}),
+    # the password from GPUSCHED_REDIS_PASSWORD (docs/security.md): past Redis, to the request's answer
+    *(Case(args, 2, "no request 'nosuch'",
+           env={"GPUSCHED_REDIS_URL": "{url_without_password}", "GPUSCHED_REDIS_PASSWORD": PASSWORD})
+      for args in (("describe", "nosuch"), ("cancel", "nosuch"))),
+    # health's first PING is bounded like every command's (it hung ~2 min on TLS to a plain server)
+    Case(("health",), 1, "unhealthy: cannot reach Redis",
+         env={"GPUSCHED_REDIS_URL": "{url_tls}", "GPUSCHED_REDIS_SOCKET_CONNECT_TIMEOUT_S": "1"}),
     *(Case(args, 1, "Connection refused", env={"GPUSCHED_REDIS_URL": f"redis://:{PASSWORD}@127.0.0.1:1/0"})
       for args in (("submit", "{good}"), ("cluster", "event", "{event_kind}"), ("replay",))),
     Case(("submit", "{good}"), 2, "must be a redis://, rediss:// or unix:// URL",
