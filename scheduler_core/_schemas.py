@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     AliasChoices,
     BaseModel,
     ConfigDict,
@@ -154,16 +155,39 @@ class LoraEntry(_Row):
     huggingface_repo_id: str | None = None
 
 
+#: Longest model name, repo id or path, and backend parameter accepted: each can reach a
+#: message or the launch line, so an unbounded one makes a megabyte-long result.
+MAX_NAME = 1024
+MAX_PATH = 4096
+MAX_PARAMETER = 65536
+
+
+def _at_most(limit: int) -> AfterValidator:
+    """A length bound checked after the string is read (a lone surrogate keeps its own error)."""
+
+    def check(value: str) -> str:
+        if len(value) > limit:
+            raise ValueError(f"String should have at most {limit} characters")
+        return value
+
+    return AfterValidator(check)
+
+
+Name = Annotated[str, _at_most(MAX_NAME)]
+PathText = Annotated[str, _at_most(MAX_PATH)]
+Parameter = Annotated[str, _at_most(MAX_PARAMETER)]
+
+
 class ModelSpec(_Row):
     """A GPUStack ``Model`` row plus gpusched's hub-free model facts."""
 
     id: Id | None = None
-    name: str = ""
+    name: Name = ""
     cluster_id: Id | None = None
     #: None is accepted (GPUStack's schema allows it) and placed as SGLang.
     backend: str | None = "SGLang"
     backend_version: str | None = None
-    backend_parameters: list[str] = Field(default_factory=list)
+    backend_parameters: list[Parameter] = Field(default_factory=list)
     categories: list[str] = Field(default_factory=list)
     replicas: Count = 1
     placement_strategy: Literal["spread", "binpack"] = "spread"
@@ -174,9 +198,9 @@ class ModelSpec(_Row):
     lora_list: list[LoraEntry] | None = None
     env: dict[str, str] | None = None
     source: str | None = None
-    huggingface_repo_id: str | None = None
-    model_scope_model_id: str | None = None
-    local_path: str | None = None
+    huggingface_repo_id: Name | None = None
+    model_scope_model_id: Name | None = None
+    local_path: PathText | None = None
     hf_config: dict[str, Any] | None = None
     weight_bytes: Bytes | None = None
 

@@ -99,17 +99,23 @@ def _preflight() -> None:
         probe.close()
 
 
-def _client(check: bool = True) -> Any:
+def _client(check: bool = True, intact: bool = True) -> Any:
     """A client for the configured deployment, after a quick check that its Redis answers.
 
     Args:
         check: PING first (:func:`_preflight`); ``gpusched health`` reports an
             unreachable Redis itself and skips it.
+        intact: refuse (DataLost, exit 1) while a data loss is detected and not
+            recovered, so no command reads the wiped state as the cluster (an empty
+            ``cluster export`` must not replace the last good backup); the recovery's
+            own ``cluster apply --recover`` and ``health`` skip it.
 
     Raises:
         tasks.runtime.settings.SettingsError: invalid settings (one line; exit 2).
         CliError / redis.RedisError: Redis unreachable or refusing (exit 1 under
             :func:`_service_errors`).
+        tasks.state.generation.DataLost: ``intact`` and a data loss is not recovered
+            (exit 1 under :func:`_service_errors`).
     """
     from tasks.edges.client import ServiceClient
     from tasks.runtime.logging import configure_logging
@@ -121,7 +127,10 @@ def _client(check: bool = True) -> Any:
     configure_logging(settings.log_format, settings.log_level)
     if check:
         _preflight()
-    return ServiceClient()
+    client = ServiceClient()
+    if intact:
+        client.rt.generation.ensure_ok(create=False)
+    return client
 
 
 def _print(value: Any, pretty: bool) -> None:
@@ -210,7 +219,7 @@ def _cluster_apply(args: argparse.Namespace) -> int:
     if not isinstance(document, dict):
         raise CliError("invalid cluster snapshot: expected an object with workers and model_instances")
     with _service_errors():
-        client = _client()
+        client = _client(intact=not args.recover)  # a recovery runs while the loss is marked
         try:
             summary = client.apply_cluster(document, recover=args.recover, allow_removal=args.allow_removal,
                                            dry_run=args.dry_run)
@@ -338,8 +347,13 @@ def _audit_export(args: argparse.Namespace) -> int:
         client = _client()
         rt = client.rt
         before = args.before or _after_last(rt.client, rt.keys.events)
-        written = write_archive(entries_before(rt.client, rt.keys.events, before), Path(args.folder),
-                                rt.settings.cluster or "")
+        try:
+            written = write_archive(entries_before(rt.client, rt.keys.events, before), Path(args.folder),
+                                    rt.settings.cluster or "")
+        except OSError as error:
+            if isinstance(error, ConnectionError):  # the socket, not the folder: a service failure
+                raise
+            raise CliError(f"cannot write to {args.folder}: {error.strerror or error}") from None
     _print({"file": str(written) if written else None}, args.pretty)
     return 0
 

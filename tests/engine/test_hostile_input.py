@@ -144,3 +144,27 @@ def test_tune_bounds_the_gpu_count():
 def test_a_sane_request_still_schedules():
     assert schedule(request(model(), [worker(1, "w", [gpu(0, H100)])])).status == "scheduled"
     assert GIB > 0
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "limit"),
+    [
+        ("model.name", "n" * 1025, 1024),
+        ("model.huggingface_repo_id", "r" * 1025, 1024),
+        ("model.local_path", "/" + "p" * 4096, 4096),
+        ("model.backend_parameters.0", "--served-model-name=" + "s" * 65536, 65536),
+    ],
+)
+def test_strings_a_result_can_echo_are_bounded_with_the_field(field: str, value: str, limit: int):
+    """A 5 MB model name came back inside a 15 MB result ("Failed to parse model nnn…");
+    each string that can reach a message or the launch line is bounded and named."""
+    row = model()
+    if field == "model.backend_parameters.0":
+        row["backend_parameters"] = [value]
+    else:
+        row[field.split(".", 1)[1]] = value
+    named, message = _rejected(request(row, [worker(1, "w", [gpu(0, H100)])]))
+    assert (named, message) == (field, f"String should have at most {limit} characters")
+    at_limit = {**row, "name": "n" * 1024} if field == "model.name" else None
+    if at_limit is not None:  # the longest accepted
+        assert schedule(request(at_limit, [worker(1, "w", [gpu(0, H100)])])).status == "scheduled"

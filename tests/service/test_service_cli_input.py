@@ -212,6 +212,8 @@ SERVICE = [
     Case(("submit", "{list_one_bad}"), 2, "bad-2: model.backend"),
     Case(("submit", "{null}"), 2, "rejected"),
     Case(("submit", "{good}"), 1, "standard output is closed", stdout="closed"),
+    # a folder that cannot be written is bad input, not a service failure (it was exit 1)
+    Case(("audit", "export", "/proc/no-such-folder"), 2, "cannot write to /proc/no-such-folder"),
     # an endless input is refused at the CLI's read limit (it grew to gigabytes before)
     *(Case((*command, "/dev/zero"), 2, "/dev/zero: more than 268435456 bytes")
       for command in (("submit",), ("schedule",))),

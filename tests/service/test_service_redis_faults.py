@@ -318,6 +318,13 @@ def test_a_wiped_redis_is_detected_and_nothing_is_decided_until_recovered(
         # DataLost (exit 1), not a check against the wiped cluster ("no worker 1", exit 2)
         assert event.returncode == 1, event.stderr
         assert event.stderr.startswith("gpusched: gpusched refuses to decide: data loss"), event.stderr
+        # nor does any command read the wiped state as the cluster (an empty export would replace
+        # the last good backup; show, describe and replay answered rc 0 or "unknown request")
+        for command in (["cluster", "export"], ["cluster", "show"], ["describe", "p-00"], ["replay"]):
+            read = subprocess.run([sys.executable, "-m", "tasks.edges.cli", *command], env=env,
+                                  capture_output=True, text=True, timeout=60)
+            assert (read.returncode, read.stdout) == (1, ""), (command, read.stdout, read.stderr)
+            assert "refuses to decide: data loss" in read.stderr, (command, read.stderr)
         # nothing is decided: a raw request sent meanwhile waits in the queue, recorded nowhere
         sender = Celery(broker=private_redis.url)
         sender.send_task(DECIDE, args=(llm_request("raw-while-lost"),), queue=d.keys.requests_queue)
