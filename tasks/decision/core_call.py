@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from scheduler_core import ScheduleRequest, ScheduleResult, SnapshotMemo, schedule
 from tasks.audit.fold import ClusterFold
 from tasks.decision.chain_config import LoadedChain
-from tasks.intake.requests import with_request_id
+from tasks.intake.requests import local_path_problem, service_rejection, with_request_id
 
 
 def run_core(
@@ -22,6 +22,8 @@ def run_core(
     request_id: str,
     fold: ClusterFold,
     memo: SnapshotMemo | None = None,
+    *,
+    model_roots: tuple[str, ...] | None = None,
 ) -> tuple[ScheduleRequest | None, ScheduleResult]:
     """The decision itself.
 
@@ -31,6 +33,11 @@ def run_core(
         request_id: the request's id (for the core's ``rejected`` result).
         fold: the cluster at the version decided on.
         memo: the decider's cross-decision memo (None: decide from scratch).
+        model_roots: the deciding process's own ``model_roots``: a ``local_path``
+            outside them is refused (the service's ``rejected`` result, same message
+            as at intake) before the core reads the disk. The submitter checked its
+            own roots at intake, which need not be this process's. None: no check
+            (the replay, which re-decides what was recorded).
 
     Returns:
         The effective request (None if the stored request no longer validates,
@@ -40,6 +47,9 @@ def run_core(
         request = _request_for(chain, request_json)
     except ValidationError:
         return None, with_request_id(schedule(json.loads(request_json)), request_id)
+    problem = local_path_problem(request.model, model_roots) if model_roots is not None else None
+    if problem is not None:
+        return request, service_rejection(request_id, problem.field, problem.message)
     cluster = {"workers": fold.worker_list(), "model_instances": fold.instance_list()}
     return request, schedule(request.model_copy(update=cluster), chain=chain.chain, memo=memo)
 

@@ -189,7 +189,8 @@ def _decision(
     """The decision on the mirror (synced from ``changes``) and the call that records it."""
     started = time.perf_counter()
     fold = rt.mirror.sync(changes)
-    request, result = run_core(rt.chain, request_json, ref, fold, rt.memo)
+    request, result = run_core(rt.chain, request_json, ref, fold, rt.memo,
+                               model_roots=tuple(rt.settings.model_roots))
     metrics.count_decision(result.status)
     step = next_step(ref, seq, attempt, epoch, fold, request.model if request else None, result)
     text, step.result_digest = result_digest(result)

@@ -27,7 +27,7 @@ from tasks.audit.streams import read_new
 from tasks.intake.cluster_events import SnapshotEvent, check_against_worker, event_worker_id, parse_event
 from tasks.intake.limits import IntakeLimits, InvalidField
 from tasks.intake.requests import normalize
-from tasks.intake.snapshots import check_snapshot_size, parse_snapshot
+from tasks.intake.snapshots import SnapshotRows, check_snapshot_size, parse_snapshot
 from tasks.intake.submit import Submission, submit_request
 from tasks.runtime.celery_app import TaskSender, client_app
 from tasks.runtime.context import Runtime, build_runtime, redis_client
@@ -35,6 +35,7 @@ from tasks.runtime.middleware.node_heartbeat import HEARTBEAT_DRAIN_PASSES
 from tasks.runtime.settings import Settings, get_settings
 from tasks.state.cancels import cancel_request
 from tasks.state.cluster_changes import apply_snapshot, handle_cluster_event
+from tasks.state.cluster_store import removal_refusal
 from tasks.state.recovery import export_state
 from tasks.state.recovery import recover as recover_partition
 from tasks.state.snapshot_diff import diff_snapshot
@@ -80,7 +81,9 @@ class ServiceClient:
             timeout: seconds to wait.
 
         Returns:
-            The result dict when waiting, else a :class:`Submission`.
+            The result dict when waiting, else a :class:`Submission`. A ``conflict`` (the id
+            holds a different request) is returned as its :class:`Submission` even when
+            waiting: the id's result belongs to the other request, so there is none to wait for.
 
         Raises:
             WaitTimeout: waiting timed out (the request is accepted and still driven).
@@ -98,6 +101,8 @@ class ServiceClient:
             return submission
         if submission.result is not None:
             return submission.result
+        if submission.status == "conflict":  # never the other request's result (docs/service.md)
+            return submission
         return self.wait(submission.request_id, timeout=timeout, start_id=start, terminal=terminal)
 
     def _submit(self, request: Any) -> Submission:
@@ -269,7 +274,10 @@ class ServiceClient:
         The door the worker applies (:func:`tasks.intake.cluster_events.parse_event`:
         size, nesting, Unicode, shape, key alphabets; a snapshot's rows), and what only
         the current cluster tells: the worker an event changes must exist (but for
-        ``worker_added``), a ``gpu_memory_changed`` must name its GPUs.
+        ``worker_added``), a ``gpu_memory_changed`` must name its GPUs, a snapshot must
+        not remove more than ``max_removed_fraction`` of the stored workers unless it
+        carries ``allow_removal`` (field ``workers``, the worker's own message:
+        :func:`tasks.state.cluster_store.removal_refusal`).
 
         Raises:
             tasks.state.generation.DataLost: Redis lost the service's data (no recovery
@@ -277,9 +285,11 @@ class ServiceClient:
         """
         try:
             parsed = parse_event(event, IntakeLimits.of(self.settings))
-            if isinstance(parsed, SnapshotEvent):
-                parse_snapshot(parsed.model_dump(mode="json"))
+            snapshot = parsed if isinstance(parsed, SnapshotEvent) else None
+            rows = parse_snapshot(snapshot.model_dump(mode="json")) if snapshot else None
             self.rt.generation.ensure_ok(create=False)
+            if snapshot is not None and rows is not None:
+                self._check_removal(rows, allow_removal=snapshot.allow_removal)
             named = event_worker_id(parsed)
             stored = self.rt.cluster.worker_row(named[1]) if named else None
             check_against_worker(parsed, Worker.model_validate_json(stored) if stored else None)
@@ -289,6 +299,14 @@ class ServiceClient:
             first = error.errors(include_url=False)[0]
             return InvalidField(".".join(str(part) for part in first["loc"]), str(first["msg"]))
         return None
+
+    def _check_removal(self, rows: SnapshotRows, *, allow_removal: bool) -> None:
+        """Raise the :class:`~tasks.state.cluster_store.RemovalRefused` the worker would meet."""
+        new_ids = [str(worker.id) for worker in rows.workers]
+        refusal = removal_refusal(self.rt.cluster.worker_ids(), new_ids,
+                                  self.settings.max_removed_fraction, allow_removal=allow_removal)
+        if refusal is not None:
+            raise refusal
 
     def cluster_event(self, event: Any, *, queue: bool = True) -> dict[str, Any]:
         """Validate a cluster event, then send it to ``gpusched.cluster_event`` (or apply it here).
@@ -337,7 +355,8 @@ def submit(
     Same arguments and errors as :meth:`ServiceClient.submit`.
 
     Returns:
-        The result dict when ``wait`` is true, else a :class:`Submission`.
+        The result dict when ``wait`` is true (a :class:`Submission` with status
+        ``conflict`` for a conflicting id), else a :class:`Submission`.
     """
     return default_client().submit(request, wait=wait, timeout=timeout, terminal=terminal)
 

@@ -57,12 +57,16 @@ class IntakeLimits:
         max_event_bytes: one cluster event other than a snapshot.
         max_snapshot_bytes: one snapshot (``cluster apply`` or a ``snapshot`` event).
         model_roots: folders under which ``local_path`` may be read (none: never).
+        check_local_paths: refuse a ``local_path`` outside ``model_roots``; off only for
+            a recovery restoring bookings already decided, which reads no folder (the
+            deciding worker checked its own roots; a later move is checked again).
     """
 
     max_request_bytes: int = 1 << 20
     max_event_bytes: int = 1 << 20
     max_snapshot_bytes: int = 64 << 20
     model_roots: tuple[str, ...] = ()
+    check_local_paths: bool = True
 
     @classmethod
     def of(cls, settings: _LimitSettings) -> IntakeLimits:

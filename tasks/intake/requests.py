@@ -114,7 +114,7 @@ def normalize(raw: Any, limits: IntakeLimits | None = None) -> Normalized:
     except ValidationError:
         rejection = with_request_id(schedule(stripped), request_id)
         return Normalized(request_id, text, sha256_hex(text), rejection, False)
-    problem = local_path_problem(parsed.model, limits.model_roots)
+    problem = local_path_problem(parsed.model, limits.model_roots) if limits.check_local_paths else None
     if problem is not None:
         rejection = service_rejection(request_id, problem.field, problem.message)
         return Normalized(request_id, text, sha256_hex(text), rejection, False)

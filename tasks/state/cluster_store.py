@@ -16,7 +16,7 @@ attempt can book, and at most once.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -62,6 +62,22 @@ class RemovalRefused(InvalidField):
             f"{fraction:g}); nothing was applied: pass --allow-removal (allow_removal) if it is meant",
         )
         self.removed, self.stored = removed, stored
+
+
+def removal_refusal(
+    stored_ids: Collection[str], new_ids: Collection[str], fraction: float, *, allow_removal: bool
+) -> RemovalRefused | None:
+    """The refusal a snapshot of ``new_ids`` meets over the stored ``stored_ids``, None if it applies.
+
+    The rule ``cluster_apply.lua`` enforces atomically when it applies (more than
+    ``fraction`` of the stored workers missing from the snapshot, unconfirmed), for
+    the checks made before that: ``--dry-run`` and a cluster event at the door.
+    """
+    present = set(new_ids)
+    removed = sum(1 for worker_id in stored_ids if worker_id not in present)
+    if allow_removal or removed <= fraction * len(stored_ids):
+        return None
+    return RemovalRefused(removed, len(stored_ids), fraction)
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,6 +355,10 @@ class ClusterStore:
         """The stored row JSON of a worker."""
         value = self.client.hget(self.keys.workers, str(worker_id))
         return None if value is None else str(value)
+
+    def worker_ids(self) -> list[str]:
+        """The ids of the stored workers (decimal strings, unordered)."""
+        return [str(key) for key in self.client.hkeys(self.keys.workers)]
 
     def ledger(self) -> tuple[dict[str, int], dict[str, int]]:
         """(capacity, booked) per GPU key, read atomically."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -166,7 +166,10 @@ def recover(rt: Runtime, document: Mapping[str, Any]) -> dict[str, Any]:
         pydantic.ValidationError / InvalidField: invalid rows or bookings (nothing is written).
     """
     rows = parse_snapshot(document)
-    bookings = parse_bookings(document.get("bookings"), rows, IntakeLimits.of(rt.settings))
+    # restored bookings were decided already: their local_path is not read here, so this
+    # process's model_roots do not judge it (the worker that moves one checks its own)
+    limits = replace(IntakeLimits.of(rt.settings), check_local_paths=False)
+    bookings = parse_bookings(document.get("bookings"), rows, limits)
     supersedes = _pause(rt)
     held = [meta.request_id for meta in rt.cluster.instance_meta().values()
             if meta.source == "gpusched" and meta.request_id]

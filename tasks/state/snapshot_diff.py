@@ -15,6 +15,7 @@ from typing import Any
 
 from tasks.intake.snapshots import SnapshotRows
 from tasks.runtime.context import Runtime
+from tasks.state.cluster_store import removal_refusal
 from tasks.state.rows import parse_meta, row_json
 
 
@@ -27,16 +28,16 @@ def diff_snapshot(rt: Runtime, rows: SnapshotRows, *, allow_removal: bool = Fals
                      if key in metas and parse_meta(metas[key]).source != "gpusched"}
     removed = sorted(set(stored_workers) - set(new_workers), key=int)
     limit = rt.settings.max_removed_fraction
-    refused = not allow_removal and len(removed) > limit * len(stored_workers)
+    refusal = removal_refusal(stored_workers, new_workers, limit, allow_removal=False)
     return {
         "dry_run": True,
-        "applies": not refused,
+        "applies": allow_removal or refusal is None,
         "workers": _compare(stored_workers, new_workers, numeric=True),
         "instances": _compare(control_plane, new_instances, numeric=False),
         "bookings": _bookings(metas, set(new_workers)),
         "removal": {
             "removes": len(removed), "of": len(stored_workers), "max_removed_fraction": limit,
-            "needs_allow_removal": len(removed) > limit * len(stored_workers),
+            "needs_allow_removal": refusal is not None,
         },
     }
 

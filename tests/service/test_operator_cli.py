@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from service.support import Deployment, cluster, llm_request, wait_until
 
+from tasks.edges.client import Submission
+
 pytestmark = pytest.mark.service
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,6 +88,29 @@ def test_a_reused_request_id_with_another_body_is_a_conflict_at_the_command_line
     assert answer["status"] == "conflict" and answer["digest"] != answer["stored_digest"]
     assert answer["stored_digest"] in conflict.stderr and answer["digest"] in conflict.stderr
     assert len(d.events("sched.request.conflict")) == 1
+    assert [e["request_id"] for e in d.events("sched.decision.made")] == ["same-id"]
+
+
+def test_waiting_on_a_reused_request_id_answers_the_conflict_not_the_other_requests_result(
+    deployment: Callable[..., Deployment], tmp_path: Path,
+) -> None:
+    d = deployment()
+    d.start_workers(1)
+    d.client.apply_cluster(cluster(1, 1))
+    first = d.client.submit(llm_request("same-id"), wait=True, timeout=60)
+    assert first["status"] == "scheduled"  # type: ignore[index]
+    second = tmp_path / "second.json"
+    second.write_text(json.dumps(llm_request("same-id", name="another-model")))
+
+    waited = _cli(d, "submit", str(second), "--wait", "--timeout", "60")
+    assert waited.returncode == 2 and waited.stderr.count("\n") == 1, (waited.stdout, waited.stderr)
+    answer = json.loads(waited.stdout)
+    assert answer["status"] == "conflict" and answer["stored_digest"] in waited.stderr
+    assert "placement" not in answer  # not the first request's scheduled result
+
+    outcome = d.client.submit(llm_request("same-id", name="another-model"), wait=True, timeout=60)
+    assert isinstance(outcome, Submission) and outcome.status == "conflict"
+    assert outcome.digest == answer["digest"] and outcome.stored_digest == answer["stored_digest"]
     assert [e["request_id"] for e in d.events("sched.decision.made")] == ["same-id"]
 
 

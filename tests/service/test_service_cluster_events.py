@@ -83,3 +83,29 @@ def test_a_worker_refuses_identifiers_that_could_cross_a_ledger_entry(
     assert [e["data"]["field"] for e in refused] == [
         "workers.0.status.gpu_devices.0.type", "worker.name", "request_id"]
     assert d.client.rt.cluster.ledger()[0] == capacity_before and d.client.rt.cluster.version() == 1
+
+
+def test_a_snapshot_event_that_removes_too_many_workers_is_refused_before_it_is_queued(
+    deployment: Callable[..., Deployment], tmp_path: Path
+) -> None:
+    d = deployment()
+    d.start_workers(1)
+    d.client.apply_cluster(cluster(4, 1))
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("GPUSCHED_")}, **d.env}
+    only_first = {"kind": "snapshot", **cluster(1, 1)}  # removes 3 of the 4: more than 0.5 of them
+
+    path = tmp_path / "event.json"
+    path.write_text(json.dumps(only_first))
+    done = subprocess.run([GPUSCHED, "cluster", "event", str(path)], env=env, capture_output=True,
+                          text=True, timeout=60, check=False, cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1, done.stderr
+    assert ("rejected cluster event: workers: the snapshot removes 3 of the 4 workers (more than "
+            "max_removed_fraction 0.5)") in done.stderr, done.stderr
+    assert d.redis.llen(d.keys.cluster_queue) == 0 and d.events("sched.cluster.event_rejected") == []
+    assert sorted(d.client.rt.cluster.worker_ids()) == ["1", "2", "3", "4"]
+
+    path.write_text(json.dumps({**only_first, "allow_removal": True}))  # confirmed: queued and applied
+    confirmed = subprocess.run([GPUSCHED, "cluster", "event", str(path)], env=env, capture_output=True,
+                               text=True, timeout=60, check=False, cwd=tmp_path)
+    assert confirmed.returncode == 0 and json.loads(confirmed.stdout)["status"] == "queued", confirmed.stderr
+    wait_until(lambda: d.client.rt.cluster.worker_ids() == ["1"], 60, "the worker to apply the snapshot")

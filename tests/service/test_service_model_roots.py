@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,8 @@ from typing import Any
 import pytest
 from celery import Celery
 from service.support import Deployment, cluster, llm_request
+
+from tasks.edges.client import ServiceClient
 
 pytestmark = pytest.mark.service
 
@@ -78,3 +82,67 @@ def test_local_paths_outside_the_roots_are_rejected_alike_and_a_fifo_blocks_noth
     placed = d.client.wait("raw-qwen", timeout=60)
     assert placed["status"] == "scheduled"
     assert placed["estimate"]["weight_source"] == "safetensors_index"
+
+
+def test_a_worker_reads_local_paths_only_inside_its_own_roots_whatever_the_submitter_allowed(
+    deployment: Callable[..., Deployment], tmp_path: Path
+) -> None:
+    roots = tmp_path / "models"
+    qwen = _model_folder(roots / "qwen")
+    (roots / "secret.txt").write_text("not a model")
+    d = deployment(model_roots=[str(roots)])  # the in-process client (the submitter) allows roots
+    d.start_workers(1, env={"GPUSCHED_MODEL_ROOTS": "[]"})  # the worker reads no local folders
+    d.client.apply_cluster(cluster(1, 2))
+
+    inside_the_clients_roots = {  # a model folder, a file and nothing: the client's intake lets all pass
+        "folder": qwen, "file": roots / "secret.txt", "missing": roots / "nothing",
+    }
+    answers = {rid: d.client.submit(_local_request(rid, path), wait=True, timeout=60)
+               for rid, path in inside_the_clients_roots.items()}
+    lora = llm_request("lora")
+    lora["model"]["lora_list"] = [{"name": "adapter", "local_path": str(qwen)}]
+    answers["lora"] = d.client.submit(lora, wait=True, timeout=60)
+
+    none = "this service reads no local model folders (model_roots is empty)"
+    expected = {rid: ("rejected", {"code": "invalid_request", "message": none, "field": "model.local_path"})
+                for rid in inside_the_clients_roots}
+    expected["lora"] = ("rejected", {"code": "invalid_request", "message": none,
+                                     "field": "model.lora_list.0.local_path"})
+    assert {rid: (r["status"], r["error"]) for rid, r in answers.items()} == expected  # type: ignore[index]
+
+
+def test_a_booking_of_a_local_model_survives_export_and_recovery_by_a_cli_without_roots(
+    deployment: Callable[..., Deployment], tmp_path: Path
+) -> None:
+    roots = tmp_path / "models"
+    qwen = _model_folder(roots / "qwen")
+    d = deployment(model_roots=[str(roots)])
+    d.start_workers(1)
+    d.client.apply_cluster(cluster(1, 2))
+    request = _local_request("local", qwen)
+    assert d.client.submit(request, wait=True, timeout=60)["status"] == "scheduled"  # type: ignore[index]
+    for worker in d.workers:  # nothing decides while Redis is wiped and recovered
+        worker.stop()
+
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("GPUSCHED_")}, **d.env,
+           "GPUSCHED_MODEL_ROOTS": "[]"}  # the operator's CLI: no model roots of its own
+    exported = subprocess.run([sys.executable, "-m", "tasks.edges.cli", "cluster", "export"], env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
+    assert exported.returncode == 0, exported.stderr
+    backup = tmp_path / "backup.json"
+    backup.write_text(exported.stdout)
+    bookings = json.loads(exported.stdout)["bookings"]
+    assert [b["request"]["model"]["local_path"] for b in bookings] == [str(qwen)]
+    claims = d.client.rt.cluster.claims()
+    d.redis.flushdb()
+
+    command = [sys.executable, "-m", "tasks.edges.cli", "cluster", "apply", str(backup), "--recover"]
+    recovered = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert recovered.returncode == 0, recovered.stderr
+    assert json.loads(recovered.stdout)["bookings"] == 1
+    assert d.client.rt.cluster.claims() == claims  # the booking holds the same GPU memory again
+    fresh = ServiceClient(d.settings)  # d.client remembers the generation the wipe lost
+    try:
+        assert fresh.submit(request).status == "duplicate"  # type: ignore[union-attr]
+    finally:
+        fresh.close()

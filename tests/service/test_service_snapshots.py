@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from celery import Celery
 from service.support import Deployment, cluster, llm_request, wait_until
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]
@@ -58,10 +59,19 @@ def test_truncated_snapshots_are_refused_and_a_mass_removal_is_held_back(
     diff = json.loads(dry.stdout)
     assert diff["workers"]["removed"] == list(range(2, WORKERS + 1)) and diff["applies"] is False
     assert len(diff["bookings"]["dropped"]) == (WORKERS - 1) * GPUS
-    queued = d.client.cluster_event({"kind": "snapshot", **one})  # anyone on the broker: same refusal
-    assert queued["status"] == "queued"
+    at_the_door = d.client.cluster_event({"kind": "snapshot", **one})  # the client refuses it unqueued
+    assert at_the_door["status"] == "rejected" and at_the_door["field"] == "workers"
+    assert "removes 19 of the 20 workers" in at_the_door["error"]
+    foreign = Celery("control-plane", broker=d.url, set_as_current=False)
+    try:  # anyone else on the broker: the worker gives the same refusal
+        foreign.send_task("gpusched.cluster_event", args=[{"kind": "snapshot", **one}],
+                          queue=d.keys.cluster_queue)
+    finally:
+        foreign.close()
     wait_until(lambda: d.events("sched.cluster.event_rejected"), 60, "the worker to reject the event")
-    assert d.events("sched.cluster.event_rejected")[-1]["data"]["field"] == "workers"
+    (worker_refusal,) = d.events("sched.cluster.event_rejected")
+    refusal = worker_refusal["data"]
+    assert (refusal["field"], refusal["error"]) == ("workers", at_the_door["error"])  # the same words
     assert (_booked(d), d.client.rt.cluster.version()) == (before, version)  # nothing changed
 
     # 8 workers vanish (below the removal limit) while 4 are unreachable: 12 of 20 out, above 0.5
