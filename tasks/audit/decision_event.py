@@ -42,6 +42,7 @@ def decision_event_data(
     chain_spec: dict[str, Any],
     result: ScheduleResult,
     elapsed_ms: float,
+    model_roots: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
     """The ``data`` of a ``sched.decision.made`` event.
 
@@ -51,8 +52,11 @@ def decision_event_data(
         chain_spec: the chain spec with its ``digest`` (:attr:`LoadedChain.recorded_spec`).
         result: the core's result.
         elapsed_ms: snapshot sync plus core time.
+        model_roots: the deciding worker's ``model_roots`` when the request names a local
+            folder (its verdict is an input of the decision: replay checks the same roots);
+            None leaves the key out.
     """
-    return {
+    data = {
         "seq": step.seq,
         "attempt": step.attempt,
         "cluster_version": step.version,
@@ -66,3 +70,6 @@ def decision_event_data(
         "outcome": outcome_summary(result),
         "elapsed_ms": elapsed_ms,
     }
+    if model_roots is not None:
+        data["model_roots"] = list(model_roots)
+    return data

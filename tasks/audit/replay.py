@@ -271,7 +271,9 @@ def _replay_one(
     except ChainConfigError as error:
         report.skipped.append((decision.stream_id, f"unknown chain: {error}"))
         return
-    _, result = run_core(chain, request_json, request_id, fold)
+    roots = decision.data.get("model_roots")  # the deciding worker's, when a local folder was named
+    _, result = run_core(chain, request_json, request_id, fold,
+                         model_roots=tuple(roots) if isinstance(roots, list) else None)
     _, digest = result_digest(result)
     report.replayed += 1
     recorded = decision.data["result_digest"]

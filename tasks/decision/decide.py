@@ -43,6 +43,7 @@ from tasks.decision.next_step import next_step
 from tasks.decision.publish import after_final, final_call, publish
 from tasks.decision.reserve import after_reserve, reserve, reserve_call
 from tasks.decision.step import PUBLISH, RESERVE, Step, resumed_step
+from tasks.intake.requests import names_local_paths
 from tasks.intake.submit import accept_raw
 from tasks.runtime import metrics
 from tasks.runtime.context import Runtime
@@ -189,13 +190,15 @@ def _decision(
     """The decision on the mirror (synced from ``changes``) and the call that records it."""
     started = time.perf_counter()
     fold = rt.mirror.sync(changes)
-    request, result = run_core(rt.chain, request_json, ref, fold, rt.memo,
-                               model_roots=tuple(rt.settings.model_roots))
+    roots = tuple(rt.settings.model_roots)
+    request, result = run_core(rt.chain, request_json, ref, fold, rt.memo, model_roots=roots)
     metrics.count_decision(result.status)
     step = next_step(ref, seq, attempt, epoch, fold, request.model if request else None, result)
     text, step.result_digest = result_digest(result)
     elapsed_ms = round((time.perf_counter() - started) * 1000, 3)
-    data = decision_event_data(step, sha256_hex(request_json), rt.chain.recorded_spec, result, elapsed_ms)
+    recorded_roots = roots if request is not None and names_local_paths(request.model) else None
+    data = decision_event_data(step, sha256_hex(request_json), rt.chain.recorded_spec, result, elapsed_ms,
+                               recorded_roots)
     record = rt.records.record_decision_call(
         step.request_id, step.seq, step.attempt, step.version, text, step.result_digest,
         dumps(data), dumps(step.to_dict()),

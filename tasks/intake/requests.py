@@ -162,6 +162,11 @@ def service_rejection(request_id: str, field: str, message: str) -> ScheduleResu
     )
 
 
+def names_local_paths(model: ModelSpec) -> bool:
+    """Whether the model names a local folder (its own or a LoRA's)."""
+    return model.local_path is not None or any(e.local_path is not None for e in model.lora_list or ())
+
+
 def local_path_problem(model: ModelSpec, roots: tuple[str, ...]) -> InvalidField | None:
     """A ``local_path`` (the model's or a LoRA's) the service must not read, or None.
 

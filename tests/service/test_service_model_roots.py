@@ -15,6 +15,7 @@ import pytest
 from celery import Celery
 from service.support import Deployment, cluster, llm_request
 
+from tasks.audit.replay import replay
 from tasks.edges.client import ServiceClient
 
 pytestmark = pytest.mark.service
@@ -109,6 +110,9 @@ def test_a_worker_reads_local_paths_only_inside_its_own_roots_whatever_the_submi
     expected["lora"] = ("rejected", {"code": "invalid_request", "message": none,
                                      "field": "model.lora_list.0.local_path"})
     assert {rid: (r["status"], r["error"]) for rid, r in answers.items()} == expected  # type: ignore[index]
+    # the worker's roots are recorded with each such decision: replay refuses the same way
+    report = replay(d.client.rt.client, d.client.rt.cluster)
+    assert report.replayed >= len(expected) and report.identical == report.replayed, report
 
 
 def test_a_booking_of_a_local_model_survives_export_and_recovery_by_a_cli_without_roots(
