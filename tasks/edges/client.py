@@ -115,13 +115,19 @@ class ServiceClient:
         """``submit_via = "queue"`` (the submitter ACL user): validate here, let a worker record it.
 
         An invalid request is answered here (its rejection is not published: this
-        user cannot write results); a valid one is pushed onto ``gpusched.requests``
+        user cannot write results), and so is an id already holding a different
+        request (``conflict``, read from its record); a valid one is pushed onto ``gpusched.requests``
         as a raw request (``queued``), and a worker records, decides and publishes it.
         """
         normalized = normalize(request, IntakeLimits.of(self.settings))
         if normalized.rejection is not None:
             return Submission(normalized.request_id, "rejected",
                               result=json.loads(normalized.rejection.model_dump_json()))
+        stored = self.rt.records.record(normalized.request_id)  # read-only for this user
+        if stored.get("digest") and stored["digest"] != normalized.digest:
+            # the worker would answer it in its log only: say it here, and send nothing
+            return Submission(normalized.request_id, "conflict", state=stored.get("state", ""),
+                              digest=normalized.digest, stored_digest=stored["digest"])
         self._sender.submit(request)
         return Submission(normalized.request_id, "queued")
 

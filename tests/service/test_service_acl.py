@@ -11,7 +11,7 @@ from kombu.exceptions import OperationalError
 from service.conftest import require_redis_server
 from service.support import FAST, Deployment, cluster, llm_request, wait_until
 
-from tasks.edges.client import ServiceClient
+from tasks.edges.client import ServiceClient, Submission
 from tasks.edges.localrun import RedisServer, start_redis
 from tasks.runtime.acl import USERS, acl_line
 from tasks.runtime.celery_app import client_app
@@ -57,6 +57,11 @@ def test_a_submitter_can_only_enqueue_requests_and_read_results(
         d.start_workers(1)
         placed = submitter.submit(llm_request("from-submitter"), wait=True, timeout=60)
         assert placed["status"] == "scheduled"  # type: ignore[index]
+        # the same id with another body: the conflict, read from the record, never the first's result
+        other = llm_request("from-submitter", tp=2)
+        conflict = submitter.submit(other, wait=True, timeout=60)
+        assert isinstance(conflict, Submission) and conflict.status == "conflict", conflict
+        assert conflict.stored_digest and conflict.digest and conflict.stored_digest != conflict.digest
         before = d.client.rt.cluster.instance_meta(), d.client.rt.cluster.version()
 
         denied = submitter.rt.client
