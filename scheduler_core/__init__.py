@@ -33,6 +33,7 @@ from scheduler_core.decision import UNHASHABLE_REQUEST_ID, canonical_json, reque
 from scheduler_core.diffusion import TuneRequest, TuneResult, tune
 from scheduler_core.framework import Chain
 from scheduler_core.gpu_ids import GpuId, parse_gpu_id, selected_worker_names
+from scheduler_core.limits import encodable
 from scheduler_core.plugins import (
     DEFAULT_CHAIN,
     FILTERS_BY_NAME,
@@ -73,6 +74,7 @@ __all__ = [
     "canonical_json",
     "chain_of",
     "chain_wake_table",
+    "encodable",
     "free_share_floor",
     "gpu_capacity",
     "instance_claims",

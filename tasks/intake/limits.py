@@ -23,6 +23,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from scheduler_core import encodable
+
 #: Deepest nesting accepted in any document (the core's bound on free-form values);
 #: real requests, snapshots and events nest fewer than ten levels.
 MAX_JSON_DEPTH = 64
@@ -113,7 +115,7 @@ def _problems(value: Any, limit: int = MAX_JSON_DEPTH, *, unicode: bool = True) 
     while pending:
         item, path, depth = pending.pop()
         if isinstance(item, str):
-            if unicode and not _encodable(item):
+            if unicode and not encodable(item):
                 yield path, "is not valid Unicode (it holds a lone surrogate)"
             continue
         if isinstance(item, Mapping):
@@ -126,20 +128,10 @@ def _problems(value: Any, limit: int = MAX_JSON_DEPTH, *, unicode: bool = True) 
             yield path, f"nests more than {limit} levels deep"
             continue
         for key, _ in children:
-            if unicode and isinstance(key, str) and not _encodable(key):
+            if unicode and isinstance(key, str) and not encodable(key):
                 yield path, "has a key that is not valid Unicode (it holds a lone surrogate)"
         pending.extend((child, _join(path, str(key)), depth + 1) for key, child in reversed(children))
 
 
 def _join(path: str, part: str) -> str:
     return f"{path}.{part}" if path and part else path or part
-
-
-def _encodable(text: str) -> bool:
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True

@@ -34,6 +34,7 @@ PUBLIC = [
     "canonical_json",
     "chain_of",
     "chain_wake_table",
+    "encodable",
     "free_share_floor",
     "gpu_capacity",
     "instance_claims",
