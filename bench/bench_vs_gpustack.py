@@ -3,7 +3,7 @@
 For each cluster size (GPUStack-shaped rows from ``bench/fleet.py``) and model,
 prints the median time of:
 
-* **GPUStack**: ``scheduler.find_candidate`` of GPUStack 47277d79 (filters,
+* **GPUStack**: ``scheduler.find_candidate`` of GPUStack 2.2.3 from PyPI (= 47277d79; filters,
   SGLang selector, scorers, pick) on rows already loaded, as GPUStack's
   scheduler holds them; run in the parity oracle's virtualenv
   (``make parity`` builds it at ``.oracle-venv``; ``ORACLE_VENV`` overrides).

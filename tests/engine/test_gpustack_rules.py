@@ -1,4 +1,5 @@
-"""GPUStack rules pinned by decisions of GPUStack's own selector (commit 47277d79).
+"""GPUStack rules pinned by decisions of GPUStack's own selector (GPUStack 2.2.3 from PyPI,
+byte-identical to commit 47277d79 on this path).
 
 Each expected value was checked against GPUStack's code (the parity oracle) and
 is derived by hand in the test's docstring.

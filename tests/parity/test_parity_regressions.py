@@ -2,7 +2,7 @@
 
 Every ``regressions/*.json`` was produced by ``python -m tests.parity.run
 --record`` from a generated request on which gpusched and GPUStack's own code
-(commit 47277d79, run by tools/gpustack-oracle) differed; ``expected`` is the
+(GPUStack 2.2.3 = commit 47277d79, run by tools/gpustack-oracle) differed; ``expected`` is the
 oracle's comparable result and ``rule`` says what the case pins. No oracle is
 needed here.
 """
