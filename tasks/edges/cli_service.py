@@ -26,6 +26,7 @@ from tasks.edges.cli_support import (
     redact_url,
     stream_id,
 )
+from tasks.edges.cli_views import acl_json, add_output_option, output_format, print_json, replay_json
 
 
 @contextmanager
@@ -145,6 +146,7 @@ def _submit(args: argparse.Namespace) -> int:
 
     requests = document if isinstance(document, list) else [document]
     rejected: list[str] = []
+    text = output_format(args) == "text"
     with _service_errors():
         client = _client()
         for request in requests:
@@ -154,12 +156,47 @@ def _submit(args: argparse.Namespace) -> int:
             except WaitTimeout as error:  # also NoLiveWorker: no worker heartbeat after a grace
                 raise CliError(str(error), EXIT_FAILURE) from None
             value = outcome.to_dict() if isinstance(outcome, Submission) else outcome
-            _print(value, args.pretty)
+            since = _since_placed(client, value) if not isinstance(outcome, Submission) else None
+            _print_submitted(value, since, text, args.pretty)
             rejected.extend(_rejection_line(value))
             rejected.extend(_conflict_line(value))
     if rejected:
         raise CliError("rejected: " + "; ".join(rejected))
     return 0
+
+
+def _since_placed(client: Any, result: dict[str, Any]) -> str | None:
+    """For a ``scheduled`` result whose placement no longer holds (released, or moved since): why.
+
+    ``submit --wait`` of a known request returns its published result, which
+    says ``scheduled`` long after the booking was released or moved.
+    """
+    if result.get("status") != "scheduled" or not result.get("request_id"):
+        return None
+    from tasks.edges.request_list import category
+
+    record = client.rt.records.record(str(result["request_id"]))
+    state = category(record)
+    if state == "moved":
+        return f"its placement was moved since, to {record.get('moved_to')}: this result holds no GPUs"
+    if state == "released":
+        return "its placement was released since (cancelled or deleted): this result holds no GPUs"
+    return None
+
+
+def _print_submitted(value: dict[str, Any], since: str | None, text: bool, pretty: bool) -> None:
+    import sys
+
+    if text:
+        from tasks.edges.demo_service import describe_result
+
+        line = describe_result(value) if "candidates" in value or "error" in value else (
+            f"  {value.get('request_id')} {value.get('status')}")
+        print(line + (f"\n  note: {since}" if since else ""))
+    else:
+        _print(value, pretty)
+        if since:
+            print(f"gpusched: note: {value.get('request_id')}: {since}", file=sys.stderr)
 
 
 def _conflict_line(value: dict[str, Any]) -> list[str]:
@@ -247,7 +284,10 @@ def _acl(args: argparse.Namespace) -> int:
         raise CliError(f"set {', '.join(missing)} (the password of each Redis user)")
     text = acl_file(passwords, Keys(get_settings().cluster))
     if args.out is None:
-        print(text, end="")
+        if output_format(args) == "json":
+            print_json(acl_json(text), pretty=True)
+        else:
+            print(text, end="")
         return 0
     descriptor = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     with os.fdopen(descriptor, "w", encoding="utf-8") as out:
@@ -307,7 +347,10 @@ def _replay(args: argparse.Namespace) -> int:
             raise CliError(f"cannot replay: {error}", 1) from None
     if args.request_id and report.replayed == 0 and not report.skipped:
         raise CliError(f"nothing to replay: no decision of request {args.request_id} in the event log")
-    print(format_report(report))
+    if output_format(args) == "json":
+        print_json(replay_json(report))
+    else:
+        print(format_report(report))
     if report.differ:
         raise CliError(f"{report.differ} decision(s) differ on replay", 1)
     if report.skipped:
@@ -396,6 +439,7 @@ def register(commands: Any, cluster_actions: Callable[[Any], None] | None = None
     submit.add_argument("--timeout", type=positive_seconds, default=30.0, metavar="S",
                         help="with --wait: seconds to wait for the result (default 30)")
     submit.add_argument("--pretty", action="store_true", help="indent the JSON output")
+    add_output_option(submit, None)  # JSON for programs; the demo's block view on a terminal
 
     worker = _add(commands, "worker", "run a Celery worker (celery -A tasks.app worker)", _worker,
                   "Run a prefork Celery worker on the partition's three queues; options after the "
@@ -457,6 +501,7 @@ def register(commands: Any, cluster_actions: Callable[[Any], None] | None = None
                "password missing.")
     acl.add_argument("--out", default=None, metavar="FILE",
                      help="write it here (mode 0644: it holds hashes, no password) instead of printing it")
+    add_output_option(acl, "text")
 
     replay = _add(commands, "replay", "re-run recorded decisions and compare", _replay,
                   "Re-run recorded decisions from the event log (from a checkpoint, or the archive) and "
@@ -467,6 +512,7 @@ def register(commands: Any, cluster_actions: Callable[[Any], None] | None = None
                         help="only decisions logged at or after this event-stream id (<ms>[-<seq>])")
     replay.add_argument("--archive", default=None, metavar="DIR",
                         help="read the archived (trimmed) log in DIR first and replay from version 0")
+    add_output_option(replay, "text")
 
     audit = commands.add_parser("audit", help="audit log checkpoints, trimming and export",
                                 description="Audit log checkpoints, trimming and export.")
