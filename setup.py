@@ -8,5 +8,8 @@ from setuptools import find_packages, setup
 setup(
     packages=[*find_packages(include=["scheduler_core*", "tasks*"]), "gpusched_configs"],
     package_dir={"gpusched_configs": "configs"},
-    package_data={"tasks": ["state/scripts/*.lua"], "gpusched_configs": ["*.json"]},
+    package_data={
+        "tasks": ["state/scripts/*.lua", "edges/console/templates/*.html", "edges/console/static/*"],
+        "gpusched_configs": ["*.json"],
+    },
 )

@@ -23,7 +23,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from tasks.edges import cli_offline, cli_operate, cli_service
+from tasks.edges import cli_console, cli_offline, cli_operate, cli_service
 from tasks.edges.cli_support import EXIT_BAD_INPUT, EXIT_FAILURE, CliError, Parser, error_line, one_line
 
 
@@ -75,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     cli_offline.register(commands)
     # both import Celery/Redis lazily, inside their handlers
     cli_service.register(commands, cluster_actions=cli_operate.register_cluster)
-    cli_operate.register(commands)  # cancel, describe, health (cluster show: under cluster)
+    cli_operate.register(commands)  # cancel, describe, health, list (cluster show: under cluster)
+    cli_console.register(commands)  # console (Starlette/uvicorn imported when it runs)
     return parser
 
 

@@ -185,6 +185,9 @@ class Settings(BaseSettings):
     metrics_max_connections: int = Field(
         default=8, ge=1, le=256, description="requests /metrics and /healthz serve at once (more: 503)"
     )
+    console_basic_auth: SecretStr | None = Field(
+        default=None, description="user:password the web console requires (HTTP basic auth); never shown"
+    )
     health_stale_after_s: float = Field(
         default=30.0, gt=0, description="a heartbeat or drainer pass older than this is unhealthy"
     )
