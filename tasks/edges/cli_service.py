@@ -55,7 +55,25 @@ def _service_errors() -> Iterator[None]:
         raise CliError(f"cannot reach Redis at {url}: {error}", EXIT_FAILURE) from None
     except redis.RedisError as error:  # e.g. NOPERM, OOM: Redis answered and refused
         url = redact_url(get_settings().redis_url)
-        raise CliError(f"Redis at {url} refused the command: {error}", EXIT_FAILURE) from None
+        raise CliError(f"Redis at {url} refused the command: {error}{_permission_hint(error)}",
+                       EXIT_FAILURE) from None
+
+
+def _permission_hint(error: Exception) -> str:
+    """What to do when the ACL user may not run the service's scripts (the submitter's user)."""
+    import redis
+
+    from tasks.runtime.settings import get_settings
+
+    if not isinstance(error, redis.exceptions.NoPermissionError):
+        return ""
+    if "evalsha" in str(error).lower() or "script" in str(error).lower():
+        if get_settings().submit_via != "queue":
+            return (" (this Redis user may not run gpusched's scripts: a submitter's user, gpusched-submit, "
+                    "submits with GPUSCHED_SUBMIT_VIA=queue; changing the cluster or cancelling needs "
+                    "gpusched-control)")
+        return " (this Redis user may not run gpusched's scripts: that needs gpusched-control)"
+    return ""
 
 
 def _out_of_memory(error: BaseException) -> BaseException | None:
@@ -257,6 +275,8 @@ def _cluster_apply(args: argparse.Namespace) -> int:
         raise CliError("invalid cluster snapshot: expected an object with workers and model_instances")
     with _service_errors():
         client = _client(intact=not args.recover)  # a recovery runs while the loss is marked
+        if args.recover and not args.force:
+            _refuse_needless_recovery(client)
         try:
             summary = client.apply_cluster(document, recover=args.recover, allow_removal=args.allow_removal,
                                            dry_run=args.dry_run)
@@ -266,19 +286,39 @@ def _cluster_apply(args: argparse.Namespace) -> int:
     return 0
 
 
+def _refuse_needless_recovery(client: Any) -> None:
+    """``--recover`` on a Redis that holds its data generation and no loss marker would supersede the
+    live generation (every worker pauses and adopts the new one) for nothing: refuse without ``--force``.
+
+    A Redis with a loss marker (a detected wipe or rollback) or with no generation at all (wiped
+    before any process noticed) is what ``--recover`` is for.
+    """
+    from tasks.state.generation import generation_id
+
+    k = client.rt.keys
+    marker, generation = client.rt.client.mget([k.data_lost, k.generation])
+    live = generation_id(generation)
+    if marker or live is None:
+        return
+    raise CliError(f"Redis holds the live data generation {live} and no data loss was detected: "
+                   "--recover would supersede it and pause every worker for nothing; run "
+                   "'gpusched health' to see why you think data was lost, or pass --force to recover anyway")
+
+
 #: Environment variable holding the password of each ACL role (``gpusched acl``).
 ACL_PASSWORD_ENV = {"service": "REDIS_SERVICE_PASSWORD", "control": "REDIS_CONTROL_PASSWORD",
-                    "submit": "REDIS_SUBMIT_PASSWORD"}
+                    "submit": "REDIS_SUBMIT_PASSWORD", "console": "REDIS_CONSOLE_PASSWORD"}
 
 
 def _acl(args: argparse.Namespace) -> int:
     import os
 
-    from tasks.runtime.acl import acl_file
+    from tasks.runtime.acl import OPTIONAL_ROLES, acl_file
     from tasks.runtime.settings import get_settings
     from tasks.state.keys import Keys
 
-    passwords = {role: os.environ.get(name, "") for role, name in ACL_PASSWORD_ENV.items()}
+    passwords = {role: os.environ.get(name, "") for role, name in ACL_PASSWORD_ENV.items()
+                 if role not in OPTIONAL_ROLES or os.environ.get(name)}
     missing = [ACL_PASSWORD_ENV[role] for role, password in passwords.items() if not password]
     if missing:
         raise CliError(f"set {', '.join(missing)} (the password of each Redis user)")
@@ -473,6 +513,9 @@ def register(commands: Any, cluster_actions: Callable[[Any], None] | None = None
     apply.add_argument("--recover", action="store_true",
                        help="after Redis lost its data: rebuild from FILE (also its 'bookings', as "
                             "'cluster export' writes them) and resume deciding")
+    apply.add_argument("--force", action="store_true",
+                       help="with --recover: recover even though Redis holds its data generation and no loss "
+                            "was detected (supersedes the live generation)")
     apply.add_argument("--dry-run", action="store_true",
                        help="change nothing: print the workers, instances and bookings it would add, "
                             "remove or change, and whether it needs --allow-removal")
@@ -497,8 +540,8 @@ def register(commands: Any, cluster_actions: Callable[[Any], None] | None = None
     acl = _add(commands, "acl", "print the Redis ACL users for redis-server --aclfile", _acl,
                "Print the Redis ACL file: the default user off, gpusched-service, gpusched-control and "
                "gpusched-submit with the SHA-256 of their passwords, read from REDIS_SERVICE_PASSWORD, "
-               "REDIS_CONTROL_PASSWORD and REDIS_SUBMIT_PASSWORD (docs/security.md). Exit 0, 2 a "
-               "password missing.")
+               "REDIS_CONTROL_PASSWORD and REDIS_SUBMIT_PASSWORD, and the read-only gpusched-console "
+               "when REDIS_CONSOLE_PASSWORD is set (docs/security.md). Exit 0, 2 a password missing.")
     acl.add_argument("--out", default=None, metavar="FILE",
                      help="write it here (mode 0644: it holds hashes, no password) instead of printing it")
     add_output_option(acl, "text")

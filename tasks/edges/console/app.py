@@ -80,9 +80,9 @@ def _no_dispatch(*_: Any) -> None:
 class Console:
     """The console's state: one runtime (read only), the feed hub, the templates."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, runtime: Runtime | None = None) -> None:
         self.settings = settings
-        self.rt: Runtime = build_runtime(settings, _no_dispatch, _no_dispatch)
+        self.rt: Runtime = runtime or build_runtime(settings, _no_dispatch, _no_dispatch)
         self.feed = FeedHub(lambda: redis_client(settings, blocking=True, max_block_ms=2000),
                             self.rt.keys.events)
         self.templates = Jinja2Templates(directory=str(_package_dir("templates")))
@@ -235,9 +235,13 @@ async def _event_stream(hub: FeedHub) -> Response:
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
-def create_app(settings: Settings) -> Starlette:
-    """The console app for ``settings``' partition (the feed starts with the app)."""
-    console = Console(settings)
+def create_app(settings: Settings, runtime: Runtime | None = None) -> Starlette:
+    """The console app for ``settings``' partition (the feed starts with the app).
+
+    Args:
+        runtime: the runtime to read with (tests pass a fakeredis one); None builds one.
+    """
+    console = Console(settings, runtime)
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
