@@ -165,3 +165,29 @@ class WatchedPage:
         path = SCREENSHOTS / f"{name}.png"
         self.page.screenshot(path=str(path), full_page=full_page)
         return path
+
+
+def feed_events_seen(client: Any, stream: str, timeout: float = 10.0) -> int:
+    """How many events a page subscribing to a :class:`FeedHub` on ``client`` receives first (its backlog)."""
+    import asyncio
+
+    from tasks.edges.console.feed import FeedHub
+
+    hub = FeedHub(lambda: client, stream)
+    hub.start()
+
+    async def first_events() -> int:
+        subscriber = None
+        deadline = time.monotonic() + timeout
+        while subscriber is None or subscriber.queue.empty():
+            if time.monotonic() > deadline:
+                return 0
+            if subscriber is None and hub.connected:
+                subscriber = hub.subscribe(asyncio.get_running_loop())
+            await asyncio.sleep(0.05)
+        return subscriber.queue.qsize()
+
+    try:
+        return asyncio.run(first_events())
+    finally:
+        hub.stop()
