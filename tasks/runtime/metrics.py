@@ -173,10 +173,12 @@ def state_families(rt: Runtime) -> Iterator[Metric]:
     pipe.hvals(k.workers)
     pipe.zcard(k.outbox)
     pipe.exists(k.reschedule_suspended)
+    pipe.exists(k.data_lost)
     pipe.hlen(UNACKED_HASH)
     for queue in k.queues:
         pipe.llen(queue)
-    parked, version, nodes, deadletters, workers, in_flight, suspended, unacked, *depths = pipe.execute()
+    (parked, version, nodes, deadletters, workers, in_flight, suspended, lost, unacked,
+     *depths) = pipe.execute()
     capacity, booked = rt.cluster.ledger()
     rows = [json.loads(raw) for raw in workers]
 
@@ -191,6 +193,9 @@ def state_families(rt: Runtime) -> Iterator[Metric]:
     yield GaugeMetricFamily("gpusched_reschedule_suspended",
                             "1 while rescheduling off lost workers is suspended (mass-outage guard)",
                             value=1 if suspended else 0)
+    yield GaugeMetricFamily("gpusched_data_lost",
+                            "1 while a detected data loss (wiped or rolled-back Redis) is not recovered",
+                            value=1 if lost else 0)
 
 
 #: kombu's Redis transport keeps every delivered, unacknowledged message in this hash (whole database).
