@@ -83,6 +83,7 @@ class Console:
     def __init__(self, settings: Settings, runtime: Runtime | None = None) -> None:
         self.settings = settings
         self.rt: Runtime = runtime or build_runtime(settings, _no_dispatch, _no_dispatch)
+        self.map = data.MapCache()
         self.feed = FeedHub(lambda: redis_client(settings, blocking=True, max_block_ms=2000),
                             self.rt.keys.events)
         self.templates = Jinja2Templates(directory=str(_package_dir("templates")))
@@ -150,7 +151,7 @@ class Pages:
         return self.c.page(request, "map")
 
     async def map_api(self, request: Request) -> Response:
-        return JSONResponse(await _off_loop(data.map_data, self.c.rt))
+        return JSONResponse(await _off_loop(self.c.map.get, self.c.rt))
 
     async def worker_page(self, request: Request) -> Response:
         name = request.path_params["worker"]

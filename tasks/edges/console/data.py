@@ -16,10 +16,11 @@ Nothing here writes to Redis (the console's Redis user may read only).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
-from tasks.edges.cluster_view import Filters, cluster_view
+from tasks.edges.cluster_view import Filters, cluster_view, parked_by_reason, rescheduling_state
 from tasks.edges.describe import describe_request
 from tasks.edges.request_list import ListQuery, list_requests
 from tasks.runtime.context import Runtime
@@ -27,6 +28,41 @@ from tasks.runtime.context import Runtime
 #: Serialises the health checks: the data-generation check keeps the highest version it read per
 #: runtime, and two checks interleaving on one runtime could mistake each other's read for a rollback.
 _HEALTH_LOCK = threading.Lock()
+
+
+#: The map is rebuilt at most this often (a busy cluster changes its version with every booking: the
+#: page is told the version it got and asks again while the feed shows newer ones).
+MIN_REBUILD_S = 0.5
+
+
+class MapCache:
+    """The cluster map, rebuilt only when the cluster version moved (and at most every :data:`MIN_REBUILD_S`).
+
+    Workers, the ledger, the claims and the outage clocks change only with a
+    new cluster version (bookings and releases are versioned changes too), so
+    a page load on an unchanged cluster costs one ``GET`` plus the parked
+    queue and the suspension flag, which change without a version. One build
+    at a time, whatever the number of pages (concurrent loads wait for it).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._built: dict[str, Any] | None = None
+        self._built_at = 0.0
+
+    def get(self, rt: Runtime) -> dict[str, Any]:
+        """The map as :func:`map_data` builds it, with the parked queue and the suspension read now."""
+        version = int(rt.client.get(rt.keys.version) or 0)
+        with self._lock:
+            stale = self._built is None or self._built["version"] != version
+            if stale and (self._built is None or time.monotonic() - self._built_at >= MIN_REBUILD_S):
+                self._built = map_data(rt)
+                self._built_at = time.monotonic()
+            built = self._built
+        assert built is not None
+        suspended = cast(str | None, rt.client.get(rt.keys.reschedule_suspended))
+        parked = parked_by_reason(rt.parked.entries(), rt.partition.now_ms())
+        return {**built, "parked": parked, "rescheduling": rescheduling_state(suspended)}
 
 
 def map_data(rt: Runtime) -> dict[str, Any]:

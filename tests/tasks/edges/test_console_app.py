@@ -67,3 +67,22 @@ def test_the_map_data_indexes_kinds_and_holders() -> None:
     listing = client.get("/api/requests?state=parked").json()
     assert [r["request_id"] for r in listing["requests"]] == ["parked"]
     assert client.get("/requests?state=parked&q=park").text.count('data-request="parked"') == 1
+
+
+def test_the_map_is_rebuilt_only_when_the_cluster_version_moved() -> None:
+    import time
+
+    from tasks.edges.console import data
+
+    h = _harness()
+    cache = data.MapCache()
+    first = cache.get(h.rt)
+    assert cache.get(h.rt)["workers"] is first["workers"]  # unchanged version: the same build
+    h.submit(small_request("later"))
+    h.pump()  # a booking: a new cluster version
+    assert cache.get(h.rt)["version"] == first["version"]  # within the rebuild spacing: the last build
+    time.sleep(data.MIN_REBUILD_S + 0.05)
+    fresh = cache.get(h.rt)
+    assert fresh["version"] > first["version"]
+    assert {holder["label"] for holder in fresh["holders"]} == {"placed", "later"}
+    assert fresh["parked"][0]["reason"] == "label_mismatch"  # read at every call, never cached

@@ -43,7 +43,7 @@
       stops.push(`${color} ${at.toFixed(2)}% ${end.toFixed(2)}%`);
       at = end;
     };
-    for (const [index, bytes] of held) add(`hsl(${hue(holders[index].label)} 60% 48%)`, bytes);
+    for (const [index, bytes] of held) add(holders[index].color, bytes);
     add("var(--outside)", outside);
     add("var(--reserved)", total - allocatable);
     stops.push(`var(--free) ${at.toFixed(2)}% 100%`);
@@ -52,6 +52,7 @@
 
   let mapData = null;
   let pinned = null;
+  let wantedVersion = 0;  // the newest cluster version the feed announced
 
   function showDetail(worker, gpu) {
     const [index, kind, total, allocatable, booked, outside, held] = gpu;
@@ -92,7 +93,7 @@
       const cell = el("div", { class: `g${booked > allocatable ? " over" : ""}`, "data-gpu": index,
                                "data-kind": kind, "data-pos": position });
       if (held.length) cell.dataset.holders = held.map(([h]) => mapData.holders[h].label).join(" ");
-      cell.style.background = gpuBackground(gpu, mapData.holders);
+      if (held.length || gpu[5] || gpu[2] !== gpu[3]) cell.style.background = gpuBackground(gpu, mapData.holders);
       row.append(cell);
     });
     box.append(row);
@@ -101,6 +102,7 @@
 
   function renderMap(data) {
     mapData = data;
+    for (const holder of data.holders) holder.color = `hsl(${hue(holder.label)} 60% 48%)`;
     const map = document.getElementById("map");
     const vanished = new Set(data.vanished);
     const frag = document.createDocumentFragment();
@@ -131,6 +133,9 @@
     if (!data.parked.length) parked.textContent = "nothing parked";
     applyFilters();
     document.getElementById("map").dataset.rendered = String(data.workers.length);
+    document.getElementById("map").dataset.version = String(data.version);
+    // the server rebuilds the map at most twice a second: ask again while the feed saw newer versions
+    if (data.version < wantedVersion) setTimeout(loadMap, 300);
   }
 
   function applyFilters() {
@@ -153,10 +158,10 @@
       let gpus = 0;
       for (const cell of box.lastChild.children) {
         const match = kind === "" || cell.dataset.kind === kind;
-        cell.hidden = !match;
+        if (cell.hidden === match) cell.hidden = !match;
         gpus += match ? 1 : 0;
       }
-      box.hidden = !(keep && gpus);
+      if (box.hidden !== !(keep && gpus)) box.hidden = !(keep && gpus);
       shown += box.hidden ? 0 : 1;
     });
     document.getElementById("map-count").textContent = `${shown} of ${mapData.workers.length} workers shown`;
@@ -202,6 +207,7 @@
     });
     const refresh = debounce(loadMap, 250);
     handlers.push((event) => {
+      if (event.cluster_version) wantedVersion = Math.max(wantedVersion, Number(event.cluster_version));
       if (event.kind === "cluster" || event.type === "sched.reservation.booked" || event.type === "sched.result.published"
           || event.type === "sched.request.parked") refresh();
     });
