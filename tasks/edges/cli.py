@@ -4,7 +4,9 @@ Subcommands are registered by small modules so offline commands never import
 Celery or Redis: ``schedule``/``tune`` run in process on embedded defaults;
 the service commands (``submit``, ``worker``, ``cluster``, ``replay``) live in
 :mod:`tasks.edges.cli_service`, the operator's (``cancel``, ``describe``,
-``cluster show``, ``health``) in :mod:`tasks.edges.cli_operate`.
+``cluster show``, ``health``, ``list``) in :mod:`tasks.edges.cli_operate`,
+``console`` in :mod:`tasks.edges.cli_console`; how each prints (``-o
+text|json``) is :mod:`tasks.edges.cli_views`.
 
 Every command (and ``--version``) reads the settings first, so a typo in
 ``GPUSCHED_*`` stops it with one line, whether or not it uses the settings.
