@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: venv demo test lint typecheck bench parity clean
+.PHONY: venv demo test test-fast prereqs lint typecheck bench bench-console parity clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,9 +18,24 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m tasks.edges.demo
 
-## test: lint, type-check the core, run the whole suite
+## test: install what the suite needs (tools/test-prereqs.sh: Debian's redis-server, redis-sentinel,
+## postgresql, chromium and prometheus's promtool when this user may install, then the per-tool setup
+## scripts), lint, type-check, run the whole suite. When every prerequisite is there the suite runs with
+## CI=1: a test whose tool is missing fails instead of skipping.
+PYTEST_ARGS ?=
 test: $(STAMP) lint typecheck
-	$(PY) -m pytest
+	@bash tools/test-prereqs.sh; status=$$?; \
+	if [ $$status -eq 0 ]; then CI=1 $(PY) -m pytest $(PYTEST_ARGS); \
+	elif [ $$status -eq 10 ]; then $(PY) -m pytest $(PYTEST_ARGS); \
+	else exit $$status; fi
+
+## test-fast: the inner loop: lint and every test that needs no server or browser (no Redis, no workers)
+test-fast: $(STAMP) lint
+	$(PY) -m pytest -m "not service and not slow and not parity" -x $(PYTEST_ARGS)
+
+## prereqs: only install what the suite needs (as make test does first)
+prereqs:
+	bash tools/test-prereqs.sh
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
@@ -31,6 +46,11 @@ typecheck: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/bench_schedule.py
 	$(PY) bench/bench_service.py
+	$(PY) bench/bench_console.py
+
+## bench-console: the console's cluster map at 2,000 x 8 (server side; the browser too when chromium is there)
+bench-console: $(STAMP)
+	$(PY) bench/bench_console.py
 
 ## parity: decide generated requests (and examples/) with gpusched and with GPUStack's own code
 ## (tools/gpustack-oracle, in its own virtualenv at .oracle-venv, built when missing)

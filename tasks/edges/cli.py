@@ -4,7 +4,9 @@ Subcommands are registered by small modules so offline commands never import
 Celery or Redis: ``schedule``/``tune`` run in process on embedded defaults;
 the service commands (``submit``, ``worker``, ``cluster``, ``replay``) live in
 :mod:`tasks.edges.cli_service`, the operator's (``cancel``, ``describe``,
-``cluster show``, ``health``) in :mod:`tasks.edges.cli_operate`.
+``cluster show``, ``health``, ``list``) in :mod:`tasks.edges.cli_operate`,
+``console`` in :mod:`tasks.edges.cli_console`; how each prints (``-o
+text|json``) is :mod:`tasks.edges.cli_views`.
 
 Every command (and ``--version``) reads the settings first, so a typo in
 ``GPUSCHED_*`` stops it with one line, whether or not it uses the settings.
@@ -23,7 +25,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from tasks.edges import cli_offline, cli_operate, cli_service
+from tasks.edges import cli_console, cli_offline, cli_operate, cli_service
 from tasks.edges.cli_support import EXIT_BAD_INPUT, EXIT_FAILURE, CliError, Parser, error_line, one_line
 
 
@@ -75,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     cli_offline.register(commands)
     # both import Celery/Redis lazily, inside their handlers
     cli_service.register(commands, cluster_actions=cli_operate.register_cluster)
-    cli_operate.register(commands)  # cancel, describe, health (cluster show: under cluster)
+    cli_operate.register(commands)  # cancel, describe, health, list (cluster show: under cluster)
+    cli_console.register(commands)  # console (Starlette/uvicorn imported when it runs)
     return parser
 
 

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from tasks.edges.cli_support import CliError, read_json
+from tasks.edges.cli_views import add_output_option
 
 __all__ = ["CliError", "read_json", "register"]
 
@@ -16,7 +17,12 @@ def _schedule(args: argparse.Namespace) -> int:
     from scheduler_core import schedule
 
     result = schedule(request)
-    print(result.model_dump_json(indent=2 if args.pretty else None))
+    if args.output == "text":
+        from tasks.edges.demo_offline import describe
+
+        print("\n".join(describe(str(args.file), result)))
+    else:
+        print(result.model_dump_json(indent=2 if args.pretty else None))
     if result.status == "rejected" and result.error is not None:
         where = f"{result.error.field}: " if result.error.field else ""
         raise CliError(f"rejected: {where}{result.error.message}")
@@ -58,6 +64,7 @@ def register(commands: Any) -> None:
     )
     schedule.add_argument("file", metavar="REQUEST.json", help="request file, or - for stdin")
     schedule.add_argument("--pretty", action="store_true", help="indent the JSON output")
+    add_output_option(schedule, "json")  # Contract 1: the result JSON
     schedule.set_defaults(handler=_schedule)
     tune = commands.add_parser(
         "tune", help="plan diffusion launch flags for FILE.json (Contract 2)",

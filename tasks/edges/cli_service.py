@@ -26,6 +26,7 @@ from tasks.edges.cli_support import (
     redact_url,
     stream_id,
 )
+from tasks.edges.cli_views import acl_json, add_output_option, output_format, print_json, replay_json
 
 
 @contextmanager
@@ -54,7 +55,25 @@ def _service_errors() -> Iterator[None]:
         raise CliError(f"cannot reach Redis at {url}: {error}", EXIT_FAILURE) from None
     except redis.RedisError as error:  # e.g. NOPERM, OOM: Redis answered and refused
         url = redact_url(get_settings().redis_url)
-        raise CliError(f"Redis at {url} refused the command: {error}", EXIT_FAILURE) from None
+        raise CliError(f"Redis at {url} refused the command: {error}{_permission_hint(error)}",
+                       EXIT_FAILURE) from None
+
+
+def _permission_hint(error: Exception) -> str:
+    """What to do when the ACL user may not run the service's scripts (the submitter's user)."""
+    import redis
+
+    from tasks.runtime.settings import get_settings
+
+    if not isinstance(error, redis.exceptions.NoPermissionError):
+        return ""
+    if "evalsha" in str(error).lower() or "script" in str(error).lower():
+        if get_settings().submit_via != "queue":
+            return (" (this Redis user may not run gpusched's scripts: a submitter's user, gpusched-submit, "
+                    "submits with GPUSCHED_SUBMIT_VIA=queue; changing the cluster or cancelling needs "
+                    "gpusched-control)")
+        return " (this Redis user may not run gpusched's scripts: that needs gpusched-control)"
+    return ""
 
 
 def _out_of_memory(error: BaseException) -> BaseException | None:
@@ -145,6 +164,7 @@ def _submit(args: argparse.Namespace) -> int:
 
     requests = document if isinstance(document, list) else [document]
     rejected: list[str] = []
+    text = output_format(args) == "text"
     with _service_errors():
         client = _client()
         for request in requests:
@@ -154,12 +174,47 @@ def _submit(args: argparse.Namespace) -> int:
             except WaitTimeout as error:  # also NoLiveWorker: no worker heartbeat after a grace
                 raise CliError(str(error), EXIT_FAILURE) from None
             value = outcome.to_dict() if isinstance(outcome, Submission) else outcome
-            _print(value, args.pretty)
+            since = _since_placed(client, value) if not isinstance(outcome, Submission) else None
+            _print_submitted(value, since, text, args.pretty)
             rejected.extend(_rejection_line(value))
             rejected.extend(_conflict_line(value))
     if rejected:
         raise CliError("rejected: " + "; ".join(rejected))
     return 0
+
+
+def _since_placed(client: Any, result: dict[str, Any]) -> str | None:
+    """For a ``scheduled`` result whose placement no longer holds (released, or moved since): why.
+
+    ``submit --wait`` of a known request returns its published result, which
+    says ``scheduled`` long after the booking was released or moved.
+    """
+    if result.get("status") != "scheduled" or not result.get("request_id"):
+        return None
+    from tasks.edges.request_list import category
+
+    record = client.rt.records.record(str(result["request_id"]))
+    state = category(record)
+    if state == "moved":
+        return f"its placement was moved since, to {record.get('moved_to')}: this result holds no GPUs"
+    if state == "released":
+        return "its placement was released since (cancelled or deleted): this result holds no GPUs"
+    return None
+
+
+def _print_submitted(value: dict[str, Any], since: str | None, text: bool, pretty: bool) -> None:
+    import sys
+
+    if text:
+        from tasks.edges.demo_service import describe_result
+
+        line = describe_result(value) if "candidates" in value or "error" in value else (
+            f"  {value.get('request_id')} {value.get('status')}")
+        print(line + (f"\n  note: {since}" if since else ""))
+    else:
+        _print(value, pretty)
+        if since:
+            print(f"gpusched: note: {value.get('request_id')}: {since}", file=sys.stderr)
 
 
 def _conflict_line(value: dict[str, Any]) -> list[str]:
@@ -220,6 +275,8 @@ def _cluster_apply(args: argparse.Namespace) -> int:
         raise CliError("invalid cluster snapshot: expected an object with workers and model_instances")
     with _service_errors():
         client = _client(intact=not args.recover)  # a recovery runs while the loss is marked
+        if args.recover and not args.force:
+            _refuse_needless_recovery(client)
         try:
             summary = client.apply_cluster(document, recover=args.recover, allow_removal=args.allow_removal,
                                            dry_run=args.dry_run)
@@ -229,25 +286,48 @@ def _cluster_apply(args: argparse.Namespace) -> int:
     return 0
 
 
+def _refuse_needless_recovery(client: Any) -> None:
+    """``--recover`` on a Redis that holds its data generation and no loss marker would supersede the
+    live generation (every worker pauses and adopts the new one) for nothing: refuse without ``--force``.
+
+    A Redis with a loss marker (a detected wipe or rollback) or with no generation at all (wiped
+    before any process noticed) is what ``--recover`` is for.
+    """
+    from tasks.state.generation import generation_id
+
+    k = client.rt.keys
+    marker, generation = client.rt.client.mget([k.data_lost, k.generation])
+    live = generation_id(generation)
+    if marker or live is None:
+        return
+    raise CliError(f"Redis holds the live data generation {live} and no data loss was detected: "
+                   "--recover would supersede it and pause every worker for nothing; run "
+                   "'gpusched health' to see why you think data was lost, or pass --force to recover anyway")
+
+
 #: Environment variable holding the password of each ACL role (``gpusched acl``).
 ACL_PASSWORD_ENV = {"service": "REDIS_SERVICE_PASSWORD", "control": "REDIS_CONTROL_PASSWORD",
-                    "submit": "REDIS_SUBMIT_PASSWORD"}
+                    "submit": "REDIS_SUBMIT_PASSWORD", "console": "REDIS_CONSOLE_PASSWORD"}
 
 
 def _acl(args: argparse.Namespace) -> int:
     import os
 
-    from tasks.runtime.acl import acl_file
+    from tasks.runtime.acl import OPTIONAL_ROLES, acl_file
     from tasks.runtime.settings import get_settings
     from tasks.state.keys import Keys
 
-    passwords = {role: os.environ.get(name, "") for role, name in ACL_PASSWORD_ENV.items()}
+    passwords = {role: os.environ.get(name, "") for role, name in ACL_PASSWORD_ENV.items()
+                 if role not in OPTIONAL_ROLES or os.environ.get(name)}
     missing = [ACL_PASSWORD_ENV[role] for role, password in passwords.items() if not password]
     if missing:
         raise CliError(f"set {', '.join(missing)} (the password of each Redis user)")
     text = acl_file(passwords, Keys(get_settings().cluster))
     if args.out is None:
-        print(text, end="")
+        if output_format(args) == "json":
+            print_json(acl_json(text), pretty=True)
+        else:
+            print(text, end="")
         return 0
     descriptor = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     with os.fdopen(descriptor, "w", encoding="utf-8") as out:
@@ -307,7 +387,10 @@ def _replay(args: argparse.Namespace) -> int:
             raise CliError(f"cannot replay: {error}", 1) from None
     if args.request_id and report.replayed == 0 and not report.skipped:
         raise CliError(f"nothing to replay: no decision of request {args.request_id} in the event log")
-    print(format_report(report))
+    if output_format(args) == "json":
+        print_json(replay_json(report))
+    else:
+        print(format_report(report))
     if report.differ:
         raise CliError(f"{report.differ} decision(s) differ on replay", 1)
     if report.skipped:
@@ -396,6 +479,7 @@ def register(commands: Any, cluster_actions: Callable[[Any], None] | None = None
     submit.add_argument("--timeout", type=positive_seconds, default=30.0, metavar="S",
                         help="with --wait: seconds to wait for the result (default 30)")
     submit.add_argument("--pretty", action="store_true", help="indent the JSON output")
+    add_output_option(submit, None)  # JSON for programs; the demo's block view on a terminal
 
     worker = _add(commands, "worker", "run a Celery worker (celery -A tasks.app worker)", _worker,
                   "Run a prefork Celery worker on the partition's three queues; options after the "
@@ -429,6 +513,9 @@ def register(commands: Any, cluster_actions: Callable[[Any], None] | None = None
     apply.add_argument("--recover", action="store_true",
                        help="after Redis lost its data: rebuild from FILE (also its 'bookings', as "
                             "'cluster export' writes them) and resume deciding")
+    apply.add_argument("--force", action="store_true",
+                       help="with --recover: recover even though Redis holds its data generation and no loss "
+                            "was detected (supersedes the live generation)")
     apply.add_argument("--dry-run", action="store_true",
                        help="change nothing: print the workers, instances and bookings it would add, "
                             "remove or change, and whether it needs --allow-removal")
@@ -453,10 +540,11 @@ def register(commands: Any, cluster_actions: Callable[[Any], None] | None = None
     acl = _add(commands, "acl", "print the Redis ACL users for redis-server --aclfile", _acl,
                "Print the Redis ACL file: the default user off, gpusched-service, gpusched-control and "
                "gpusched-submit with the SHA-256 of their passwords, read from REDIS_SERVICE_PASSWORD, "
-               "REDIS_CONTROL_PASSWORD and REDIS_SUBMIT_PASSWORD (docs/security.md). Exit 0, 2 a "
-               "password missing.")
+               "REDIS_CONTROL_PASSWORD and REDIS_SUBMIT_PASSWORD, and the read-only gpusched-console "
+               "when REDIS_CONSOLE_PASSWORD is set (docs/security.md). Exit 0, 2 a password missing.")
     acl.add_argument("--out", default=None, metavar="FILE",
                      help="write it here (mode 0644: it holds hashes, no password) instead of printing it")
+    add_output_option(acl, "text")
 
     replay = _add(commands, "replay", "re-run recorded decisions and compare", _replay,
                   "Re-run recorded decisions from the event log (from a checkpoint, or the archive) and "
@@ -467,6 +555,7 @@ def register(commands: Any, cluster_actions: Callable[[Any], None] | None = None
                         help="only decisions logged at or after this event-stream id (<ms>[-<seq>])")
     replay.add_argument("--archive", default=None, metavar="DIR",
                         help="read the archived (trimmed) log in DIR first and replay from version 0")
+    add_output_option(replay, "text")
 
     audit = commands.add_parser("audit", help="audit log checkpoints, trimming and export",
                                 description="Audit log checkpoints, trimming and export.")

@@ -60,7 +60,32 @@ def describe_request(rt: Runtime, request_id: str) -> dict[str, Any] | None:
         "why_not": why_not(result, json.loads(parked_raw) if parked_raw else None),
         "events": events,
         "events_truncated": truncated,
+        "history_trimmed": None if _received(events) else trimmed_note(rt),
     }
+
+
+def _received(events: list[dict[str, Any]]) -> bool:
+    return any(event["type"] == "sched.request.received" for event in events)
+
+
+def trimmed_note(rt: Runtime) -> str | None:
+    """A line saying the log was trimmed behind a checkpoint (None: it never was).
+
+    Asked when a timeline lacks the request's first event
+    (``sched.request.received``): the retention pass trims the audit log behind
+    its oldest kept checkpoint (``gpusched:audit:state`` keeps where), and a
+    request older than that has lost the start of its timeline
+    (``gpusched replay --archive`` reads the archived part).
+    """
+    stored = rt.client.hmget(rt.keys.audit_state, ["trimmed_at", "trimmed_version"])
+    trimmed_at, version = (str(value) if value is not None else None for value in stored)
+    if not trimmed_at:
+        return None
+    trimmed_ms = int(trimmed_at.split("-", 1)[0])
+    where = (f"archived in {rt.settings.audit_archive_dir}" if rt.settings.audit_archive_dir
+             else "not archived (audit_archive_dir is not set)")
+    return (f"history before {_iso(trimmed_ms)} was trimmed behind the audit checkpoint at cluster version "
+            f"{version or '?'}: the earlier events of this request are {where}")
 
 
 def _result(record: Mapping[str, str]) -> dict[str, Any] | None:
@@ -213,7 +238,10 @@ def render_description(info: Mapping[str, Any], width: int | None = None) -> str
              for r in info["placement"]], right={3, 4})]
     if info["why_not"]:
         lines += ["", "Why not placed:", *_funnel(info["why_not"], width)]
-    lines += ["", "Events:", *table(
+    lines += ["", "Events:"]
+    if info.get("history_trimmed"):
+        lines.append(f"  ({info['history_trimmed']})")
+    lines += [*table(
         ["TIME", "TYPE", "DETAIL"],
         [[e["time"][11:23], e["type"].removeprefix("sched."), e["detail"]] for e in info["events"]])]
     if info["events_truncated"]:

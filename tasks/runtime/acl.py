@@ -22,7 +22,12 @@ that by role (``docs/security.md``):
   nothing else: no script, no
   other queue (no cluster event), no write to the ledger, the records or the
   streams. What it pushes onto the requests queue can only be a decision:
-  :mod:`tasks.runtime.middleware.queue_guard` dead-letters any other task.
+  :mod:`tasks.runtime.middleware.queue_guard` dead-letters any other task;
+* ``gpusched-console`` — the web console (``gpusched console``) and any
+  read-only dashboard: read commands only (``GET``, hash, sorted-set and stream
+  reads, ``LLEN``; ``MULTI``/``EXEC`` to read several keys at one instant) on the
+  partition's keys, its queues' lengths and kombu's ``unacked`` hash; no
+  write, no script.
 
 :func:`acl_file` renders the users for ``redis-server --aclfile`` with
 SHA-256 password hashes (``#<hex>``, never the password) and the ``default``
@@ -42,7 +47,17 @@ USERS: dict[str, str] = {
     "service": "gpusched-service",
     "control": "gpusched-control",
     "submit": "gpusched-submit",
+    "console": "gpusched-console",
 }
+#: Roles ``gpusched acl`` writes only when their password is set (the others are required).
+OPTIONAL_ROLES = frozenset({"console"})
+
+#: The console's commands: reads only (MULTI/EXEC read several keys at one instant).
+_CONSOLE_COMMANDS = (
+    "+ping", "+select", "+echo", "+multi", "+exec", "+discard",
+    "+get", "+mget", "+exists", "+type", "+hget", "+hmget", "+hgetall", "+hvals", "+hkeys", "+hlen",
+    "+hexists", "+zrange", "+zcard", "+zscore", "+xrange", "+xrevrange", "+xread", "+xlen", "+llen",
+)
 
 #: Service and control: every data command, on every key and channel; no administration, no flush.
 _FULL = ("~*", "&*", "+@all", "-@admin", "-flushall", "-flushdb")
@@ -56,6 +71,9 @@ def role_rules(role: str, keys: Keys) -> tuple[str, ...]:
     """
     if role in ("service", "control"):
         return _FULL
+    if role == "console":
+        return ("resetkeys", "resetchannels", "-@all", *_CONSOLE_COMMANDS, f"%R~{keys.prefix}:*",
+                *(f"%R~{queue}" for queue in keys.queues), "%R~unacked")
     if role != "submit":
         raise KeyError(role)
     return (

@@ -152,21 +152,58 @@ def count_dead_letter(reason: str) -> None:
 
 
 # ----------------------------------------------------------- state at scrape
+#: Longest GPU name kept as a label value (names come from the workers: untrusted, unbounded).
+GPU_NAME_LABEL_CHARS = 64
+
+
 def state_families(rt: Runtime) -> Iterator[Metric]:
-    """Gauges read from the partition's Redis now (raises a Redis error when unreachable)."""
+    """Gauges read from the partition's Redis now (raises a Redis error when unreachable).
+
+    Two round trips: one pipeline for the hashes, streams and queues, and the
+    ledger (read atomically by :meth:`~tasks.state.cluster_store.ClusterStore.ledger`).
+    """
     from prometheus_client.core import GaugeMetricFamily
 
-    from tasks.state.ledger import overbooked
-
+    k = rt.keys
     pipe = rt.client.pipeline(transaction=False)
-    pipe.hvals(rt.keys.parked)
-    pipe.get(rt.keys.version)
-    pipe.hgetall(rt.keys.nodes)
-    pipe.xlen(rt.keys.deadletter)
-    pipe.hvals(rt.keys.workers)
-    parked, version, nodes, deadletters, workers = pipe.execute()
+    pipe.hvals(k.parked)
+    pipe.get(k.version)
+    pipe.hgetall(k.nodes)
+    pipe.xlen(k.deadletter)
+    pipe.hvals(k.workers)
+    pipe.zcard(k.outbox)
+    pipe.exists(k.reschedule_suspended)
+    pipe.exists(k.data_lost)
+    pipe.hlen(UNACKED_HASH)
+    for queue in k.queues:
+        pipe.llen(queue)
+    (parked, version, nodes, deadletters, workers, in_flight, suspended, lost, unacked,
+     *depths) = pipe.execute()
     capacity, booked = rt.cluster.ledger()
-    now_ms = time.time() * 1000
+    rows = [json.loads(raw) for raw in workers]
+
+    yield from _parked_families(parked)
+    yield GaugeMetricFamily("gpusched_cluster_version", "Cluster version", value=int(version or 0))
+    yield from _node_families(nodes, time.time() * 1000)
+    yield from _worker_families(rows)
+    yield GaugeMetricFamily("gpusched_deadletter_entries", "Entries of the dead-letter stream",
+                            value=deadletters)
+    yield from _ledger_families(rows, capacity, booked)
+    yield from _queue_families(dict(zip(k.queues, depths, strict=True)), in_flight, unacked)
+    yield GaugeMetricFamily("gpusched_reschedule_suspended",
+                            "1 while rescheduling off lost workers is suspended (mass-outage guard)",
+                            value=1 if suspended else 0)
+    yield GaugeMetricFamily("gpusched_data_lost",
+                            "1 while a detected data loss (wiped or rolled-back Redis) is not recovered",
+                            value=1 if lost else 0)
+
+
+#: kombu's Redis transport keeps every delivered, unacknowledged message in this hash (whole database).
+UNACKED_HASH = "unacked"
+
+
+def _parked_families(parked: list[str]) -> Iterator[Metric]:
+    from prometheus_client.core import GaugeMetricFamily
 
     reasons = Tally(reason for raw in parked for reason in json.loads(raw).get("reasons") or ["?"])
     family = GaugeMetricFamily("gpusched_parked_requests", "Parked requests by reason code",
@@ -175,19 +212,80 @@ def state_families(rt: Runtime) -> Iterator[Metric]:
         family.add_metric([reason], count)
     yield family
     yield GaugeMetricFamily("gpusched_parked_requests_total", "Parked requests", value=len(parked))
-    yield GaugeMetricFamily("gpusched_cluster_version", "Cluster version", value=int(version or 0))
-    yield from _node_families(nodes, now_ms)
-    states = Tally(str(json.loads(raw).get("state") or "not_ready") for raw in workers)
+
+
+def _worker_families(rows: list[dict[str, Any]]) -> Iterator[Metric]:
+    from prometheus_client.core import GaugeMetricFamily
+
+    states = Tally(str(row.get("state") or "not_ready") for row in rows)
     family = GaugeMetricFamily("gpusched_cluster_workers", "GPUStack workers by state", labels=["state"])
     for state, count in sorted(states.items()):
         family.add_metric([state], count)
     yield family
-    yield GaugeMetricFamily("gpusched_deadletter_entries", "Entries of the dead-letter stream",
-                            value=deadletters)
+
+
+def _queue_families(depths: dict[str, int], in_flight: int, unacked: int) -> Iterator[Metric]:
+    from prometheus_client.core import GaugeMetricFamily
+
+    family = GaugeMetricFamily("gpusched_queue_messages", "Messages waiting on each partition queue",
+                               labels=["queue"])
+    for queue, depth in sorted(depths.items()):
+        family.add_metric([queue], depth)
+    yield family
+    yield GaugeMetricFamily("gpusched_requests_in_flight",
+                            "Accepted requests neither finished nor parked (queued, deciding, retrying)",
+                            value=in_flight)
+    yield GaugeMetricFamily("gpusched_queue_unacked_messages",
+                            "Messages delivered to a worker and not yet acknowledged (kombu's unacked "
+                            "hash: every partition of the database)", value=unacked)
+
+
+def _ledger_families(rows: list[dict[str, Any]], capacity: dict[str, int],
+                     booked: dict[str, int]) -> Iterator[Metric]:
+    from prometheus_client.core import GaugeMetricFamily
+
+    from tasks.state.ledger import overbooked
+
     over = overbooked(capacity, booked)
     yield GaugeMetricFamily("gpusched_ledger_overbooked_gpus", "GPUs booked past capacity", value=len(over))
     yield GaugeMetricFamily("gpusched_ledger_overbooked_bytes", "Bytes booked past capacity",
                             value=sum(held - cap for held, cap in over.values()))
+    free = GaugeMetricFamily("gpusched_free_bytes", "Bookable bytes left on ready workers, per GPU type "
+                             "and name", labels=["gpu_type", "gpu_name"])
+    largest = GaugeMetricFamily("gpusched_largest_free_bytes", "The most bookable bytes left on one GPU "
+                                "of a ready worker, per GPU type and name", labels=["gpu_type", "gpu_name"])
+    gpus = GaugeMetricFamily("gpusched_gpus", "GPUs of ready workers, per GPU type and name",
+                             labels=["gpu_type", "gpu_name"])
+    for labels, left in sorted(free_by_gpu_kind(rows, capacity, booked).items()):
+        free.add_metric(list(labels), sum(left))
+        largest.add_metric(list(labels), max(left))
+        gpus.add_metric(list(labels), len(left))
+    yield free
+    yield largest
+    yield gpus
+
+
+def free_by_gpu_kind(rows: list[dict[str, Any]], capacity: dict[str, int],
+                     booked: dict[str, int]) -> dict[tuple[str, str], list[int]]:
+    """Free bytes (capacity − booked, at least 0) of every GPU of a ready worker, by (type, name).
+
+    Rows are stored worker rows (JSON objects); a GPU without a ledger entry
+    (no index or memory) is not bookable and not counted.
+    """
+    from tasks.state.ledger import gpu_key
+
+    kinds: dict[tuple[str, str], list[int]] = {}
+    for row in rows:
+        if row.get("state") != "ready":
+            continue
+        for device in (row.get("status") or {}).get("gpu_devices") or []:
+            key = gpu_key(row.get("id") or 0, device.get("type"), device.get("index") or 0)
+            if key not in capacity:
+                continue
+            name = str(device.get("name") or "")[:GPU_NAME_LABEL_CHARS]
+            left = max(capacity[key] - booked.get(key, 0), 0)
+            kinds.setdefault((str(device.get("type") or ""), name), []).append(left)
+    return kinds
 
 
 def _node_families(nodes: dict[str, str], now_ms: float) -> Iterator[Metric]:
@@ -196,7 +294,8 @@ def _node_families(nodes: dict[str, str], now_ms: float) -> Iterator[Metric]:
     beat = GaugeMetricFamily("gpusched_node_heartbeat_age_seconds",
                              "Age of each worker node's heartbeat", labels=["node"])
     drained = GaugeMetricFamily("gpusched_node_drainer_age_seconds",
-                                "Age of each worker node's last drainer pass", labels=["node"])
+                                "Age of each worker node's last drainer pass, as its last heartbeat "
+                                "reported it (lags by up to one heartbeat period)", labels=["node"])
     for node, raw in sorted(nodes.items()):
         data: dict[str, Any] = json.loads(raw)
         beat.add_metric([node], max(now_ms - float(data.get("seen_ms") or 0), 0) / 1000)
@@ -204,3 +303,38 @@ def _node_families(nodes: dict[str, str], now_ms: float) -> Iterator[Metric]:
             drained.add_metric([node], max(now_ms - float(data["drained_ms"]), 0) / 1000)
     yield beat
     yield drained
+
+
+# ------------------------------------------------------------ this node, no Redis
+def build_version() -> str:
+    """The installed gpusched version (``unknown`` for a source tree that is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gpusched")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def node_families() -> Iterator[Metric]:
+    """What the serving node knows without Redis: build info and its own drainer's last pass.
+
+    ``gpusched_drainer_age_seconds`` is this node's drainer as ``/healthz``
+    checks it (in-process, exact); ``gpusched_node_drainer_age_seconds`` is
+    every node's as read from Redis, up to a heartbeat older.
+    """
+    import platform
+
+    from prometheus_client.core import GaugeMetricFamily
+
+    from tasks.runtime import liveness
+
+    info = GaugeMetricFamily("gpusched_build_info", "The running gpusched build (value 1)",
+                             labels=["version", "python"])
+    info.add_metric([build_version(), platform.python_version()], 1)
+    yield info
+    last = liveness.last_pass(liveness.DRAINER)
+    if last is not None:
+        yield GaugeMetricFamily("gpusched_drainer_age_seconds",
+                                "Age of this node's last drainer pass (exact: what /healthz checks)",
+                                value=max(time.time() - last, 0.0))

@@ -178,6 +178,16 @@ class Settings(BaseSettings):
     metrics_port: int = Field(default=9464, ge=0, le=65535,
                               description="each worker node's /metrics and /healthz; 0 = off")
     metrics_host: str = Field(default="0.0.0.0", description="address the metrics port binds")
+    metrics_redis_timeout_s: float = Field(
+        default=2.0, gt=0, le=30,
+        description="longest a /metrics or /healthz request waits for Redis (then: redis_up 0, 503)",
+    )
+    metrics_max_connections: int = Field(
+        default=8, ge=1, le=256, description="requests /metrics and /healthz serve at once (more: 503)"
+    )
+    console_basic_auth: SecretStr | None = Field(
+        default=None, description="user:password the web console requires (HTTP basic auth); never shown"
+    )
     health_stale_after_s: float = Field(
         default=30.0, gt=0, description="a heartbeat or drainer pass older than this is unhealthy"
     )

@@ -95,3 +95,37 @@ def test_arrange_orders_and_cuts_the_json_workers_and_keeps_the_summary_of_all()
     assert [w["id"] for w in arrange(view)["workers"]] == [1, 2, 3]
     with pytest.raises(ValueError, match="limit must be 0 or more"):
         arrange(view, "id", -1)
+
+
+def test_holders_name_what_holds_each_gpu_and_outside_usage_is_what_is_used_beyond_the_bookings() -> None:
+    h = Harness()
+    row = worker_row(1, "h100-a", 2)
+    row["status"]["gpu_devices"][1]["memory"]["used"] = 5 * (1 << 30)  # 5 GiB used by something else
+    h.apply(cluster_of(row))
+    h.submit(small_request("holder"))
+    h.pump()
+    view = cluster_view(h.rt, holders=True)
+    gpus = {g["index"]: g for g in view["workers"][0]["gpus"]}
+    held = [g for g in gpus.values() if g.get("holders")]
+    assert len(held) == 1 and held[0]["holders"][0]["request_id"] == "holder"
+    assert held[0]["holders"][0]["bytes"] == held[0]["booked"] > 0
+    assert held[0]["holders"][0]["instance"] == "req:holder"
+    assert gpus[1]["outside"] == max(5 * (1 << 30) - gpus[1]["booked"], 0)
+    text = render_cluster(view, holders=True, width=200)
+    assert f"holder {held[0]['booked'] / (1 << 30):.1f}" in text
+    assert view["rescheduling"] == {"suspended": False}
+    h.rt.client.set(h.rt.keys.reschedule_suspended,
+                    '{"down": 3, "vanished": 0, "workers": 4, "max_unreachable_fraction": 0.5}')
+    suspended = cluster_view(h.rt)
+    assert suspended["rescheduling"]["suspended"] is True
+    text = render_cluster(suspended, width=200)
+    assert "Rescheduling SUSPENDED: 3 down and 0 vanished of 4 workers" in text
+
+
+def test_the_label_filter_keeps_workers_with_the_label() -> None:
+    h = Harness()
+    h.apply(cluster_of(worker_row(1, "a", labels={"gpu": "h100"}), worker_row(2, "b", labels={"gpu": "4090"}),
+                       worker_row(3, "c", labels={})))
+    assert [w["id"] for w in cluster_view(h.rt, Filters(label="gpu"))["workers"]] == [1, 2]
+    assert [w["id"] for w in cluster_view(h.rt, Filters(label="gpu=4090"))["workers"]] == [2]
+    assert cluster_view(h.rt, Filters(label="nope=1"))["workers"] == []

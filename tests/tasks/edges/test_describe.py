@@ -86,3 +86,28 @@ def test_a_rescheduled_request_names_what_it_replaces() -> None:
     assert old is not None and new is not None
     assert old["moved_to"] == "r~1" and new["reschedule_of"] == "r"
     assert new["events"][0]["detail"].startswith("rescheduled from req:r@")
+
+
+def test_describe_says_when_the_start_of_the_history_was_trimmed() -> None:
+    from service_builders import small_request, uniform_cluster
+
+    from tasks.audit.retention import checkpoint_now, scan, trim
+    from tasks.edges.describe import describe_request, render_description
+    from tasks.testing import Harness
+
+    h = Harness(settings=Harness().settings.model_copy(update={"audit_checkpoints_kept": 1}))
+    h.apply(uniform_cluster(workers=1, gpus=2))
+    h.submit(small_request("old"))
+    h.pump()
+    scan(h.rt)
+    checkpoint_now(h.rt)
+    h.submit(small_request("new"))
+    h.pump()
+    assert describe_request(h.rt, "old")["history_trimmed"] is None  # nothing trimmed yet
+    removed, _ = trim(h.rt)
+    assert removed > 0
+    old = describe_request(h.rt, "old")
+    assert old["history_trimmed"].startswith("history before ")
+    assert "not archived (audit_archive_dir is not set)" in old["history_trimmed"]
+    assert "was trimmed behind the audit checkpoint" in render_description(old, width=300)
+    assert describe_request(h.rt, "new")["history_trimmed"] is None  # its whole history is still there

@@ -38,7 +38,17 @@ def test_the_submitter_writes_only_the_requests_queue_of_its_partition() -> None
 def test_service_and_control_may_not_administer_or_flush() -> None:
     for role in ("service", "control"):
         assert {"-@admin", "-flushall", "-flushdb"} <= set(role_rules(role, Keys(None)))
-    assert set(USERS) == {"service", "control", "submit"}
+    assert set(USERS) == {"service", "control", "submit", "console"}
+
+
+def test_the_console_reads_only_its_partition() -> None:
+    rules = role_rules("console", Keys("c1"))
+    assert not [rule for rule in rules if rule.startswith(("%W~", "%RW~", "~", "&"))]
+    assert "%R~gpusched:{c1}:*" in rules and "%R~gpusched.{c1}.requests" in rules
+    commands = {rule for rule in rules if rule.startswith("+")}
+    writes = {"+eval", "+evalsha", "+xadd", "+hset", "+set", "+del", "+@all", "+@write", "+lpush"}
+    assert not commands & writes
+    assert {"+hgetall", "+xread", "+xrevrange", "+llen", "+multi", "+exec"} <= commands
 
 
 def test_credentials_come_from_the_settings_when_given() -> None:

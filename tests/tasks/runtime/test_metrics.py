@@ -80,3 +80,26 @@ def test_state_gauges_read_parked_reasons_version_nodes_and_overbooking() -> Non
     assert state[("gpusched_ledger_overbooked_gpus", ())] == 1
     assert state[("gpusched_ledger_overbooked_bytes", ())] == held - 10 * GIB  # shrank below the booking
     assert state[("gpusched_deadletter_entries", ())] == 0
+
+
+def test_scrape_state_reports_queue_depth_in_flight_free_capacity_and_the_outage_guard() -> None:
+    h = Harness()
+    h.apply(cluster_of(worker_row(1, "a", 2), worker_row(2, "down", 1, state="not_ready")))
+    h.submit(small_request("placed"))
+    h.pump()
+    h.submit(small_request("queued"))  # recorded and queued, not decided yet
+    h.rt.client.lpush(h.rt.keys.requests_queue, "m1", "m2")  # two messages waiting on the queue
+    state = _state(h)
+    assert state[("gpusched_queue_messages", (("queue", h.rt.keys.requests_queue),))] == 2
+    assert state[("gpusched_queue_messages", (("queue", h.rt.keys.cluster_queue),))] == 0
+    assert state[("gpusched_requests_in_flight", ())] == 1  # "queued": its outbox watchdog
+    capacity, booked = h.rt.cluster.ledger()
+    ready = {key: value for key, value in capacity.items() if key.startswith("1:")}
+    kind = (("gpu_name", "GPU"), ("gpu_type", "cuda"))
+    free = sum(ready.values()) - sum(booked.values())  # the not-ready worker's GPU is not free capacity
+    assert state[("gpusched_free_bytes", kind)] == free
+    assert state[("gpusched_largest_free_bytes", kind)] == max(ready.values())  # one GPU left untouched
+    assert state[("gpusched_gpus", kind)] == 2
+    assert state[("gpusched_reschedule_suspended", ())] == 0
+    h.rt.client.set(h.rt.keys.reschedule_suspended, "{}")
+    assert _state(h)[("gpusched_reschedule_suspended", ())] == 1
