@@ -8,6 +8,9 @@ the topology). :class:`ReplicatedRedis` kills the master, waits until the
 Sentinels promoted a replica, and restarts the old master (which the Sentinels
 then turn into a replica of the new one).
 
+:meth:`ReplicatedRedis.freeze` stops a replica (SIGSTOP) so a test can make
+the master's last writes miss it.
+
 Short Sentinel timings make a failover take a few seconds in tests
 (``down_after_ms``, ``failover_timeout_ms``); Sentinel's own defaults are
 30 s and 180 s.
@@ -184,10 +187,27 @@ class ReplicatedRedis:
         self.master_index = _wait_for(agreed, timeout, "the Sentinels to agree on a master")
         return self.master_index
 
+    def replicas(self) -> list[int]:
+        """Indexes of the servers alive other than the master."""
+        return [i for i in range(len(self.servers)) if i != self.master_index and i not in self.killed]
+
+    def freeze(self, index: int) -> None:
+        """SIGSTOP server ``index`` (it reads nothing, acknowledges nothing, until :meth:`thaw`)."""
+        process = self.servers[index].process
+        if process is not None:
+            process.send_signal(signal.SIGSTOP)
+
+    def thaw(self, index: int) -> None:
+        """SIGCONT server ``index``."""
+        process = self.servers[index].process
+        if process is not None:
+            process.send_signal(signal.SIGCONT)
+
     def restart(self, index: int) -> None:
         """Start server ``index`` again with its original arguments (an old master restarts as a
         master; the Sentinels then make it a replica of the current one)."""
         self.servers[index].start()
+        self.killed.remove(index)
 
     def wait_replicating(self, index: int, timeout: float) -> None:
         """Wait until server ``index`` is a replica with its link to the master up."""
