@@ -137,6 +137,8 @@ class Readers:
         self.raw = Seen()
         self._stop = threading.Event()
         self._d = d
+        # as docs/service.md tells a control plane: bounded when the deployment waits for replicas
+        self._bound = d.keys.acked if d.settings.replicas_required else None
         self._threads = [
             threading.Thread(target=self._group, name="control-plane", daemon=True),
             threading.Thread(target=self._plain, name="raw-reader", daemon=True),
@@ -152,7 +154,7 @@ class Readers:
         while not self._stop.is_set():
             try:
                 entries = read_group(client, self._d.keys.results, GROUP, "cp-1", count=200, block_ms=200,
-                                     acknowledged=self._d.keys.acked)
+                                     acknowledged=self._bound)
                 for entry_id, fields in entries:
                     self.acknowledged.add(entry_id, fields)
                 ack(client, self._d.keys.results, GROUP, [entry_id for entry_id, _ in entries])
