@@ -102,10 +102,10 @@ def test_a_result_is_shown_to_a_waiting_client_only_once_a_replica_has_it(pair: 
         pair.freeze(1)
         results = {rid: {"request_id": rid, "status": "scheduled"} for rid in ("r1", "r2")}
         for rid, result in results.items():
-            entry = client.rt.client.xadd(k.results, {"request_id": rid, "terminal": "1", "status": "scheduled",
-                                                      "result": json.dumps(result)})
-        client.rt.client.hset(k.request("r2"), mapping={"state": "done", "result": json.dumps(results["r2"]),
-                                                        "result_id": str(entry)})
+            fields = {"request_id": rid, "terminal": "1", "status": "scheduled", "result": json.dumps(result)}
+            entry = client.rt.client.xadd(k.results, fields)  # type: ignore[arg-type]
+        record = {"state": "done", "result": json.dumps(results["r2"]), "result_id": str(entry)}
+        client.rt.client.hset(k.request("r2"), mapping=record)
         assert client.stored_result("r2") is None
         for rid in results:
             with pytest.raises(WaitTimeout):

@@ -53,8 +53,10 @@ def test_a_bad_sentinel_list_is_refused_on_one_line_naming_the_setting(
      "redis_sentinel_master: 'my master' must match ^[A-Za-z0-9_.-]{1,64}$"),
     ({"GPUSCHED_REDIS_SENTINELS": "h1:26379", "GPUSCHED_REDIS_SENTINEL_MASTER": "m",
       "GPUSCHED_REDIS_URL": "unix:///run/redis.sock"},
-     "redis_url: must be a redis:// or rediss:// URL with redis_sentinels (a unix socket does not fail over)"),
-    ({"GPUSCHED_REPLICA_ACK_TIMEOUT_S": "30"}, "replica_ack_timeout_s: must stay below redis_socket_timeout_s"),
+     "redis_url: must be a redis:// or rediss:// URL with redis_sentinels "
+     "(a unix socket does not fail over)"),
+    ({"GPUSCHED_REPLICA_ACK_TIMEOUT_S": "30"},
+     "replica_ack_timeout_s: must stay below redis_socket_timeout_s"),
     ({"GPUSCHED_MIN_REPLICAS_ACKED": "-1"}, "min_replicas_acked: Input should be greater than or equal to 0"),
 ])
 def test_sentinel_settings_that_do_not_go_together_are_refused_naming_one(
