@@ -28,6 +28,9 @@ side by side, each with its own client, so writes go on while one waits.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -45,6 +48,7 @@ from tasks.edges.local_failover import MASTER_NAME, ReplicatedRedis, start_repli
 from tasks.runtime.context import redis_client
 from tasks.state.ledger import overbooked
 
+ROOT = Path(__file__).resolve().parents[2]
 #: Short Sentinel timings (Sentinel's defaults are 30 s and 180 s).
 DOWN_AFTER_MS = 1000
 FAILOVER_TIMEOUT_MS = 3000
@@ -73,6 +77,8 @@ class Plan:
     kill_after: float = 0.4
     lag_s: float = 1.5
     comeback: bool = True
+    #: With a comeback, the requests from this share on wait until the old master replicates.
+    comeback_before: float = 0.7
     fail_back: bool = False
     hosts: int = 30
     gpus_per_host: int = 8
@@ -195,6 +201,8 @@ class Run:
     kills: list[float] = field(default_factory=list)
     submitted: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Set once the old master replicates again (or at once without a comeback).
+    back: threading.Event = field(default_factory=threading.Event)
     taken_away: Counter[str] = field(default_factory=Counter)
 
     # ------------------------------------------------------------------ load
@@ -244,6 +252,8 @@ class Run:
         period = plan.submitters / plan.rate_per_s
         try:
             for n in range(lane, plan.requests, plan.submitters):
+                if n >= plan.requests * plan.comeback_before:
+                    self.back.wait(plan.settle_s)  # the rest is submitted with the old master back
                 began = time.monotonic()
                 self.submit(client, n)
                 if plan.cancel_every and n % plan.cancel_every == 2:
@@ -319,15 +329,18 @@ def execute(run: Run) -> None:
                for lane in range(plan.submitters)]
     for loader in loaders:
         loader.start()
+    if not plan.comeback:
+        run.back.set()
     run.at(plan.kill_after)
     run.kill_master(lag_s=plan.lag_s)
     if plan.comeback:
         old = run.redis.killed[-1]
-        run.at(plan.kill_after + (1 - plan.kill_after) / 3)
+        run.at((plan.kill_after + plan.comeback_before) / 2)
         run.redis.restart(old)
         run.redis.wait_replicating(old, 60)
+        run.back.set()
         if plan.fail_back:
-            run.at(plan.kill_after + 2 * (1 - plan.kill_after) / 3)
+            run.at((plan.comeback_before + 1) / 2)
             run.kill_master(lag_s=0)
     for loader in loaders:
         loader.join(plan.settle_s)
@@ -391,6 +404,13 @@ def _first_after(seen: Seen, moment: float) -> float:
         handed = [when for entry_id, _, _, _, when in seen.entries
                   if int(entry_id.partition("-")[0]) / 1000 > moment]
     return min(handed, default=float("inf"))
+
+
+def cli(run: Run, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``gpusched ARGS`` in a process of its own, configured like the workers (through Sentinel)."""
+    env = {**os.environ, **run.d.env}
+    return subprocess.run([sys.executable, "-m", "tasks.edges.cli", *args], env=env, input=stdin,
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
 
 
 def stop_run(run: Run) -> None:

@@ -10,12 +10,14 @@ The old master then comes back and the Sentinels make it a replica.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 from service.conftest import require_redis_server
-from service.failover_run import Plan, execute, figures, start_run, stop_run
+from service.failover_run import Plan, Run, cli, execute, figures, start_run, stop_run
+from service.support import llm_request
 
 from tasks.edges.local_failover import sentinel_command
 
@@ -37,9 +39,12 @@ def test_a_failover_under_load_loses_duplicates_and_overbooks_nothing_acknowledg
     try:
         execute(run)
         found = figures(run)
+        commands = _cli_after_failover(run)
     finally:
         stop_run(run)
     print(found)  # the figures, for the log
+    for args, (code, out) in commands.items():
+        assert code == 0, (args, out)
     assert found["taken_away_entries"] and sum(found["taken_away_entries"].values()) > 0  # writes were lost
     assert found["lost"] == [] and found["duplicated"] == [] and found["duplicated_on_stream"] == []
     assert found["terminal_exactly_once"] == found["accepted"]
@@ -50,3 +55,21 @@ def test_a_failover_under_load_loses_duplicates_and_overbooks_nothing_acknowledg
     assert not found["data_lost_marker"] and found["data_loss_logged"] == 0
     assert found["deciding_refused_logged"] == 0
     assert all(seconds <= 30 for seconds in found["results_again_s"]), found["results_again_s"]
+
+
+def _cli_after_failover(run: Run) -> dict[str, tuple[int, str]]:
+    """The CLI, a process that never saw the old master, through the Sentinels: health, a
+    submission it waits for, its description, the cluster, a replay."""
+    request = json.dumps(llm_request("cli-after-failover"))
+    done = {
+        "submit": cli(run, "submit", "-", "--wait", "--timeout", "60", stdin=request),
+        "health": cli(run, "health"),
+        "describe": cli(run, "describe", "cli-after-failover", "--json"),
+        "cluster show": cli(run, "cluster", "show"),
+        "replay": cli(run, "replay"),
+    }
+    assert "replication acknowledged by 1 replica(s)" in done["health"].stdout, done["health"].stdout
+    assert json.loads(done["submit"].stdout)["status"] == "scheduled", done["submit"].stdout
+    assert json.loads(done["describe"].stdout)["state"] == "done", done["describe"].stdout
+    assert " 0 differ" in done["replay"].stdout, done["replay"].stdout
+    return {name: (result.returncode, result.stdout + result.stderr) for name, result in done.items()}
