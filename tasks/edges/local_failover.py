@@ -94,24 +94,22 @@ class SentinelProcess:
         return redis.Redis("127.0.0.1", self.port, password=self.password, decode_responses=True,
                            socket_timeout=1.0, socket_connect_timeout=1.0)
 
-    def _answers(self) -> bool:
+    def ask(self, question: Callable[[redis.Redis], T]) -> T | None:
+        """``question(client)`` on a fresh client of this Sentinel (None: it did not answer)."""
         client = self.client()
         try:
-            return bool(client.ping())
-        except (redis.RedisError, OSError):
-            return False
-        finally:
-            client.close()
-
-    def master_port_seen(self) -> int | None:
-        """The master's port as this Sentinel names it now (None: it does not answer)."""
-        client = self.client()
-        try:
-            address = client.sentinel_get_master_addr_by_name(MASTER_NAME)
+            return question(client)
         except (redis.RedisError, OSError):
             return None
         finally:
             client.close()
+
+    def _answers(self) -> bool:
+        return bool(self.ask(lambda client: client.ping()))
+
+    def master_port_seen(self) -> int | None:
+        """The master's port as this Sentinel names it now (None: it does not answer)."""
+        address = self.ask(lambda client: client.sentinel_get_master_addr_by_name(MASTER_NAME))
         return int(address[1]) if isinstance(address, tuple | list) else None
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
@@ -213,19 +211,24 @@ class ReplicatedRedis:
         """Wait until server ``index`` is a replica with its link to the master up."""
 
         def linked() -> bool | None:
-            try:
-                info = self.client(index).info("replication")
-            except (redis.RedisError, OSError):
-                return False
+            info = self._replication_info(index)
             return info.get("role") == "slave" and info.get("master_link_status") == "up"
 
         _wait_for(linked, timeout, f"server {index} to replicate the master")
 
     def _role(self, index: int) -> str | None:
+        role = self._replication_info(index).get("role")
+        return str(role) if role else None
+
+    def _replication_info(self, index: int) -> dict[str, object]:
+        """``INFO replication`` of server ``index`` (empty: it did not answer)."""
+        client = self.client(index)
         try:
-            return str(self.client(index).info("replication").get("role"))
+            return dict(client.info("replication"))
         except (redis.RedisError, OSError):
-            return None
+            return {}
+        finally:
+            client.close()
 
     def stop(self) -> None:
         """Stop every Sentinel, then every server."""
@@ -268,18 +271,11 @@ def start_replicated(
 
 
 def _knows_replicas(sentinel: SentinelProcess, replicas: int, sentinels: int) -> bool:
-    client = sentinel.client()
-    try:
-        state = client.sentinel_master(MASTER_NAME)
-    except (redis.RedisError, OSError):
-        return False
-    finally:
-        client.close()
+    state = sentinel.ask(lambda client: client.sentinel_master(MASTER_NAME))
     if not isinstance(state, dict):
         return False
-    return int(state.get("num-slaves", 0)) >= replicas and int(state.get("num-other-sentinels", 0)) >= (
-        sentinels - 1
-    )
+    others = int(state.get("num-other-sentinels", 0))
+    return int(state.get("num-slaves", 0)) >= replicas and others >= sentinels - 1
 
 
 def _wait_for(
