@@ -34,6 +34,7 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -411,6 +412,15 @@ def cli(run: Run, *args: str, stdin: str | None = None) -> subprocess.CompletedP
     env = {**os.environ, **run.d.env}
     return subprocess.run([sys.executable, "-m", "tasks.edges.cli", *args], env=env, input=stdin,
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+def cli_together(
+    run: Run, commands: dict[str, tuple[str, ...]]
+) -> dict[str, subprocess.CompletedProcess[str]]:
+    """Several ``gpusched`` commands at once (each in its own process); their outcomes by name."""
+    with ThreadPoolExecutor(len(commands)) as pool:
+        futures = {name: pool.submit(cli, run, *args) for name, args in commands.items()}
+        return {name: future.result() for name, future in futures.items()}
 
 
 def stop_run(run: Run) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from service.conftest import require_redis_server
-from service.failover_run import Plan, Run, cli, execute, figures, start_run, stop_run
+from service.failover_run import Plan, Run, cli, cli_together, execute, figures, start_run, stop_run
 from service.support import llm_request
 
 from tasks.edges.local_failover import sentinel_command
@@ -61,13 +61,11 @@ def _cli_after_failover(run: Run) -> dict[str, tuple[int, str]]:
     """The CLI, a process that never saw the old master, through the Sentinels: health, a
     submission it waits for, its description, the cluster, a replay."""
     request = json.dumps(llm_request("cli-after-failover"))
-    done = {
-        "submit": cli(run, "submit", "-", "--wait", "--timeout", "60", stdin=request),
-        "health": cli(run, "health"),
-        "describe": cli(run, "describe", "cli-after-failover", "--json"),
-        "cluster show": cli(run, "cluster", "show"),
-        "replay": cli(run, "replay"),
-    }
+    done = {"submit": cli(run, "submit", "-", "--wait", "--timeout", "60", stdin=request)}
+    done.update(cli_together(run, {
+        "health": ("health",), "describe": ("describe", "cli-after-failover", "--json"),
+        "cluster show": ("cluster", "show"), "replay": ("replay",),
+    }))
     assert "replication acknowledged by 1 replica(s)" in done["health"].stdout, done["health"].stdout
     assert json.loads(done["submit"].stdout)["status"] == "scheduled", done["submit"].stdout
     assert json.loads(done["describe"].stdout)["state"] == "done", done["describe"].stdout
