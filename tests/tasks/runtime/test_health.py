@@ -109,7 +109,8 @@ def test_writes_must_not_wait_for_a_replica_longer_than_the_staleness_limit(cloc
     assert marked is not None
     h.rt.partition.call(h.rt.replication.advance_call(*marked, 1))
     h.rt.client.xadd(k.results, {"request_id": "recent"}, id=f"{int((NOW - 5) * 1000)}-0")
-    assert health.writes_acknowledged(h.rt) == health.Check("replication", True, "acknowledged by 1 replica(s)")
+    expected = health.Check("replication", True, "acknowledged by 1 replica(s)")
+    assert health.writes_acknowledged(h.rt) == expected
     marked = h.rt.partition.call(h.rt.replication.mark_call())
     assert marked is not None
     h.rt.partition.call(h.rt.replication.advance_call(*marked, 0))
