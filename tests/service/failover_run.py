@@ -310,7 +310,11 @@ def start_run(plan: Plan, directory: Path, **overrides: Any) -> Run:
                                   failover_timeout_ms=FAILOVER_TIMEOUT_MS)
     settings = {"redis_sentinels": replicated.sentinel_list, "redis_sentinel_master": MASTER_NAME,
                 "replica_ack_timeout_s": ACK_TIMEOUT_S, **overrides}
-    d = Deployment(replicated.url(), directory, settings)
+    try:
+        d = Deployment(replicated.url(), directory, settings)
+    except BaseException:
+        replicated.stop()
+        raise
     try:
         d.start_workers(plan.workers)
         _retrying(d.client.apply_cluster, cluster(plan.hosts, plan.gpus_per_host))
