@@ -8,6 +8,7 @@ Public API (for control planes and operators)::
     from tasks import Keys, ensure_group, read_group, ack      # consume gpusched:results
     from tasks import replay, format_report                    # audit recorded decisions
     from tasks import RedisOutOfMemory, DataLost                # what submit() raises on Redis faults
+    from tasks import NotReplicated                            # ... and when no replica confirmed in time
 
 The names are loaded on first use, so ``gpusched schedule`` (no Redis, no
 Celery) imports neither. Everything else is internal; the code is organised
@@ -33,12 +34,14 @@ if _typing.TYPE_CHECKING:  # the real definitions, for type checkers (nothing is
     from tasks.runtime.settings import Settings, get_settings
     from tasks.state.generation import DataLost
     from tasks.state.keys import Keys
+    from tasks.state.replication import NotReplicated
 
 #: Public name → the module that defines it.
 _EXPORTS = {
     "DataLost": "tasks.state.generation",
     "Event": "tasks.audit.events",
     "Keys": "tasks.state.keys",
+    "NotReplicated": "tasks.state.replication",
     "RedisOutOfMemory": "tasks.runtime.outages",
     "ReplayReport": "tasks.audit.replay",
     "ServiceClient": "tasks.edges.client",
@@ -62,6 +65,7 @@ __all__ = [
     "DataLost",
     "Event",
     "Keys",
+    "NotReplicated",
     "RedisOutOfMemory",
     "ReplayReport",
     "ServiceClient",

@@ -30,6 +30,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import takewhile
 from pathlib import Path
 from typing import Any
 
@@ -170,12 +171,15 @@ def replay(
     since: str | None = None,
     archive: Sequence[Path] = (),
     progress: Progress | None = None,
+    until: str | None = None,
 ) -> ReplayReport:
     """Re-run recorded decisions (all, one request's, or those logged at/after ``since``).
 
     Args:
         archive: archive files to read before the live log (then from version 0).
         progress: called now and then while reading and replaying (see :data:`Progress`).
+        until: read the live log only up to this id (the acknowledged position, when the
+            deployment waits for replicas: what a failover could take back is not audited).
 
     Raises:
         ReplayError: the log was trimmed behind a checkpoint that is no longer stored,
@@ -184,8 +188,10 @@ def replay(
     meter = _Meter(progress)
     start = None if archive else _start(client, cluster)
     try:
-        log = _read_log(_entries(client, cluster.keys.events, start, archive), request_id, since, meter,
-                        dict(start.requests) if start else None)
+        entries = _entries(client, cluster.keys.events, start, archive)
+        if until is not None:
+            entries = takewhile(lambda entry: _stream_id_key(entry[0]) <= _stream_id_key(until), entries)
+        log = _read_log(entries, request_id, since, meter, dict(start.requests) if start else None)
         archived = read_archived_snapshots(archive)
     except (OSError, ValueError) as error:
         raise ReplayError(str(error)) from None

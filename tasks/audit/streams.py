@@ -11,10 +11,16 @@ above its longest block (:func:`tasks.runtime.context.redis_client`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any, cast
 
 import redis
+
+from tasks.state.scripts import Scripts
+
+#: Pause between two looks while a consumer group waits for acknowledged entries (s).
+ACK_POLL_S = 0.05
 
 
 def read_range(
@@ -54,10 +60,28 @@ def read_group(
     *,
     count: int = 100,
     block_ms: int | None = None,
+    acknowledged: str | None = None,
 ) -> list[tuple[str, dict[str, str]]]:
-    """New entries for ``consumer`` (``>``); the client's socket timeout must exceed ``block_ms``."""
-    reply = client.xreadgroup(group, consumer, {stream: ">"}, count=count, block=block_ms)
-    return _flatten_read(reply)
+    """New entries for ``consumer`` (``>``); the client's socket timeout must exceed ``block_ms``.
+
+    Args:
+        acknowledged: the deployment's acknowledged position key (``Keys.acked``) when it waits
+            for replicas (``replicas_required`` ≥ 1, the default through Sentinel): only entries
+            a replica holds are handed out (``group_read.lua``), so a failover cannot take back
+            an entry a consumer was given; a wait for one polls every :data:`ACK_POLL_S`.
+            None: plain ``XREADGROUP`` (a deployment without replicas).
+    """
+    if acknowledged is None:
+        reply = client.xreadgroup(group, consumer, {stream: ">"}, count=count, block=block_ms)
+        return _flatten_read(reply)
+    scripts = Scripts(client)
+    deadline = time.monotonic() + (block_ms or 0) / 1000
+    while True:
+        reply = scripts.run("group_read", [stream, acknowledged], [group, consumer, count])
+        entries = _flatten_raw_read(reply)
+        if entries or time.monotonic() >= deadline:
+            return entries
+        time.sleep(ACK_POLL_S)
 
 
 def claim_stale(
@@ -100,6 +124,15 @@ def _flatten_read(reply: Any) -> list[tuple[str, dict[str, str]]]:
     for _, stream_entries in reply or ():
         for entry_id, fields in stream_entries:
             entries.append((str(entry_id), dict(fields or {})))
+    return entries
+
+
+def _flatten_raw_read(reply: Any) -> list[tuple[str, dict[str, str]]]:
+    """Entries a script returned as XRANGE replies (no client parsing: fields are a flat list)."""
+    entries: list[tuple[str, dict[str, str]]] = []
+    for entry_id, flat in reply or ():
+        pairs = [str(item) for item in flat or ()]
+        entries.append((str(entry_id), dict(zip(pairs[::2], pairs[1::2], strict=True))))
     return entries
 
 

@@ -5,8 +5,10 @@ commands must work without them); handlers import lazily. One-line errors are
 raised as :class:`tasks.edges.cli_support.CliError`: exit 2 for bad input (or a
 rejected request, or invalid settings), 1 for a service failure (Redis
 unreachable, refusing or out of memory, its data lost and not recovered,
-timeout, no live worker, replay differences or decisions replay could not
-rebuild). The Redis URL is always shown with its password masked.
+a write no replica acknowledged in time, timeout, no live worker, replay
+differences or decisions replay could not rebuild). The Redis URL is always
+shown with its password masked (through Sentinel: the master's name and the
+Sentinels).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from tasks.edges.cli_support import (
     positive_int,
     positive_seconds,
     read_json,
-    redact_url,
+    redis_location,
     stream_id,
 )
 from tasks.edges.cli_views import acl_json, add_output_option, output_format, print_json, replay_json
@@ -38,25 +40,27 @@ def _service_errors() -> Iterator[None]:
     from tasks.runtime.outages import RedisOutOfMemory
     from tasks.runtime.settings import get_settings
     from tasks.state.generation import DataLost
+    from tasks.state.replication import NotReplicated
 
     try:
         yield
     except DataLost as error:
         raise CliError(str(error), EXIT_FAILURE) from None
+    except NotReplicated as error:  # before ConnectionError, its base: Redis answered
+        raise CliError(f"not acknowledged: {error}", EXIT_FAILURE) from None
     except (redis.exceptions.OutOfMemoryError, OperationalError) as error:
         oom = _out_of_memory(error)
         if oom is None:  # kombu's error for a broker it cannot reach
-            url = redact_url(get_settings().redis_url)
-            raise CliError(f"cannot reach Redis at {url}: {error}", EXIT_FAILURE) from None
+            where = redis_location(get_settings())
+            raise CliError(f"cannot reach {where}: {error}", EXIT_FAILURE) from None
         message = str(oom) if isinstance(oom, RedisOutOfMemory) else f"Redis is out of memory: {oom}"
         raise CliError(message, EXIT_FAILURE) from None
     except (redis.ConnectionError, redis.TimeoutError, ConnectionError) as error:
-        url = redact_url(get_settings().redis_url)
-        raise CliError(f"cannot reach Redis at {url}: {error}", EXIT_FAILURE) from None
+        where = redis_location(get_settings())
+        raise CliError(f"cannot reach {where}: {error}", EXIT_FAILURE) from None
     except redis.RedisError as error:  # e.g. NOPERM, OOM: Redis answered and refused
-        url = redact_url(get_settings().redis_url)
-        raise CliError(f"Redis at {url} refused the command: {error}{_permission_hint(error)}",
-                       EXIT_FAILURE) from None
+        where = redis_location(get_settings())
+        raise CliError(f"{where} refused the command: {error}{_permission_hint(error)}", EXIT_FAILURE) from None
 
 
 def _permission_hint(error: Exception) -> str:
@@ -98,21 +102,24 @@ def _preflight() -> None:
     from redis.retry import Retry
 
     from tasks.runtime.context import redis_credentials
+    from tasks.runtime.sentinel import master_client
     from tasks.runtime.settings import get_settings
 
     settings = get_settings()
     timeout = settings.redis_socket_connect_timeout_s
+    connection: dict[str, Any] = {"socket_connect_timeout": timeout, "socket_timeout": timeout,
+                                  "retry": Retry(NoBackoff(), 0), "protocol": 2}
     try:
-        probe = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=timeout,
-                                     socket_timeout=timeout, retry=Retry(NoBackoff(), 0), protocol=2,
-                                     **redis_credentials(settings))
+        if settings.redis_sentinels:  # ask the Sentinels, then PING the master they name
+            probe = master_client(settings, **connection)
+        else:
+            probe = redis.Redis.from_url(settings.redis_url, **connection, **redis_credentials(settings))
     except ValueError as error:
         raise CliError(f"invalid setting redis_url: {error}") from None
     try:
         probe.ping()
     except redis.TimeoutError as error:
-        url = redact_url(settings.redis_url)
-        raise CliError(f"cannot reach Redis at {url}: {error} (redis_socket_connect_timeout_s = "
+        raise CliError(f"cannot reach {redis_location(settings)}: {error} (redis_socket_connect_timeout_s = "
                        f"{timeout:g})", EXIT_FAILURE) from None
     finally:
         probe.close()
@@ -380,9 +387,10 @@ def _replay(args: argparse.Namespace) -> int:
         files = archive_files(Path(args.archive), client.rt.settings.cluster or "") if args.archive else []
         if args.archive and not files:
             raise CliError(f"no archive files in {args.archive}")
+        until = _acknowledged_events(client)
         try:
             report = replay(client.rt.client, client.rt.cluster, request_id=args.request_id,
-                            since=args.since, archive=files, progress=progress)
+                            since=args.since, archive=files, progress=progress, until=until)
         except ReplayError as error:
             raise CliError(f"cannot replay: {error}", 1) from None
     if args.request_id and report.replayed == 0 and not report.skipped:
@@ -396,6 +404,15 @@ def _replay(args: argparse.Namespace) -> int:
     if report.skipped:
         raise CliError(f"{len(report.skipped)} decision(s) could not be replayed", 1)
     return 0
+
+
+def _acknowledged_events(client: Any) -> str | None:
+    """How far replay reads the live log: with replicas required, what a replica acknowledged
+    (after acknowledging everything written so far); None: all of it."""
+    if not client.rt.replication.required:
+        return None
+    position = client.rt.replication.acknowledge() or client.rt.replication.position()
+    return position.streams.get(client.rt.keys.events, "0-0") if position else "0-0"
 
 
 # --------------------------------------------------------------------- audit

@@ -29,6 +29,8 @@ EXIT_BAD_INPUT = 2  # bad input, a rejected request, bad settings, bad usage
 STREAM_ID = re.compile(r"[0-9]{1,20}(?:-[0-9]{1,20})?")
 #: Environment variable of the Redis URL (its password is masked in every message).
 REDIS_URL_ENV = "GPUSCHED_REDIS_URL"
+#: Password settings a message must never show, read from the environment.
+PASSWORD_ENV = ("GPUSCHED_REDIS_PASSWORD", "GPUSCHED_REDIS_SENTINEL_PASSWORD")
 
 
 class CliError(Exception):
@@ -69,8 +71,18 @@ def _password(url: str | None) -> str | None:
         return None
 
 
+def redis_location(settings: Any) -> str:
+    """Where the service's Redis is, for a message (never a password): ``Redis at <URL>``, or
+    ``Redis master '<name>' through Sentinel <host:port,...>``."""
+    if settings.redis_sentinels:
+        return f"Redis master {settings.redis_sentinel_master!r} through Sentinel {settings.redis_sentinels}"
+    return f"Redis at {redact_url(settings.redis_url)}"
+
+
 def known_secrets() -> list[str]:
-    """Passwords this process may know: from ``GPUSCHED_REDIS_URL`` and ``service.json``."""
+    """Passwords this process may know: from ``GPUSCHED_REDIS_URL`` and ``service.json``, and the
+    password settings in the environment."""
+    passwords = [os.environ.get(name) for name in PASSWORD_ENV]
     urls = [os.environ.get(REDIS_URL_ENV)]
     try:
         from tasks.runtime.settings import config_dir
@@ -79,7 +91,7 @@ def known_secrets() -> list[str]:
         urls.append(document.get("redis_url") if isinstance(document, dict) else None)
     except Exception:  # the masking itself must never fail; a bad file is reported elsewhere
         pass
-    return [secret for secret in (_password(url) for url in urls) if secret]
+    return [secret for secret in (*(_password(url) for url in urls), *passwords) if secret]
 
 
 def one_line(text: str) -> str:

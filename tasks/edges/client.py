@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from pydantic import ValidationError
@@ -47,6 +47,13 @@ WAIT_BLOCK_MS = 1000
 NO_WORKER_GRACE_S = 5.0
 #: A node whose heartbeat is older than this many heartbeat periods counts as dead.
 STALE_HEARTBEATS = 3
+#: Pause before reading again while results entries wait for a replica (s): one acknowledgement
+#: (mark, WAIT, store) takes a few round trips on a local network.
+ACK_POLL_S = 0.02
+
+T = TypeVar("T")
+#: Stream entries: ``(id, fields)``.
+Entries = list[tuple[str, dict[str, str]]]
 
 
 class WaitTimeout(TimeoutError):
@@ -109,7 +116,17 @@ class ServiceClient:
         self.rt.generation.ensure_ok(create=False)
         if self.settings.submit_via == "queue":
             return self._enqueue(request)
-        return submit_request(self.rt, request)
+        return self._acknowledged(submit_request(self.rt, request))
+
+    def _acknowledged(self, value: T) -> T:
+        """``value``, once a replica holds every write made so far (replicas required).
+
+        Raises:
+            tasks.state.replication.NotReplicated: no replica confirmed in time (the
+                writes are on the master; doing the same call again is safe).
+        """
+        self.rt.replication.acknowledge()
+        return value
 
     def _enqueue(self, request: Any) -> Submission:
         """``submit_via = "queue"`` (the submitter ACL user): validate here, let a worker record it.
@@ -133,8 +150,19 @@ class ServiceClient:
 
     # -------------------------------------------------------------------- wait
     def _last_result_id(self) -> str:
+        if self.rt.replication.required:  # never past an entry a failover could take away
+            position = self.rt.replication.position()
+            return position.streams.get(self.rt.keys.results, "0-0") if position else "0-0"
         last = self.rt.client.xrevrange(self.rt.keys.results, count=1)
         return str(last[0][0]) if last else "0-0"
+
+    def _readable(self, entry_id: str | None) -> bool:
+        """Whether a results entry may be shown: acknowledged by a replica (replicas required)."""
+        if not self.rt.replication.required:
+            return True
+        position = self.rt.replication.position()
+        return bool(entry_id) and position is not None and position.covers(self.rt.keys.results,
+                                                                           str(entry_id))
 
     def stored_result(self, request_id: str, *, terminal: bool = False) -> dict[str, Any] | None:
         """The request's published result from its record, if one was published.
@@ -144,9 +172,9 @@ class ServiceClient:
         never a decision that is recorded but not published.
         """
         record = self.rt.records.record(request_id)
-        if record.get("state") == "done" and record.get("result"):
+        if record.get("state") == "done" and record.get("result") and self._readable(record.get("result_id")):
             text = record["result"]
-        elif not terminal and record.get("notice"):
+        elif not terminal and record.get("notice") and self._readable(record.get("notice_id")):
             text = record["notice"]
         else:
             return None
@@ -207,14 +235,28 @@ class ServiceClient:
                                    block_ms=block)
             except redis.TimeoutError:  # no reply within the block + margin: reconnect, go on
                 continue
-            for entry_id, fields in entries:
+            shown = self._acknowledged_entries(entries)
+            for entry_id, fields in shown:
                 cursor = entry_id
                 if fields.get("request_id") == request_id and (
                     not terminal or fields.get("terminal") == "1"
                 ):
                     value: dict[str, Any] = json.loads(fields["result"])
                     return value
+            if len(shown) < len(entries):  # held back until a replica has them
+                time.sleep(ACK_POLL_S)
         raise WaitTimeout(f"no result for {request_id} within {timeout:g} s")
+
+    def _acknowledged_entries(self, entries: Entries) -> Entries:
+        """The leading ``entries`` a replica acknowledged (all of them without replicas required)."""
+        if not self.rt.replication.required or not entries:
+            return entries
+        position = self.rt.replication.position()
+        stream = self.rt.keys.results
+        shown = 0
+        while shown < len(entries) and position is not None and position.covers(stream, entries[shown][0]):
+            shown += 1
+        return entries[:shown]
 
     # ------------------------------------------------------------------ cancel
     def cancel(self, request_id: str) -> dict[str, Any]:
@@ -232,7 +274,7 @@ class ServiceClient:
             ``released``, ``already_cancelled``, ``finished`` (nothing held) or
             ``unknown``.
         """
-        return cancel_request(self.rt, request_id, by="client")
+        return self._acknowledged(cancel_request(self.rt, request_id, by="client"))
 
     # ----------------------------------------------------------------- cluster
     def apply_cluster(
@@ -262,9 +304,9 @@ class ServiceClient:
         if dry_run:
             return diff_snapshot(self.rt, parse_snapshot(document), allow_removal=allow_removal)
         if recover:
-            return recover_partition(self.rt, document)
+            return self._acknowledged(recover_partition(self.rt, document))
         self.rt.generation.ensure_ok(create=False)
-        return apply_snapshot(self.rt, document, allow_removal=allow_removal)
+        return self._acknowledged(apply_snapshot(self.rt, document, allow_removal=allow_removal))
 
     def export_cluster(self) -> dict[str, Any]:
         """The cluster as a recovery document: workers, the control plane's instances, gpusched's bookings.
@@ -272,7 +314,7 @@ class ServiceClient:
         Keep one (``gpusched cluster export``): after Redis lost its data,
         ``apply_cluster(document, recover=True)`` re-creates the bookings too.
         """
-        return export_state(self.rt)
+        return self._acknowledged(export_state(self.rt))  # a backup holds only replicated state
 
     def check_cluster_event(self, event: Any) -> InvalidField | None:
         """What is wrong with ``event`` before it is queued, None when nothing is.
@@ -331,9 +373,9 @@ class ServiceClient:
         if problem is not None:
             return {"kind": kind, "status": "rejected", "field": problem.field, "error": problem.message}
         if not queue:
-            return handle_cluster_event(self.rt, event)
+            return self._acknowledged(handle_cluster_event(self.rt, event))
         task_id = self._sender.cluster_event(event)
-        return {"kind": kind, "status": "queued", "task_id": task_id}
+        return self._acknowledged({"kind": kind, "status": "queued", "task_id": task_id})
 
     def close(self) -> None:
         """Close the Redis and broker connections."""

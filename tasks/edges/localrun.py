@@ -88,6 +88,8 @@ class RedisServer:
     owns_directory: bool = False
     process: subprocess.Popen[bytes] | None = None
     password: str | None = None
+    #: Port of a local master this server replicates (``--replicaof``); None: a master.
+    replica_of: int | None = None
 
     @property
     def url(self) -> str:
@@ -104,6 +106,8 @@ class RedisServer:
             "--appendfsync", "always" if self.appendonly else "everysec",
             "--maxmemory-policy", "noeviction",
             *(["--requirepass", self.password] if self.password else []),
+            *(["--masterauth", self.password] if self.password and self.replica_of else []),
+            *(["--replicaof", "127.0.0.1", str(self.replica_of)] if self.replica_of else []),
         ]
         log = open(self.directory / "redis.log", "ab")
         self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
@@ -134,9 +138,11 @@ class RedisServer:
 
 
 def start_redis(
-    *, appendonly: bool = False, directory: Path | None = None, password: str | None = None
+    *, appendonly: bool = False, directory: Path | None = None, password: str | None = None,
+    replica_of: int | None = None,
 ) -> RedisServer:
-    """Start a private ``redis-server`` on a free port (requiring ``password`` when given).
+    """Start a private ``redis-server`` on a free port (requiring ``password`` when given;
+    a replica of the local master on port ``replica_of`` when given).
 
     Raises:
         RuntimeError: the binary is missing or the server does not come up.
@@ -147,8 +153,26 @@ def start_redis(
     folder = directory or Path(tempfile.mkdtemp(prefix="gpusched-redis-"))
     folder.mkdir(parents=True, exist_ok=True)
     server = RedisServer(free_port(), folder, appendonly, binary, owns_directory=directory is None,
-                         password=password)
+                         password=password, replica_of=replica_of)
     return server.start()
+
+
+#: The settings :func:`state_client` takes from a worker's environment (how to reach Redis).
+CONNECTION_SETTINGS = (
+    "redis_url", "redis_username", "redis_password", "redis_sentinels", "redis_sentinel_master",
+    "redis_sentinel_password",
+)
+
+
+def state_client(env: dict[str, str]) -> redis.Redis:
+    """A client of the Redis that the ``GPUSCHED_*`` variables in ``env`` name (through Sentinel
+    when they list Sentinels), as the service's own clients reach it."""
+    from tasks.runtime.context import redis_client
+    from tasks.runtime.settings import Settings
+
+    values = {name: env[f"GPUSCHED_{name.upper()}"] for name in CONNECTION_SETTINGS
+              if env.get(f"GPUSCHED_{name.upper()}")}
+    return redis_client(Settings(**values))  # type: ignore[arg-type]
 
 
 @dataclass
@@ -199,11 +223,7 @@ class WorkerProcess:
         from tasks.state.keys import Keys
 
         key = Keys(self.env.get("GPUSCHED_CLUSTER") or None).nodes
-        credentials = {
-            name: self.env[f"GPUSCHED_REDIS_{name.upper()}"]
-            for name in ("username", "password") if self.env.get(f"GPUSCHED_REDIS_{name.upper()}")
-        }
-        client = redis.Redis.from_url(self.env["GPUSCHED_REDIS_URL"], decode_responses=True, **credentials)
+        client = state_client(self.env)
         deadline = time.monotonic() + timeout
         try:
             while time.monotonic() < deadline:

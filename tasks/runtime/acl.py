@@ -18,7 +18,8 @@ that by role (``docs/security.md``):
   ``gpusched.requests`` (``LPUSH``; the workers record and validate each
   request, ``submit_via = "queue"``), read kombu's binding of that queue,
   read the results stream (``XREAD``, ``XRANGE``, ``XREVRANGE``, ``XLEN``), the
-  request records, the worker nodes' heartbeats and the data generation — and
+  request records, the worker nodes' heartbeats, the data generation and the
+  acknowledged position (``gpusched:acked``: what a replica holds) — and
   nothing else: no script, no
   other queue (no cluster event), no write to the ledger, the records or the
   streams. What it pushes onto the requests queue can only be a decision:
@@ -88,8 +89,9 @@ def role_rules(role: str, keys: Keys) -> tuple[str, ...]:
         "+hget", "+hmget", "+hgetall", "+exists", f"%R~{keys.request('*')}",
         # waiting for a result: is any worker node alive (its heartbeats)
         f"%R~{keys.nodes}",
-        # the data generation check before submitting
+        # the data generation check before submitting, and how far a replica acknowledged the results
         "+get", "+mget", f"%R~{keys.generation}", f"%R~{keys.data_lost}", f"%R~{keys.version}",
+        f"%R~{keys.acked}",
     )
 
 

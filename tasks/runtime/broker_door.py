@@ -14,6 +14,8 @@ consuming. Two public extension points carry it, outermost first:
   envelope, a body nested deeply enough to break the pickling for the pool
   child) and what Celery would only log and drop (wrong content type, an
   undecodable body, an unknown task).
+  :class:`SentinelTransport` is the same door on kombu's Sentinel transport
+  (``redis_sentinels``).
 * :class:`DoorConsumer` (Celery's ``worker_consumer``): Celery's consumer with
   its public hooks for unusable messages — ``on_decode_error``,
   ``on_unknown_message``, ``on_unknown_task``, ``on_invalid_task`` — dead-lettering
@@ -167,6 +169,18 @@ class Transport(kombu_redis.Transport):
     """kombu's Redis transport with :class:`GuardedChannel` (``broker_transport``)."""
 
     Channel = GuardedChannel
+
+
+class GuardedSentinelChannel(GuardedChannel, kombu_redis.SentinelChannel):
+    """:class:`GuardedChannel` on kombu's Sentinel channel: the same door, the master found
+    through Sentinel (``master_name``, ``sentinel_kwargs``; :mod:`tasks.runtime.sentinel`)."""
+
+
+class SentinelTransport(kombu_redis.SentinelTransport):
+    """kombu's Sentinel transport with :class:`GuardedSentinelChannel` (``broker_transport``
+    through Sentinel)."""
+
+    Channel = GuardedSentinelChannel
 
 
 # --------------------------------------------------------------------- consumer

@@ -28,6 +28,9 @@ Configuration choices (see ``docs/service.md``):
   longer reads TLS from the ``rediss://`` scheme, so a ``rediss://`` URL sets
   ``broker_use_ssl`` (certificates verified, as redis-py does for the state
   clients; ``?ssl_cert_reqs=none`` in the URL opts out).
+* Through Sentinel (``redis_sentinels``) the broker URL lists the Sentinels
+  and the transport is the door's Sentinel variant, which follows the master
+  across a failover (:mod:`tasks.runtime.sentinel`).
 * Every queue is declared in the configuration (``task_queues``), so a plain
   ``celery -A tasks.app worker`` (no ``-Q``) consumes the same three queues
   as ``gpusched worker``.
@@ -55,6 +58,7 @@ from tasks.runtime.broker import shutting_down
 from tasks.runtime.context import Runtime, get_runtime
 from tasks.runtime.middleware import NODE_STACK, request_logging
 from tasks.runtime.middleware.queue_guard import accepted_tasks
+from tasks.runtime.sentinel import broker_config, broker_transport_options
 from tasks.runtime.settings import Settings, get_settings
 from tasks.runtime.task_contract import CLUSTER_EVENT, DECIDE, RESUME
 from tasks.state.keys import Keys
@@ -88,6 +92,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             "queue_order_strategy": "sorted",
             "socket_connect_timeout": settings.redis_socket_connect_timeout_s,
             "health_check_interval": settings.redis_health_check_interval_s,
+            **(broker_transport_options(settings) if settings.redis_sentinels else {}),
         },
         "broker_connection_retry_on_startup": True,
         "worker_cancel_long_running_tasks_on_connection_loss": True,
@@ -95,7 +100,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "worker_concurrency": settings.worker_concurrency,
         "broker_transport": "tasks.runtime.broker_door:Transport",
         "worker_consumer": "tasks.runtime.broker_door:DoorConsumer",
-        **broker_tls(settings.redis_url),
+        **(broker_config(settings) if settings.redis_sentinels else broker_tls(settings.redis_url)),
         "task_default_queue": keys.requests_queue,
         "task_queues": declared_queues(keys, declare=settings.submit_via == "record"),
         # each task to the one queue that runs it (the queue guard refuses it anywhere else)

@@ -30,6 +30,7 @@ from redis.retry import Retry
 
 from scheduler_core import SnapshotMemo
 from tasks.decision.chain_config import LoadedChain, load_chain
+from tasks.runtime.sentinel import master_client
 from tasks.runtime.settings import Settings, get_settings
 from tasks.state.cluster_store import ClusterStore
 from tasks.state.delays import DelaySets
@@ -40,6 +41,7 @@ from tasks.state.mirror import ClusterMirror
 from tasks.state.parked import ParkedRequests
 from tasks.state.partition import Clock, Partition
 from tasks.state.records import RequestRecords
+from tasks.state.replication import Replication
 from tasks.state.results import PublishedResults
 
 #: Sends decision ``(request_id, seq, attempt)`` as ``gpusched.decide`` after ``countdown`` seconds.
@@ -55,6 +57,10 @@ BLOCK_MARGIN_S = 2.0
 def redis_client(settings: Settings, *, blocking: bool = False, max_block_ms: int = 5000) -> redis.Redis:
     """A client for the service's Redis.
 
+    Through Sentinel (``redis_sentinels``) the client follows the current
+    master (:func:`tasks.runtime.sentinel.master_client`); else it connects to
+    ``redis_url``.
+
     Args:
         settings: connection settings.
         blocking: for ``XREAD``/``XREADGROUP ... BLOCK`` callers blocking at most
@@ -67,16 +73,17 @@ def redis_client(settings: Settings, *, blocking: bool = False, max_block_ms: in
     """
     timeout = max_block_ms / 1000 + BLOCK_MARGIN_S if blocking else settings.redis_socket_timeout_s
     retry = Retry(NoBackoff(), 0) if blocking else Retry(ExponentialBackoff(cap=1.0, base=0.05), 3)
-    return redis.Redis.from_url(
-        settings.redis_url,
-        **redis_credentials(settings),
-        decode_responses=True,
-        protocol=2,
-        socket_timeout=timeout,
-        socket_connect_timeout=settings.redis_socket_connect_timeout_s,
-        health_check_interval=settings.redis_health_check_interval_s,
-        retry=retry,
-    )
+    connection: dict[str, Any] = {
+        "decode_responses": True,
+        "protocol": 2,
+        "socket_timeout": timeout,
+        "socket_connect_timeout": settings.redis_socket_connect_timeout_s,
+        "health_check_interval": settings.redis_health_check_interval_s,
+        "retry": retry,
+    }
+    if settings.redis_sentinels:
+        return master_client(settings, **connection)
+    return redis.Redis.from_url(settings.redis_url, **redis_credentials(settings), **connection)
 
 
 def redis_credentials(settings: Settings) -> dict[str, str]:
@@ -134,6 +141,8 @@ class Runtime:
     resume: Resume
     #: What this runtime remembers of the data generation, and the check against it.
     generation: DataGeneration
+    #: Acknowledging writes once a replica holds them (:mod:`tasks.state.replication`).
+    replication: Replication
     #: Per-worker allocatable state the core reuses across this thread's decisions.
     memo: SnapshotMemo = field(default_factory=SnapshotMemo)
 
@@ -170,6 +179,7 @@ def build_runtime(
     client = client if client is not None else redis_client(settings)
     partition = Partition(client, keys, settings, clock=clock) if clock else Partition(client, keys, settings)
     cluster = ClusterStore(partition)
+    replication = Replication(partition)
     return Runtime(
         settings=settings,
         keys=keys,
@@ -185,7 +195,8 @@ def build_runtime(
         chain=chain if chain is not None else load_chain(settings.chain_path),
         dispatch=dispatch,
         resume=resume,
-        generation=DataGeneration(partition, memory),
+        generation=DataGeneration(partition, memory, replication),
+        replication=replication,
     )
 
 

@@ -12,7 +12,8 @@ by :func:`run_checks`, and the first failing one says why. Two lists:
   partition).
 
 Both lists also check the data generation (:func:`data_generation_ok`: a
-wiped or rolled-back Redis, or a detected loss no recovery has cleared).
+wiped or rolled-back Redis, or a detected loss no recovery has cleared);
+``gpusched health`` also that writes reach a replica (:func:`writes_acknowledged`).
 """
 
 from __future__ import annotations
@@ -103,10 +104,35 @@ def data_generation_ok(rt: Runtime) -> Check:
                  "(no worker node has checked it since)")
 
 
+def writes_acknowledged(rt: Runtime) -> Check:
+    """With replicas required: no write has waited for a replica longer than ``health_stale_after_s``
+    (:mod:`tasks.state.replication`); the detail says when the master acknowledges alone."""
+    if not rt.replication.required:
+        return Check("replication", True, "no replica required")
+    position = rt.replication.position()
+    stale = rt.settings.health_stale_after_s
+    oldest: float | None = None
+    for stream in (rt.keys.results, rt.keys.events):
+        after = f"({position.streams.get(stream, '0-0')}" if position else "-"
+        waiting = rt.client.xrange(stream, min=after, max="+", count=1)
+        if waiting:
+            written_s = int(str(waiting[0][0]).partition("-")[0]) / 1000
+            oldest = written_s if oldest is None else min(oldest, written_s)
+    if oldest is not None and time.time() - oldest > stale:
+        return Check("replication", False, f"writes have waited {time.time() - oldest:.0f} s for a replica "
+                     f"(limit {stale:g} s): readers do not see them yet")
+    if position is not None and position.replicas == 0:
+        return Check("replication", True, "acknowledged by the master alone: no replica attached")
+    replicas = position.replicas if position else 0
+    return Check("replication", True, f"acknowledged by {replicas} replica(s)")
+
+
 #: Behind a worker node's ``/healthz``.
 NODE_CHECKS: tuple[HealthCheck, ...] = (redis_reachable, data_generation_ok, drainer_alive)
 #: Behind ``gpusched health``.
-DEPLOYMENT_CHECKS: tuple[HealthCheck, ...] = (redis_reachable, data_generation_ok, worker_nodes_live)
+DEPLOYMENT_CHECKS: tuple[HealthCheck, ...] = (
+    redis_reachable, data_generation_ok, worker_nodes_live, writes_acknowledged,
+)
 
 
 def run_checks(rt: Runtime, checks: Sequence[HealthCheck]) -> list[Check]:

@@ -3,7 +3,10 @@
 Three kinds, told apart by :func:`outage_of`:
 
 * ``unreachable`` — a connection error or a socket timeout (Redis down,
-  restarting, loading its data, the network, the broker);
+  restarting, loading its data, the network, the broker), a demoted master
+  answering ``READONLY``, a master refusing writes with ``NOREPLICAS``
+  (``min-replicas-to-write``), or no replica acknowledging in time
+  (:class:`tasks.state.replication.NotReplicated`, a connection error);
 * ``out_of_memory`` — Redis at ``maxmemory`` refuses writes (``OOM``);
 * ``stalled`` — Celery's soft time limit fired while the task waited on Redis
   or the broker (a stopped or frozen server: the socket stays open and quiet,
@@ -27,9 +30,13 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     redis.TimeoutError,
     redis.BusyLoadingError,
     redis.exceptions.OutOfMemoryError,
+    # a demoted master (after a failover): a Sentinel client finds the new one on its next connection
+    redis.exceptions.ReadOnlyError,
     OperationalError,
     ConnectionError,
 )
+#: The error prefix of a master refusing writes for lack of replicas (``min-replicas-to-write``).
+NO_REPLICAS = "NOREPLICAS"
 
 class RedisOutOfMemory(redis.exceptions.OutOfMemoryError):
     """Redis refused to record something new: it is at ``maxmemory``. Nothing was written.
@@ -58,6 +65,8 @@ def outage_of(error: BaseException) -> str | None:
         return "out_of_memory"
     if isinstance(error, TRANSIENT_ERRORS):
         return "unreachable"
+    if isinstance(error, redis.ResponseError) and str(error).startswith(NO_REPLICAS):
+        return "unreachable"  # the server's min-replicas-to-write: nothing was written
     if isinstance(error, SoftTimeLimitExceeded) and waited_on_redis(error.__traceback__):
         return "stalled"
     return None

@@ -57,6 +57,12 @@ CONFIG_PACKAGE = "gpusched_configs"
 REDIS_SCHEMES = frozenset({"redis", "rediss", "unix"})
 #: Cluster ids become Redis hash tags and queue names: keep them to a safe alphabet.
 CLUSTER_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+#: A Sentinel master name (sentinel.conf's ``sentinel monitor <name> ...``; no spaces there).
+SENTINEL_MASTER_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+#: One Sentinel address: a host name or IPv4 address, or an IPv6 address in brackets, and a port.
+SENTINEL_ADDRESS = re.compile(
+    r"^(?:\[(?P<ipv6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9_.-]{1,253})):(?P<port>[0-9]{1,5})$"
+)
 MIB = 1 << 20
 #: Room for Celery's headers and envelope around a message body (``argsrepr`` is at most 1 KiB).
 MESSAGE_OVERHEAD_BYTES = 64 * 1024
@@ -106,6 +112,30 @@ class Settings(BaseSettings):
     )
     redis_password: SecretStr | None = Field(
         default=None, description="its password (when the URL holds none); never logged"
+    )
+    redis_sentinels: str | None = Field(
+        default=None,
+        description="host:port,host:port,...: find the master through these Sentinels "
+        "(redis_url then gives only the scheme, the database and the credentials)",
+    )
+    redis_sentinel_master: str | None = Field(
+        default=None, description="the master's name in Sentinel (required with redis_sentinels)"
+    )
+    redis_sentinel_password: SecretStr | None = Field(
+        default=None, description="the Sentinels' own password (their requirepass); never logged"
+    )
+    min_replicas_acked: int | None = Field(
+        default=None, ge=0,
+        description="replicas that must hold a write before it is acknowledged; "
+        "None: 1 with redis_sentinels, 0 without",
+    )
+    replica_ack_timeout_s: float = Field(
+        default=2.0, gt=0, description="how long one acknowledgement waits for the replicas (WAIT)"
+    )
+    ack_without_replica: bool = Field(
+        default=True,
+        description="with no replica attached to the master (after a failover, until the old master "
+        "rejoins), acknowledge on the master alone (said in the log; a loss is detected as a rollback)",
     )
     submit_via: Literal["record", "queue"] = Field(
         default="record",
@@ -203,6 +233,21 @@ class Settings(BaseSettings):
         if self.stuck_after_s <= self.visibility_timeout_s:
             raise RuleBroken("stuck_after_s",
                              "must exceed visibility_timeout_s (the broker redelivers first)")
+        if self.replica_ack_timeout_s >= self.redis_socket_timeout_s:
+            raise RuleBroken("replica_ack_timeout_s", "must stay below redis_socket_timeout_s")
+        return self
+
+    @model_validator(mode="after")
+    def _sentinel_rules(self) -> Settings:
+        if self.redis_sentinels is not None and self.redis_sentinel_master is None:
+            raise RuleBroken("redis_sentinel_master", "must name the master when redis_sentinels is set")
+        if self.redis_sentinel_master is not None and self.redis_sentinels is None:
+            raise RuleBroken("redis_sentinels",
+                             "must list the Sentinels (host:port,host:port,...) when "
+                             "redis_sentinel_master is set")
+        if self.redis_sentinels is not None and urlsplit(self.redis_url).scheme == "unix":
+            raise RuleBroken("redis_url", "must be a redis:// or rediss:// URL with redis_sentinels "
+                             "(a unix socket does not fail over)")
         return self
 
     @field_validator("cluster")
@@ -226,6 +271,29 @@ class Settings(BaseSettings):
             raise ValueError("must be a redis://, rediss:// or unix:// URL")
         return url
 
+    @field_validator("redis_sentinels")
+    @classmethod
+    def _sentinel_list(cls, value: str | None) -> str | None:
+        """``host:port,host:port,...``, normalised (spaces dropped); at least one, none twice."""
+        if value is None:
+            return None
+        addresses = [part.strip() for part in value.split(",")]
+        if addresses == [""]:
+            raise ValueError("must list at least one Sentinel as host:port")
+        for address in addresses:
+            parse_sentinel_address(address)
+        repeated = sorted({a for a in addresses if addresses.count(a) > 1})
+        if repeated:
+            raise ValueError(f"names {repeated[0]!r} twice")
+        return ",".join(addresses)
+
+    @field_validator("redis_sentinel_master")
+    @classmethod
+    def _master_name(cls, name: str | None) -> str | None:
+        if name is not None and not SENTINEL_MASTER_PATTERN.match(name):
+            raise ValueError(f"{name!r} must match {SENTINEL_MASTER_PATTERN.pattern}")
+        return name
+
     @field_validator("model_roots")
     @classmethod
     def _absolute_roots(cls, roots: tuple[str, ...]) -> tuple[str, ...]:
@@ -242,6 +310,22 @@ class Settings(BaseSettings):
         (4/3), plus :data:`MESSAGE_OVERHEAD_BYTES` for Celery's headers."""
         largest = max(self.max_request_bytes, self.max_event_bytes, self.max_snapshot_bytes)
         return -(-largest * 4 // 3) + MESSAGE_OVERHEAD_BYTES
+
+    @property
+    def sentinel_addresses(self) -> tuple[tuple[str, int], ...]:
+        """The Sentinels as ``(host, port)`` pairs (empty: no Sentinel, ``redis_url``'s host)."""
+        if self.redis_sentinels is None:
+            return ()
+        return tuple(parse_sentinel_address(part) for part in self.redis_sentinels.split(","))
+
+    @property
+    def replicas_required(self) -> int:
+        """Replicas a write must reach before it is acknowledged (:mod:`tasks.state.replication`):
+        ``min_replicas_acked``, else 1 through Sentinel (a failover must not lose what was
+        acknowledged) and 0 on a plain Redis (there is no replica to wait for)."""
+        if self.min_replicas_acked is not None:
+            return self.min_replicas_acked
+        return 1 if self.redis_sentinels else 0
 
     @property
     def chain_path(self) -> Path:
@@ -266,6 +350,21 @@ class Settings(BaseSettings):
         if json_file.is_file():
             sources.append(InitSettingsSource(settings_cls, init_kwargs=read_service_json(json_file, names)))
         return tuple(sources)
+
+
+def parse_sentinel_address(address: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` for IPv6) as ``(host, port)``.
+
+    Raises:
+        ValueError: not host:port, or a port outside 1..65535 (the message quotes the address).
+    """
+    found = SENTINEL_ADDRESS.match(address)
+    if found is None:
+        raise ValueError(f"{address!r} is not host:port")
+    port = int(found["port"])
+    if not 1 <= port <= 65535:
+        raise ValueError(f"{address!r}: port {port} is outside 1..65535")
+    return found["ipv6"] or found["host"], port
 
 
 def _closest(name: str, names: frozenset[str]) -> str:

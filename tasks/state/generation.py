@@ -12,6 +12,13 @@ place. So every process remembers what it saw:
   supersedes;
 * the highest **cluster version** it read (the version only grows).
 
+With replicas required (:mod:`tasks.state.replication`), both are what a
+replica acknowledged, not merely what was read: a failover may take away a
+write no replica had — a generation just created, a cluster change — but
+that write was never acknowledged to anyone, so it is not a loss and must
+not halt the service. A generation is remembered once a position of it is
+stored, and the version compared is the highest acknowledged one.
+
 :meth:`DataGeneration.check` reads the generation, the loss marker and the
 version in one ``MGET`` and compares:
 
@@ -61,6 +68,7 @@ from redis.client import Pipeline
 from tasks.audit.events import event_fields, utc_now_iso
 from tasks.runtime.logging import get_logger
 from tasks.state.partition import Partition
+from tasks.state.replication import Position, Replication
 
 log = get_logger(__name__)
 
@@ -162,9 +170,14 @@ class DataLost(RuntimeError):
 class DataGeneration:
     """What this runtime remembers of its partition's data, and the check against it (one ``MGET``)."""
 
-    def __init__(self, partition: Partition, memory: GenerationMemory | None = None) -> None:
+    def __init__(
+        self, partition: Partition, memory: GenerationMemory | None = None,
+        replication: Replication | None = None,
+    ) -> None:
         self._partition = partition
         self.memory = memory if memory is not None else GenerationMemory()
+        #: With replicas required, only acknowledged generations and versions are remembered.
+        self._replicated = replication is not None and replication.required > 0
         #: The highest cluster version this runtime read while healthy, under the generation
         #: :attr:`versions_of` (threads share the generation id but not this: a thread that
         #: finds the generation changed, adopted by another, starts counting again).
@@ -188,25 +201,42 @@ class DataGeneration:
             redis.RedisError: Redis failed (reachability is not this check's concern).
         """
         k = self._partition.keys
-        raw_generation, raw_marker, raw_version = self._partition.client.mget(
-            [k.generation, k.data_lost, k.version]
+        raw_generation, raw_marker, raw_version, raw_acked = self._partition.client.mget(
+            [k.generation, k.data_lost, k.version, k.acked]
         )
         version = int(raw_version or 0)
         if raw_marker is not None:
             self.memory.saw_loss = True
             found = generation_id(raw_generation)
             return GenerationStatus("halted", _marker_detail(raw_marker), found, version)
-        status = self._verdict(_parse(raw_generation), version)
+        acked = self._acknowledged(generation_id(raw_generation), version, raw_acked)
+        status = self._verdict(_parse(raw_generation), version, acked)
         if status.verdict in LOSSES:
             self._mark_lost(status)
         elif status.verdict == "new" and create:
             status = self._create(version)
         if status.ok:
+            seen = acked[1] if acked is not None else 0
             if status.generation != self.versions_of:
-                self.versions_of, self.max_version = status.generation, version
+                self.versions_of, self.max_version = status.generation, seen
             else:
-                self.max_version = max(self.max_version, version)
+                self.max_version = max(self.max_version, seen)
         return status
+
+    def _acknowledged(self, generation: str | None, version: int, raw: Any) -> tuple[str, int] | None:
+        """The generation and cluster version a replica acknowledged (None: none of this generation).
+
+        Without replicas required, everything read is acknowledged (the master's write is all
+        there is). With them, a version or generation read but not acknowledged may vanish in a
+        failover without anything acknowledged being lost: it is not remembered, so it can never
+        cause a false rollback.
+        """
+        if not self._replicated:
+            return generation or "", version
+        position = Position.parse(raw)
+        if position is None or generation is None or position.generation != generation:
+            return None
+        return generation, position.version
 
     def ensure_ok(self, *, create: bool = True) -> GenerationStatus:
         """:meth:`check`, raising when the service must not decide.
@@ -223,7 +253,9 @@ class DataGeneration:
             raise DataLost(status)
         return status
 
-    def _verdict(self, found: dict[str, Any] | None, version: int) -> GenerationStatus:
+    def _verdict(
+        self, found: dict[str, Any] | None, version: int, acked: tuple[str, int] | None
+    ) -> GenerationStatus:
         known = self.remembered
         if found is None:
             if known is None:
@@ -247,7 +279,7 @@ class DataGeneration:
                 "rolled_back", f"Redis went back in time: cluster version {version} after "
                 f"{self.max_version} was read (an older AOF/RDB or a lagging replica)", generation, version,
             )
-        if known is None:
+        if known is None and acked is not None:
             self.memory.remember(generation)
         return GenerationStatus("ok", f"generation {generation}, cluster version {version}",
                                 generation, version)
@@ -268,7 +300,8 @@ class DataGeneration:
         found = _parse(p.client.get(p.keys.generation))
         if found is None:  # wiped again between the two commands: the next check says so
             return GenerationStatus("new", "no data generation yet", None, version)
-        self.memory.remember(str(found["id"]))
+        if not self._replicated:  # else remembered once a replica acknowledged it (next check)
+            self.memory.remember(str(found["id"]))
         return GenerationStatus("ok", f"generation {found['id']}, cluster version {version}",
                                 str(found["id"]), version)
 

@@ -85,6 +85,23 @@ class Keys:
         """String: the loss marker (JSON), present from a detected data loss until a recovery."""
         return f"{self.prefix}:data_lost"
 
+    # ------------------------------------------------------ acknowledged writes
+    @property
+    def acked(self) -> str:
+        """String: the position a replica acknowledged (JSON: mark seq, cluster version,
+        generation, the last entry id of each stream; see :mod:`tasks.state.replication`)."""
+        return f"{self.prefix}:acked"
+
+    @property
+    def ack_marks(self) -> str:
+        """Counter of the marks written for WAIT (one per acknowledgement)."""
+        return f"{self.prefix}:acked:marks"
+
+    @property
+    def acknowledged_streams(self) -> tuple[str, ...]:
+        """The streams whose readers see only acknowledged entries."""
+        return (self.results, self.events, self.deadletter)
+
     # ---------------------------------------------------------- cluster state
     @property
     def version(self) -> str:

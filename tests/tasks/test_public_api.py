@@ -16,6 +16,7 @@ PUBLIC = [
     "DataLost",
     "Event",
     "Keys",
+    "NotReplicated",
     "RedisOutOfMemory",
     "ReplayReport",
     "ServiceClient",

@@ -7,6 +7,8 @@ Around every task message, outermost first (:data:`TASK_STACK`):
 * :mod:`~tasks.runtime.middleware.queue_guard` — each queue runs only its
   own tasks (a ``cluster_event`` pushed onto the requests queue is
   dead-lettered, never run);
+* :mod:`~tasks.runtime.middleware.replica_ack` — what a task wrote is
+  acknowledged once a replica holds it (with replicas required);
 * :mod:`~tasks.runtime.middleware.data_guard` — a Redis that lost the
   service's data (wiped, rolled back) runs nothing: messages are requeued
   until a recovery;
@@ -45,6 +47,7 @@ from tasks.runtime.middleware.metrics_server import MetricsServer
 from tasks.runtime.middleware.node_heartbeat import NodeHeartbeat
 from tasks.runtime.middleware.queue_guard import OnlyItsOwnQueue
 from tasks.runtime.middleware.redelivery_guard import RedeliveryGuard
+from tasks.runtime.middleware.replica_ack import AcknowledgeWrites
 from tasks.runtime.middleware.task_errors import RetryTaskErrors
 from tasks.runtime.middleware.transient import RequeueOnOutage
 
@@ -52,7 +55,8 @@ _GUARD = RedeliveryGuard()
 _DATA_GUARD = RefuseWithoutData()
 #: Around every task message, outermost first.
 TASK_STACK: tuple[Middleware, ...] = (
-    RequeueOnOutage(_GUARD.finished), OnlyItsOwnQueue(), _DATA_GUARD, _GUARD, RetryTaskErrors(),
+    RequeueOnOutage(_GUARD.finished), OnlyItsOwnQueue(), AcknowledgeWrites(), _DATA_GUARD, _GUARD,
+    RetryTaskErrors(),
 )
 #: Boot and shutdown hooks of a worker node, in order.
 NODE_STACK: tuple[Middleware, ...] = (

@@ -2,7 +2,8 @@
 
 No celery beat is needed: every node runs :func:`tasks.runtime.drainer.drain_once`
 every ``drain_interval_s`` from boot to shutdown; members are leased, so
-several nodes draining at once is harmless.
+several nodes draining at once is harmless. With replicas required, each pass
+also acknowledges writes no task could (:func:`~tasks.runtime.middleware.replica_ack.catch_up`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from tasks.runtime import liveness
 from tasks.runtime.drainer import drain_once
 from tasks.runtime.middleware.base import Middleware, RuntimeFactory
+from tasks.runtime.middleware.replica_ack import catch_up
 from tasks.runtime.periodic import PeriodicThread
 
 
@@ -32,6 +34,11 @@ class DelayDrainer(Middleware):
 
 
 def _pass(runtime: RuntimeFactory) -> None:
-    """One drainer pass; marked live only when it finished (see :mod:`tasks.runtime.liveness`)."""
-    drain_once(runtime())
+    """One drainer pass, then acknowledging what no task could (a replica was late: see
+    :mod:`~tasks.runtime.middleware.replica_ack`); marked live only when it finished (see
+    :mod:`tasks.runtime.liveness`)."""
+    rt = runtime()
+    drain_once(rt)
+    if rt.replication.required:
+        catch_up(rt)
     liveness.mark(liveness.DRAINER)

@@ -35,6 +35,7 @@ LIBRARY = "lib.lua"
 #: Every script the service runs.
 SCRIPT_NAMES = (
     "accept",
+    "advance",
     "announce_released",
     "ack_due",
     "begin",
@@ -44,6 +45,8 @@ SCRIPT_NAMES = (
     "cluster_apply",
     "dead_letter",
     "expire_parked",
+    "group_read",
+    "mark",
     "park",
     "publish",
     "record_decision",

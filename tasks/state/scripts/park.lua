@@ -88,7 +88,7 @@ if r[4] ~= '1' and announce == '1' then
   if result == '' then result = r[5] or '' end
   notice = redis.call('XADD', results_key, 'MAXLEN', '~', results_maxlen, '*',
     unpack(result_fields(record_key, rid, result, 'unschedulable', '0', seq)))
-  redis.call('HSET', record_key, 'announced', '1', 'notice', result)
+  redis.call('HSET', record_key, 'announced', '1', 'notice', result, 'notice_id', notice)
 end
 if retry_member ~= '' then
   redis.call('ZADD', timers_key, retry_due_ms, retry_member)

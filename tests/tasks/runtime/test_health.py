@@ -94,3 +94,24 @@ def test_the_data_generation_must_be_the_one_the_service_wrote() -> None:
     empty = data_generation_ok(fresh.rt)
     assert empty == health.Check("data", False, "no data generation: Redis is empty or lost its data "
                                  "(no worker node has checked it since)")
+
+
+def test_writes_must_not_wait_for_a_replica_longer_than_the_staleness_limit(clock: None) -> None:
+    h = Harness(settings=isolated_settings(health_stale_after_s=30, min_replicas_acked=1))
+    k = h.rt.keys
+    assert health.writes_acknowledged(Harness().rt).detail == "no replica required"
+    h.rt.client.xadd(k.results, {"request_id": "old"}, id=f"{int((NOW - 31) * 1000)}-0")
+    verdict = health.writes_acknowledged(h.rt)
+    assert not verdict.ok and verdict.detail == (
+        "writes have waited 31 s for a replica (limit 30 s): readers do not see them yet"
+    )
+    marked = h.rt.partition.call(h.rt.replication.mark_call())
+    assert marked is not None
+    h.rt.partition.call(h.rt.replication.advance_call(*marked, 1))
+    h.rt.client.xadd(k.results, {"request_id": "recent"}, id=f"{int((NOW - 5) * 1000)}-0")
+    expected = health.Check("replication", True, "acknowledged by 1 replica(s)")
+    assert health.writes_acknowledged(h.rt) == expected
+    marked = h.rt.partition.call(h.rt.replication.mark_call())
+    assert marked is not None
+    h.rt.partition.call(h.rt.replication.advance_call(*marked, 0))
+    assert health.writes_acknowledged(h.rt).detail == "acknowledged by the master alone: no replica attached"

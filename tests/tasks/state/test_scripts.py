@@ -11,6 +11,7 @@ from service_builders import small_request, uniform_cluster
 
 from tasks.audit.checkpoints import take_checkpoint
 from tasks.audit.retention import expire_parked
+from tasks.audit.streams import ensure_group, read_group
 from tasks.state.notices import announce_suspension, resume_if_recovered
 from tasks.state.recovery import export_state, recover
 from tasks.state.scripts import (
@@ -170,6 +171,11 @@ def _exercise_every_script(h: Harness) -> None:
     h.clock.advance(h.settings.parked_ttl_s + 1)
     assert expire_parked(h.rt)
     assert recover(h.rt, export_state(h.rt))["bookings"] >= 1  # restore_booking
+    marked = h.rt.partition.call(h.rt.replication.mark_call())  # what acknowledge() sends with WAIT
+    assert marked is not None
+    assert h.rt.partition.call(h.rt.replication.advance_call(*marked, 1))
+    ensure_group(h.rt.client, h.rt.keys.results, "control-plane")
+    assert read_group(h.rt.client, h.rt.keys.results, "control-plane", "cp-1", acknowledged=h.rt.keys.acked)
 
 
 def test_every_script_caller_passes_the_keys_and_arguments_its_header_documents(
