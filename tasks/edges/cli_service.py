@@ -60,7 +60,8 @@ def _service_errors() -> Iterator[None]:
         raise CliError(f"cannot reach {where}: {error}", EXIT_FAILURE) from None
     except redis.RedisError as error:  # e.g. NOPERM, OOM: Redis answered and refused
         where = redis_location(get_settings())
-        raise CliError(f"{where} refused the command: {error}{_permission_hint(error)}", EXIT_FAILURE) from None
+        raise CliError(f"{where} refused the command: {error}{_permission_hint(error)}",
+                       EXIT_FAILURE) from None
 
 
 def _permission_hint(error: Exception) -> str:
