@@ -83,7 +83,8 @@ def test_one_step_answers_and_every_output_format(
     assert json.loads(_cli(d.env, "describe", "to-move", "-o", "json").stdout)["moved_to"] == "to-move~1"
     wait_until(lambda: _cli(d.env, "health").returncode == 0, 60, "healthy")
     health = json.loads(_cli(d.env, "health", "-o", "json").stdout)
-    assert health["status"] == "ok" and [c["name"] for c in health["checks"]] == ["redis", "data", "workers", "replication"]
+    checks = [c["name"] for c in health["checks"]]
+    assert health["status"] == "ok" and checks == ["redis", "data", "workers", "replication"]
     replayed = json.loads(_cli(d.env, "replay", "-o", "json").stdout)
     assert replayed["differ"] == 0 and replayed["replayed"] == replayed["identical"] > 0
     passwords = {"REDIS_SERVICE_PASSWORD": "a", "REDIS_CONTROL_PASSWORD": "b", "REDIS_SUBMIT_PASSWORD": "c"}
