@@ -45,8 +45,9 @@ from scheduler_core.workers import Gpu
 
 #: A GPU and its free bytes.
 Slot = tuple[Gpu, int]
-#: What the fit reads of one GPU of a set: its total bytes, its SGLang platform, its free bytes.
-Room = tuple[int, str, int]
+#: What the fit reads of one GPU of a set: its total bytes, its SGLang platform, its free bytes
+#: (ledger and report), and the free bytes its report alone shows (what SGLang would measure now).
+Room = tuple[int, str, int, int]
 
 
 def platform(gpu: Gpu) -> str:
@@ -60,7 +61,8 @@ def platform(gpu: Gpu) -> str:
 def room(slot: Slot) -> Room:
     """What the fit reads of a slot."""
     gpu, free = slot
-    return gpu.total, platform(gpu), free
+    measured = free if gpu.used is None else max(gpu.total - gpu.used, free)
+    return gpu.total, platform(gpu), free, measured
 
 
 def usable(gpu: Gpu, allocatable: Allocatable) -> int:
@@ -133,7 +135,7 @@ def budget(facts: PreciseFacts, device: Device, tp: int, pp: int) -> Budget:
 
 def device_of(rooms: Sequence[Room]) -> Device:
     """The device SGLang sizes a set by: the smallest total, the first GPU's platform."""
-    return Device(min(total for total, _, _ in rooms) / MIB, rooms[0][1])
+    return Device(min(room[0] for room in rooms) / MIB, rooms[0][1])
 
 
 #: A GPU set and the tp/pp run on it: what a verdict depends on besides the facts.
@@ -150,14 +152,17 @@ def verdict_of(facts: PreciseFacts, budgets: Budgets, key: VerdictKey) -> Fit | 
     return evaluate(facts, rooms, tp, pp, budgets((device_of(rooms), tp, pp)))
 
 
-def balanced_for(facts: PreciseFacts, frees: Sequence[int], tp: int) -> bool:
+def balanced_for(facts: PreciseFacts, rooms: Sequence[Room], tp: int) -> bool:
     """SGLang's TP memory-balance check on the free memory after its context: at tp > 1 the
     smallest ``free − context`` is at least 0.9 × the largest (always true at tp 1 or with the
-    check turned off in the model's env)."""
+    check turned off in the model's env), both on the free memory the ledger allows and on the
+    free memory the GPUs report: what SGLang measures at start-up lies between the two (claims
+    of instances not started yet, bookings above what an instance uses)."""
     if tp <= 1 or not facts.balance_check:
         return True
     context = facts.settings.sglang_context
-    return min(frees) - context >= MEMORY_BALANCE_RATIO * (max(frees) - context)
+    views = ([free for _, _, free, _ in rooms], [measured for _, _, _, measured in rooms])
+    return all(min(frees) - context >= MEMORY_BALANCE_RATIO * (max(frees) - context) for frees in views)
 
 
 def evaluate(
@@ -170,13 +175,12 @@ def evaluate(
     if facts.diffusion:
         return _diffusion(facts, rooms)
     needs = needs or budget(facts, device_of(rooms), tp, pp)
-    frees = [free for _, _, free in rooms]
-    least = min(frees)
+    least = min(room[2] for room in rooms)
     pre = least - facts.settings.sglang_context
     fraction, launch = needs.size.fraction, needs.size.launch
-    if not balanced_for(facts, frees, tp):
+    if not balanced_for(facts, rooms, tp):
         return Miss(Reason.NO_BALANCED_GPU_SET, _need(facts, needs, fraction), launch, least)
-    bookings = tuple(min(math.ceil(fraction * total), free) for total, _, free in rooms)
+    bookings = tuple(min(math.ceil(fraction * total), free) for total, _, free, _ in rooms)
     if facts.sharing and facts.flags.user_fraction is None and pre > 0:
         shared = _shared(facts, needs, rooms, pre)
         if shared is not None and max(shared[2]) < max(bookings):
@@ -207,9 +211,9 @@ def _shared(
     fraction = launch * needs.size.factor
     context = settings.sglang_context
     bookings = tuple(
-        math.ceil(context + fraction * (total - context)) + needs.reserve for total, _, _ in rooms
+        math.ceil(context + fraction * (total - context)) + needs.reserve for total, _, _, _ in rooms
     )
-    if any(booked > free for booked, (_, _, free) in zip(bookings, rooms, strict=True)):
+    if any(booked > free for booked, (_, _, free, _) in zip(bookings, rooms, strict=True)):
         return None
     return fraction, launch, bookings
 
@@ -244,7 +248,7 @@ def _with_tokens(
 def _diffusion(facts: PreciseFacts, rooms: Sequence[Room]) -> Fit | Miss:
     """SGLang Diffusion: a full copy and its context on every GPU, which it then owns."""
     need = facts.weight_bytes + facts.settings.sglang_context
-    least = min(free for _, _, free in rooms)
+    least = min(room[2] for room in rooms)
     if need > least:
         return Miss(Reason.WEIGHTS_DO_NOT_FIT, need, None, least)
-    return Fit(None, tuple(free for _, _, free in rooms), None, need)
+    return Fit(None, tuple(room[2] for room in rooms), None, need)

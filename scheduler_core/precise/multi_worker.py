@@ -87,7 +87,7 @@ class _Window:
     @property
     def least(self) -> int:
         """The smallest usable memory of the window (workers are ordered by it)."""
-        return min(free for _, _, free in self.rooms)
+        return min(r[2] for r in self.rooms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +109,7 @@ def _offer_window(
     shape, size = inputs.shape, inputs.shape.gpus_per_node
     best: Miss | None = None
     check = balance(inputs.facts, shape.tp)
-    for start in reversed(list(window_starts([free for _, _, free in rooms], size, check))):
+    for start in reversed(list(window_starts([r[2] for r in rooms], size, check))):
         window = rooms[start : start + size]
         verdict = inputs.verdicts((window, shape.tp, shape.pp))
         if isinstance(verdict, Fit):
@@ -133,7 +133,7 @@ _OFFER_RULE = Rule("precise_multi_worker_offer", _offer_window, _attach_offer, r
 def _runs(offers: Sequence[_Offer], nodes: int, check: Balance) -> Iterator[tuple[_Offer, ...]]:
     for start in range(len(offers) - nodes + 1):
         run = tuple(offers[start : start + nodes])
-        if balanced([free for offer in run for _, _, free in offer.window.rooms], check):
+        if balanced([r[2] for offer in run for r in offer.window.rooms], check):
             yield run
 
 

@@ -64,11 +64,11 @@ def _evaluate(inputs: _Inputs, gpus: tuple[Gpu, ...], allocatable: Allocatable) 
         return _Outcome((), None, 0)
     ordered = sorted_slots(slots_of(gpus, allocatable))
     rooms = tuple(room(slot) for slot in ordered)
-    frees = [free for _, _, free in rooms]
+    frees = [r[2] for r in rooms]
     indexes = [gpu.index or 0 for gpu, _ in ordered]
     # On a worker whose GPUs are all of one size every check is monotone in usable memory:
     # once the roomiest remaining window misses, every tighter one misses too.
-    uniform = len({(total, kind) for total, kind, _ in rooms}) <= 1
+    uniform = len({r[:2] for r in rooms}) <= 1
     best: tuple[Miss, int] | None = None
     limit = inputs.facts.settings.max_window_candidates
     for count, tp, pp in layouts(inputs.facts, inputs.gpu_count, len(ordered), inputs.tp_rule):

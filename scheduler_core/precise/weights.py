@@ -28,13 +28,24 @@ split over the ranks likewise.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler_core.precise.kv import positive, text_config
 from scheduler_core.precise.startup import DTYPE_BYTES, MLA_ARCHITECTURES, config_dtype
 
+#: The config keys the parts derive from (an anatomy's identity).
+_SIGNATURE_KEYS = frozenset(
+    {
+        "hidden_size", "vocab_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+        "head_dim", "intermediate_size", "moe_intermediate_size", "n_routed_experts", "num_experts",
+        "num_local_experts", "moe_num_experts", "n_shared_experts", "first_k_dense_replace", "q_lora_rank",
+        "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "num_nextn_predict_layers",
+        "model_type", "max_position_embeddings", "type_vocab_size",
+    }
+)  # fmt: skip
 #: Models whose MLP is two matrices (up, down) instead of a gated three.
 _UNGATED_MLP = (
     "bert", "roberta", "xlm-roberta", "gpt2", "gpt_neox", "gpt_bigcode", "falcon", "phi", "opt", "bloom"
@@ -60,17 +71,63 @@ class Layer:
 
 
 @dataclass(frozen=True, slots=True)
-class Anatomy:
-    """A checkpoint's parameters by where SGLang puts them."""
+class Sums:
+    """Running sums of the layers' parameters (index ``i``: layers ``0 … i−1``), so that a PP
+    stage's share is two look-ups."""
 
-    embed: float
-    head: float  # 0 when tied or when the model has no LM head (an encoder)
-    positions: float  # learned position and token-type embeddings of an encoder, whole on the first stage
-    vocab_rows: int
-    layers: tuple[Layer, ...]
-    mtp: tuple[Layer, ...]
-    mtp_copies: float  # the MTP block's embedding and head copies
-    tied: bool
+    attention: tuple[float, ...]
+    kv: tuple[float, ...]
+    ffn: tuple[float, ...]
+    whole: tuple[float, ...]
+    norms: tuple[float, ...]
+
+    @classmethod
+    def of(cls, layers: Sequence[Layer]) -> Sums:
+        """The running sums of ``layers``."""
+
+        def running(values: Sequence[float]) -> tuple[float, ...]:
+            return (0.0, *itertools.accumulate(values))
+
+        return cls(
+            running([layer.attention for layer in layers]),
+            running([layer.kv for layer in layers]),
+            running([layer.ffn for layer in layers]),
+            running([layer.whole for layer in layers]),
+            running([layer.norms for layer in layers]),
+        )
+
+    def span(self, start: int, stop: int) -> Layer:
+        """The layers ``start … stop−1`` added up (``kv_heads`` left 0: the caller knows them)."""
+        return Layer(
+            self.attention[stop] - self.attention[start],
+            self.kv[stop] - self.kv[start],
+            0,
+            self.ffn[stop] - self.ffn[start],
+            self.whole[stop] - self.whole[start],
+            self.norms[stop] - self.norms[start],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Anatomy:
+    """A checkpoint's parameters by where SGLang puts them.
+
+    Equality and hashing use ``signature`` (the config values the parts derive from) only: the
+    parts are a function of it, and hashing them would cost every rule look-up.
+    """
+
+    signature: tuple[Any, ...]
+    embed: float = field(compare=False)
+    head: float = field(compare=False)  # 0 when tied or when the model has no LM head (an encoder)
+    positions: float = field(compare=False)  # learned positions of an encoder, whole on the first stage
+    vocab_rows: int = field(compare=False)
+    kv_heads: int = field(compare=False)
+    layers: Sums = field(compare=False)
+    count: int = field(compare=False)
+    mtp: Sums = field(compare=False)
+    mtp_count: int = field(compare=False)
+    mtp_copies: float = field(compare=False)  # the MTP block's embedding and head copies
+    tied: bool = field(compare=False)
 
 
 def _attention(text: Mapping[str, Any], hidden: int, mla: bool) -> tuple[float, float, int, float]:
@@ -127,13 +184,23 @@ def anatomy(config: Mapping[str, Any] | None, architectures: tuple[str, ...]) ->
     if not (hidden and vocab and count and positive(text.get("num_attention_heads"))):
         return None
     mla = any(arch in MLA_ARCHITECTURES for arch in architectures)
-    layers = tuple(_layer(text, index, hidden, mla) for index in range(count))
+    dense_count = positive(text.get("first_k_dense_replace")) or 0
+    first, later = _layer(text, 0, hidden, mla), _layer(text, max(dense_count, 1), hidden, mla)
+    layers = [first if index < dense_count else later for index in range(count)]  # two kinds at most
     extra = positive(text.get("num_nextn_predict_layers")) or 0
-    mtp = tuple(_mtp_layer(text, count + i, hidden, mla) for i in range(extra))
+    mtp = [_mtp_layer(text, count + i, hidden, mla) for i in range(extra)]
     tied = bool(text.get("tie_word_embeddings") or config.get("tie_word_embeddings"))
     embed = float(vocab * hidden)
     head = 0.0 if tied or _encoder(architectures) else embed
-    return Anatomy(embed, head, _positions(text, hidden), vocab, layers, mtp, 2 * embed * extra, tied)
+    signature = (
+        architectures,
+        tuple(sorted((key, repr(value)) for key, value in text.items() if key in _SIGNATURE_KEYS)),
+        tied,
+    )
+    return Anatomy(
+        signature, embed, head, _positions(text, hidden), vocab, layers[0].kv_heads,
+        Sums.of(layers), count, Sums.of(mtp), extra, 2 * embed * extra, tied,
+    )  # fmt: skip
 
 
 def _encoder(architectures: tuple[str, ...]) -> bool:
@@ -201,32 +268,36 @@ def rates(config: Mapping[str, Any], running: str) -> Rates:
     return Rates(stored, stored, now, now)
 
 
-def _layer_params(layer: Layer, placement: Placement) -> tuple[float, float]:
-    """(linear, plain) parameters of one layer on one rank."""
-    kv_rows = layer.kv / max(layer.kv_heads, 1)
-    kv = max(1, layer.kv_heads // placement.attention_tp) * kv_rows if layer.kv else 0.0
-    linear = layer.attention / placement.attention_tp + kv + layer.ffn / placement.tp + layer.whole
-    return linear, layer.norms
+def _rank_params(layers: Layer, kv_heads: int, placement: Placement) -> tuple[float, float]:
+    """(linear, plain) parameters one rank holds of ``layers`` (a span added up)."""
+    kv = max(1, kv_heads // placement.attention_tp) * layers.kv / max(kv_heads, 1)
+    linear = layers.attention / placement.attention_tp + kv + layers.ffn / placement.tp + layers.whole
+    return linear, layers.norms
+
+
+def _scale(body: Anatomy, checkpoint: int, rate: Rates) -> float:
+    """Checkpoint bytes per modeled byte: the parts scaled to add up to the real size."""
+    every = (body.layers.span(0, body.count), body.mtp.span(0, body.mtp_count))
+    linear = sum(part.attention + part.kv + part.ffn + part.whole for part in every)
+    plain = sum(part.norms for part in every) + body.embed + body.head + body.positions + body.mtp_copies
+    modeled = linear * rate.linear_stored + plain * rate.plain_stored
+    return checkpoint / modeled if modeled > 0 else 0.0
 
 
 def rank_weights(body: Anatomy, checkpoint: int, rate: Rates, placement: Placement) -> list[int]:
     """Bytes SGLang holds on one rank of each PP stage, the checkpoint's size apportioned."""
-    every = (*body.layers, *body.mtp)
-    linear = sum(layer.attention + layer.kv + layer.ffn + layer.whole for layer in every)
-    plain = sum(layer.norms for layer in every) + body.embed + body.head + body.positions + body.mtp_copies
-    modeled = linear * rate.linear_stored + plain * rate.plain_stored
-    scale = checkpoint / modeled if modeled > 0 else 0.0
+    scale = _scale(body, checkpoint, rate)
     padded = -(-body.vocab_rows // _VOCAB_PAD) * _VOCAB_PAD / body.vocab_rows
     vocab = body.embed * padded / placement.attention_tp
-    stages = stage_layers(len(body.layers), placement.pp)
+    stages = stage_layers(body.count, placement.pp)
+    drafted = _rank_params(body.mtp.span(0, body.mtp_count), body.kv_heads, placement)
     result = []
     for index, stage in enumerate(stages):
         first, last = index == 0, index == len(stages) - 1
-        held_linear = held_plain = 0.0
-        for layer in [body.layers[i] for i in stage] + (list(body.mtp) if last and placement.mtp else []):
-            lin, pl = _layer_params(layer, placement)
-            held_linear, held_plain = held_linear + lin, held_plain + pl
+        linear, plain = _rank_params(body.layers.span(stage.start, stage.stop), body.kv_heads, placement)
+        if last and placement.mtp:
+            linear, plain = linear + drafted[0], plain + drafted[1]
         copies = int(first) + int(last and body.head > 0) + int(last and body.tied and not first)
-        held_plain += vocab * copies + (body.positions if first else 0.0)
-        result.append(int(scale * (held_linear * rate.linear_running + held_plain * rate.plain_running)))
+        plain += vocab * copies + (body.positions if first else 0.0)
+        result.append(int(scale * (linear * rate.linear_running + plain * rate.plain_running)))
     return result

@@ -135,7 +135,7 @@ MODELS: Mapping[str, dict[str, Any]] = {
     ),
 }  # fmt: skip
 
-#: (name, total MiB as nvidia-smi reports it, GPUs per node).
+#: (name, total MiB as the SMI tool reports it, GPUs per node).
 GPUS: Sequence[tuple[str, int, int]] = (
     ("RTX 4090", 24564, 2),
     ("L40S", 46068, 4),
@@ -144,7 +144,10 @@ GPUS: Sequence[tuple[str, int, int]] = (
     ("H100", 81559, 8),
     ("H200", 143771, 8),
     ("B200", 183359, 8),
+    ("MI300X", 196592, 8),
 )
+#: GPUs SGLang runs as ROCm (``is_hip``).
+ROCM = ("MI300X",)
 
 
 @functools.cache
@@ -165,6 +168,11 @@ class Case:
     argv: tuple[str, ...]
     per_node: int
     env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def rocm(self) -> bool:
+        """The GPUs run ROCm."""
+        return self.gpu in ROCM
 
     @property
     def config(self) -> dict[str, Any]:
@@ -286,7 +294,9 @@ def _borderline(case: Case, ratio: float) -> Case:
     total = case.gpus[0][0]
 
     def tokens(used: int) -> int:
-        outcome = launch.launch(case.row(), case.argv, [(t, t - used) for t, _ in case.gpus], 0.5)
+        outcome = launch.launch(
+            case.row(), case.argv, [(t, t - used) for t, _ in case.gpus], 0.5, hip=case.rocm
+        )
         floor = min(outcome.context_len, 8192)
         return -1 if outcome.fatal or outcome.tokens is None else outcome.tokens - int(ratio * floor)
 
@@ -308,8 +318,8 @@ def workers(case: Case) -> list[dict[str, Any]]:
             {
                 "uuid": f"GPU-{node}-{index}",
                 "name": case.gpu,
-                "vendor": "nvidia",
-                "type": "cuda",
+                "vendor": "amd" if case.rocm else "nvidia",
+                "type": "rocm" if case.rocm else "cuda",
                 "index": index,
                 "memory": {"total": total, "used": used, "is_unified_memory": False},
             }

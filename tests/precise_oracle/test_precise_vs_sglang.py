@@ -59,7 +59,7 @@ def _floor(case: Case, sglang: launch.Launch) -> int:
 
 def _check(case: Case, context: float) -> str | None:
     """Why precise disagrees with SGLang on ``case`` (None: it agrees)."""
-    sglang = launch.launch(case.row(), case.argv, frees(case), context)
+    sglang = launch.launch(case.row(), case.argv, frees(case), context, hip=case.rocm)
     result = _decide(case, context)
     if sglang.fatal is not None:
         field = result.error.field if result.error else None
@@ -82,8 +82,8 @@ def _check(case: Case, context: float) -> str | None:
     if result.status != "scheduled":
         return f"SGLang starts with {sglang.tokens} tokens (floor {floor}); precise: {result.status}"
     chosen = result.candidates[result.selected]
-    if not math.isclose(_launched_fraction(result), sglang.fraction, abs_tol=1e-12):
-        return f"fraction {_launched_fraction(result)} != SGLang's {sglang.fraction}"
+    if not math.isclose(_launched_fraction(result), sglang.launch_fraction, abs_tol=1e-12):
+        return f"fraction {_launched_fraction(result)} != SGLang's {sglang.launch_fraction}"
     if abs(chosen.kv_tokens - sglang.tokens) > TOLERANCE * sglang.tokens:
         return f"kv_tokens {chosen.kv_tokens} vs SGLang's {sglang.tokens}"
     return None
@@ -102,7 +102,7 @@ def test_the_corpus_covers_what_it_claims() -> None:
     kinds = {"fatal": 0, "starts": 0, "fails": 0, "below_floor": 0}
     causes: set[str] = set()
     for case in CORPUS:
-        sglang = launch.launch(case.row(), case.argv, frees(case), 0.5)
+        sglang = launch.launch(case.row(), case.argv, frees(case), 0.5, hip=case.rocm)
         if sglang.fatal:
             kinds["fatal"] += 1
         elif sglang.cause:

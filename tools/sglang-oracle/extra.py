@@ -547,6 +547,10 @@ class ServerArgs:
         self._mc = mc
         self._hip = hip
         self.unfloored_reserve_mb: float | None = None
+        #: ``mem_fraction_static`` as the memory settings leave it, before the attention backend's
+        #: adjustment (ROCm aiter's 0.85): the value to pass as ``--mem-fraction-static``.
+        self.memory_settings_fraction: float | None = None
+        self.attention_backend: str | None = None
 
     def use_mla_backend(self) -> bool:
         return bool(self._mc.attention_arch == "MLA")
@@ -565,9 +569,64 @@ for _name in _SA_NAMES:
     setattr(ServerArgs, _name, _SA_NS[_name])
 
 
-def server_args(mc: ModelConfig, gpu_mem_mib: float, *, hip: bool = False, **fields: Any) -> ServerArgs:
+def _aiter_source() -> str:
+    """The statement of ``_handle_attention_backend_compatibility`` that shrinks the fraction for
+    the aiter backend, wrapped in a function of (self, model_config, resolved_view)."""
+    method = oracle._extract("server_args.py", "ServerArgs", ["_handle_attention_backend_compatibility"])
+    tree = ast.parse(method["_handle_attention_backend_compatibility"])
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "0.85" in ast.unparse(node) and "aiter" in ast.unparse(node.test):
+            body = "\n".join("    " + line for line in ast.unparse(node).split("\n"))
+            return f"def _aiter_factor(self, model_config, resolved_view):\n{body}"
+    raise AssertionError("aiter fraction rule not found")
+
+
+_ATTN = _run(
+    [
+        _replace(
+            oracle._extract("server_args.py", "ServerArgs", ["_get_default_attn_backend"])[
+                "_get_default_attn_backend"
+            ],
+            "from sglang.srt.arg_groups.overrides import resolved_view",
+            "resolved_view = lambda s: s",
+        ),
+        _aiter_source(),
+    ],
+    {
+        "current_platform": types.SimpleNamespace(is_out_of_tree=lambda: False),
+        "is_hopper_with_cuda_12_3": lambda: False,
+        "is_sm100_supported": lambda: False,
+        "is_no_spec_infer_or_topk_one": lambda sa: True,
+        "is_hip": lambda: True,
+        "is_mps": lambda: False,
+        "is_flashinfer_available": lambda: False,
+    },
+)
+
+
+def _rocm_attention(sa: ServerArgs, mc: ModelConfig, backend: str | None) -> None:
+    """On ROCm: SGLang's default attention backend (``_get_default_attn_backend``), and the aiter
+    backend's 0.85 on the fraction for contexts above 8,192 tokens."""
+    heads = types.SimpleNamespace(
+        hf_config=mc.hf_config, get_num_kv_heads=mc.get_num_kv_heads, has_attention_sinks=False
+    )
+    shell = types.SimpleNamespace(tp_size=sa.tp_size, speculative_algorithm=None)
+    sa.attention_backend = backend or _ATTN["_get_default_attn_backend"](shell, sa.use_mla_backend(), heads)
+    model = types.SimpleNamespace(context_len=mc.context_len)
+    _ATTN["_aiter_factor"](sa, model, lambda s: s)
+
+
+def server_args(
+    mc: ModelConfig,
+    gpu_mem_mib: float,
+    *,
+    hip: bool = False,
+    attention_backend: str | None = None,
+    **fields: Any,
+) -> ServerArgs:
     """SGLang's CUDA-graph resolution and memory settings for GPUs of ``gpu_mem_mib`` (the smallest
-    total), as ``ServerArgs.__post_init__`` runs them: ``.mem_fraction_static`` is the launch value."""
+    total), as ``ServerArgs.__post_init__`` runs them, then on ROCm (``hip``) the attention backend
+    and its fraction rule: ``.mem_fraction_static`` is the fraction the pool is sized with."""
     sa = ServerArgs(mc, hip, **fields)
     _CG["_is_cuda"] = lambda: not hip
     _SA_NS["is_hip"] = lambda: hip
@@ -575,6 +634,9 @@ def server_args(mc: ModelConfig, gpu_mem_mib: float, *, hip: bool = False, **fie
     sa._apply_cuda_graph_compatibility()
     sa._apply_cuda_graph_disaggregation_roles()
     sa._handle_gpu_memory_settings(gpu_mem_mib)
+    sa.memory_settings_fraction = sa.mem_fraction_static
+    if hip:
+        _rocm_attention(sa, mc, attention_backend)
     return sa
 
 

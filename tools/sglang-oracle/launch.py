@@ -58,7 +58,7 @@ _SWITCHES: Mapping[str, str] = {
     "--language-only": "language_only",
 }
 #: Flags read outside ``ServerArgs``' memory fields.
-_OTHER = ("--kv-cache-dtype", "--dtype", "--page-size")
+_OTHER = ("--kv-cache-dtype", "--dtype", "--page-size", "--attention-backend")
 
 
 def parse(argv: Sequence[str]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -89,6 +89,9 @@ class Launch:
 
     fatal: str | None  # SGLang's message when it refuses the arguments
     fraction: float | None = None  # the ``mem_fraction_static`` it runs with
+    #: the fraction before the attention backend's adjustment (ROCm aiter): what it would print
+    #: as its default, the value a launch passes as ``--mem-fraction-static``
+    launch_fraction: float | None = None
     cells: tuple[int, ...] = ()  # KV bytes per token on each PP stage's ranks
     weights: tuple[int, ...] = ()  # weight bytes on each PP stage's ranks
     starts: tuple[extra.Start, ...] = ()  # one per replica
@@ -138,7 +141,8 @@ def launch(
         kv_dtype = _kv(row, mc, other)
     except ValueError as error:
         return Launch(fatal=str(error))
-    sa = extra.server_args(mc, min(total for total, _ in gpus) / 2**20, hip=hip, **fields)
+    mib = min(total for total, _ in gpus) / 2**20
+    sa = extra.server_args(mc, mib, hip=hip, attention_backend=other.get("--attention-backend"), **fields)
     tp, pp, dp = sa.tp_size, sa.pp_size, sa.dp_size
     attn_tp = tp // dp if sa.enable_dp_attention else tp
     layers = mc.hf_text_config.num_hidden_layers
@@ -148,7 +152,7 @@ def launch(
     )
     weights = tuple(checkpoint.loaded(row["hf_config"], tp=tp, pp=pp, dtype=other.get("--dtype", "auto")))
     replicas = 1 if sa.enable_dp_attention else dp
-    fraction = sa.mem_fraction_static
+    fraction, launch_fraction = sa.mem_fraction_static, sa.memory_settings_fraction
     page = int(other.get("--page-size", "1") or 1)
     world = tp * pp
     starts = []
@@ -170,10 +174,11 @@ def launch(
         )
     if sa.unfloored_reserve_mb is None:  # a user's fraction: SGLang's estimate, computed without it
         heuristic = {k: v for k, v in fields.items() if k != "mem_fraction_static"}
-        sa = extra.server_args(mc, min(total for total, _ in gpus) / 2**20, hip=hip, **heuristic)
+        sa = extra.server_args(mc, mib, hip=hip, **heuristic)
     return Launch(
         fatal=None,
         fraction=fraction,
+        launch_fraction=launch_fraction,
         cells=cells,
         weights=weights,
         starts=tuple(starts),
