@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from builders import GIB, H100, H200, MIB, RTX_4090, gpu, model, request, uniform_worker, worker
+from builders import GIB, H100, H200, MIB, RTX_4090, gpu, instance, model, request, uniform_worker, worker
 
 from scheduler_core import PreciseSettings, schedule
 from scheduler_core.plugins import PRECISE_CHAIN
@@ -194,3 +194,21 @@ def test_the_admission_margin_refuses_but_never_changes_the_prediction():
         _precise(fits, rtx, chain=margin).candidates[0].kv_tokens
         == _precise(fits, rtx).candidates[0].kv_tokens
     )
+
+
+def test_the_balance_is_checked_on_what_the_gpus_report_too():
+    """Both H100s carry a 12 GiB claim, but only GPU 1's instance uses it (GPU 0's books more than
+    its instance takes, or has not started): the ledger sees 68 and 68 GiB free, balanced, while
+    SGLang would measure 80 and 68 GiB (67.5 < 0.9 × 79.5 after its context) and refuse to start at
+    tp 2. precise checks both views; the claims alone (GPUStack's view) would pass."""
+    devices = [
+        gpu(0, H100, memory={"total": H100, "used": 0}),
+        gpu(1, H100, memory={"total": H100, "used": 12 * GIB}),
+    ]
+    held = [instance(1, 1, {0: 12 * GIB, 1: 12 * GIB}, model_id=9)]
+    tp2 = _qwen(backend_parameters=["--tp-size", "2"])
+    result = schedule(request(tp2, [worker(1, "h100", devices)], held, policy="precise"))
+    assert result.status == "unschedulable"
+    assert any(e.reason == "no_balanced_gpu_set" for e in result.events)
+    devices[0]["memory"]["used"] = 12 * GIB  # now both instances use their claims
+    assert schedule(request(tp2, [worker(1, "h100", devices)], held, policy="precise")).status == "scheduled"
