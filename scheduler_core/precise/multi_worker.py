@@ -165,6 +165,7 @@ class PreciseMultiWorker:
     policy: ClassVar[str] = "precise"
     clears: ClassVar[Clears] = {
         Reason.NO_NODE_SHAPE: MORE_CAPACITY,
+        Reason.NO_BALANCED_GPU_SET: MORE_CAPACITY,  # SGLang's TP balance across the nodes
         Reason.WEIGHTS_DO_NOT_FIT: MORE_CAPACITY,
         Reason.KV_FLOOR_NOT_MET: MORE_CAPACITY,
         Reason.KV_TOKENS_BELOW_MINIMUM: MORE_CAPACITY,

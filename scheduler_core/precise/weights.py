@@ -28,8 +28,7 @@ split over the ranks likewise.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,40 +71,23 @@ class Layer:
 
 @dataclass(frozen=True, slots=True)
 class Sums:
-    """Running sums of the layers' parameters (index ``i``: layers ``0 … i−1``), so that a PP
-    stage's share is two look-ups."""
+    """A run of layers of at most two kinds: ``first`` for the layers before ``boundary`` (the
+    dense layers of DeepSeek-style MoE), ``later`` after it. A span's parameters are closed-form,
+    so a config naming a billion layers costs nothing."""
 
-    attention: tuple[float, ...]
-    kv: tuple[float, ...]
-    ffn: tuple[float, ...]
-    whole: tuple[float, ...]
-    norms: tuple[float, ...]
-
-    @classmethod
-    def of(cls, layers: Sequence[Layer]) -> Sums:
-        """The running sums of ``layers``."""
-
-        def running(values: Sequence[float]) -> tuple[float, ...]:
-            return (0.0, *itertools.accumulate(values))
-
-        return cls(
-            running([layer.attention for layer in layers]),
-            running([layer.kv for layer in layers]),
-            running([layer.ffn for layer in layers]),
-            running([layer.whole for layer in layers]),
-            running([layer.norms for layer in layers]),
-        )
+    first: Layer
+    later: Layer
+    boundary: int
 
     def span(self, start: int, stop: int) -> Layer:
         """The layers ``start … stop−1`` added up (``kv_heads`` left 0: the caller knows them)."""
-        return Layer(
-            self.attention[stop] - self.attention[start],
-            self.kv[stop] - self.kv[start],
-            0,
-            self.ffn[stop] - self.ffn[start],
-            self.whole[stop] - self.whole[start],
-            self.norms[stop] - self.norms[start],
-        )
+        early = max(0, min(stop, self.boundary) - min(start, self.boundary))
+        late = max(stop - start, 0) - early
+
+        def total(part: str) -> float:
+            return float(early * getattr(self.first, part) + late * getattr(self.later, part))
+
+        return Layer(total("attention"), total("kv"), 0, total("ffn"), total("whole"), total("norms"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,9 +168,8 @@ def anatomy(config: Mapping[str, Any] | None, architectures: tuple[str, ...]) ->
     mla = any(arch in MLA_ARCHITECTURES for arch in architectures)
     dense_count = positive(text.get("first_k_dense_replace")) or 0
     first, later = _layer(text, 0, hidden, mla), _layer(text, max(dense_count, 1), hidden, mla)
-    layers = [first if index < dense_count else later for index in range(count)]  # two kinds at most
     extra = positive(text.get("num_nextn_predict_layers")) or 0
-    mtp = [_mtp_layer(text, count + i, hidden, mla) for i in range(extra)]
+    drafted = _mtp_layer(text, count, hidden, mla)
     tied = bool(text.get("tie_word_embeddings") or config.get("tie_word_embeddings"))
     embed = float(vocab * hidden)
     head = 0.0 if tied or _encoder(architectures) else embed
@@ -198,8 +179,8 @@ def anatomy(config: Mapping[str, Any] | None, architectures: tuple[str, ...]) ->
         tied,
     )
     return Anatomy(
-        signature, embed, head, _positions(text, hidden), vocab, layers[0].kv_heads,
-        Sums.of(layers), count, Sums.of(mtp), extra, 2 * embed * extra, tied,
+        signature, embed, head, _positions(text, hidden), vocab, first.kv_heads,
+        Sums(first, later, dense_count), count, Sums(drafted, drafted, 0), extra, 2 * embed * extra, tied,
     )  # fmt: skip
 
 

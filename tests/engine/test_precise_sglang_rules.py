@@ -212,3 +212,19 @@ def test_the_balance_is_checked_on_what_the_gpus_report_too():
     assert any(e.reason == "no_balanced_gpu_set" for e in result.events)
     devices[0]["memory"]["used"] = 12 * GIB  # now both instances use their claims
     assert schedule(request(tp2, [worker(1, "h100", devices)], held, policy="precise")).status == "scheduled"
+
+
+def test_a_config_naming_a_billion_layers_is_decided_not_built():
+    """The per-rank weights are closed-form over the layers: a hostile config naming 2^62 layers and
+    2^40 MTP layers is refused like any model too large, without building anything per layer."""
+    huge = {
+        **QWEN_7B,
+        "num_hidden_layers": 2**62,
+        "num_nextn_predict_layers": 2**40,
+        "first_k_dense_replace": 3,
+    }
+    result = _precise(
+        model(name="huge", hf_config=huge, weight_bytes=QWEN_7B_BYTES), [uniform_worker(1, "h", 2, H100)]
+    )
+    assert result.status == "unschedulable"
+    assert result.error is None
