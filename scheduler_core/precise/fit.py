@@ -1,35 +1,31 @@
 """The per-rank fit of ``policy: precise``: one GPU set, one tp/pp, one verdict.
 
-For a set of GPUs (each with its *usable* memory) and the tp/pp the candidate
-launches with:
+SGLang's own arithmetic, rank by rank (sglang 0.5.16: ``distributed/bootstrap.py``,
+``mem_cache/kv_cache_configurator.py: _profile_available_bytes``,
+``model_executor/pool_configurator.py: calculate_pool_sizes``). For a set of GPUs, each
+with its *free* memory (``min(allocatable by the ledger, total − reported used)``), and
+the tp/pp the candidate launches with:
 
-1. the fraction ``f`` is SGLang's current default for these GPUs and tp/pp
-   (:func:`scheduler_core.precise.fraction.sizing`), or the user's; with GPU
-   sharing, the smallest fraction (3 decimals, rounded up) that holds, with a
-   headroom, both right-hand sides of rule 2 below;
-2. rule 2 as issue 12 states it, on every chosen GPU (dp replicas each hold a
-   full copy; ``reserve`` is SGLang's activation and graph reserve, without the
-   10 GiB floor of the default fraction):
+1. SGLang measures ``pre = free − context`` on every rank after its own CUDA context and
+   NCCL are up (``context``: the ``sglang_context`` setting) and takes the minimum over
+   the ranks; at tp > 1 it refuses to start when that minimum is below 0.9 × a rank's own
+   (``_check_tp_memory_balance``, unless the model's env turns the check off);
+2. the rank's weights ``W`` load into it (more than ``pre`` cannot load);
+3. the KV pool is what stays free beyond ``(1 − f) × pre``: ``pool = f × pre − W`` with
+   ``f`` SGLang's fraction (:func:`scheduler_core.precise.fraction.sizing`, the user's,
+   or with GPU sharing the smallest one that holds the floor and a headroom); SGLang
+   stops when it is not positive;
+4. ``kv_tokens = page_floor(pool // cell)`` on the fullest rank (the minimum over PP ranks),
+   at most ``--max-total-tokens`` (page-aligned again).
 
-       w_rank + reserve + floor·cell ≤ f × total_g
-
-   and, because SGLang's static pool holds the weights and the KV cache while its
-   activations live *beside* the pool, the physical form on usable memory:
-
-       w_rank + overhead + floor·cell ≤ f × usable_min              (the pool)
-       w_rank + overhead + floor·cell + reserve ≤ usable_g           (every GPU)
-
-3. the booked memory per GPU is ``⌈f × total_g⌉`` without sharing (GPUStack's
-   claim; SGLang's reserve is the rest of the GPU, so the share must be usable:
-   ``⌈f × total_g⌉ ≤ usable_g``) and ``⌈f × total_g⌉ + reserve`` with sharing
-   (the reserve no longer comes for free), which must be ``≤ usable_g``;
-4. the predicted KV capacity is SGLang's pool arithmetic with the free memory at
-   start taken as the smallest usable memory of the set:
-   ``page_floor((f × usable_min − w_rank − overhead) // cell)``.
-
-``f`` is the fraction SGLang sizes the pool with (the launch value times the ROCm
-aiter factor). ``usable_g = min(allocatable by the ledger, total − reported used −
-margin)``. Pure and cache-free; every input is an argument.
+A placement is admitted when the pool holds the KV floor plus the ``admission_margin``
+setting (0 by default): exactly what SGLang starts with the floor met. ``W`` is the
+largest stage's weights and ``pre`` the smallest GPU's, so with unequal GPUs under pp > 1
+the pool is the rank-by-rank minimum's lower bound. The booking per GPU is GPUStack's
+``⌈f × total⌉`` capped at the GPU's free memory (SGLang takes what is free) without
+sharing; with sharing ``⌈context + f × (total − context)⌉`` (the most the instance's
+static part can take, should the GPU empty before it starts) plus SGLang's activation and
+graph reserve, used only when it books less. Pure and cache-free; every input is an argument.
 """
 
 from __future__ import annotations
@@ -40,16 +36,18 @@ from dataclasses import dataclass
 
 from scheduler_core._units import MIB
 from scheduler_core.accounting import Allocatable
+from scheduler_core.cluster import MEMORY_BALANCE_RATIO
 from scheduler_core.precise.facts import PreciseFacts
 from scheduler_core.precise.fraction import Device, Sizing, sizing
-from scheduler_core.precise.kv import kv_tokens
+from scheduler_core.precise.kv import kv_tokens, page_floor
 from scheduler_core.reasons import Reason
 from scheduler_core.workers import Gpu
 
-#: A GPU and its usable bytes.
+#: A GPU and its free bytes.
 Slot = tuple[Gpu, int]
-#: What the fit reads of one GPU of a set: its total bytes, its SGLang platform, its usable bytes.
-Room = tuple[int, str, int]
+#: What the fit reads of one GPU of a set: its total bytes, its SGLang platform, its free bytes
+#: (ledger and report), and the free bytes its report alone shows (what SGLang would measure now).
+Room = tuple[int, str, int, int]
 
 
 def platform(gpu: Gpu) -> str:
@@ -63,11 +61,12 @@ def platform(gpu: Gpu) -> str:
 def room(slot: Slot) -> Room:
     """What the fit reads of a slot."""
     gpu, free = slot
-    return gpu.total, platform(gpu), free
+    measured = free if gpu.used is None else max(gpu.total - gpu.used, free)
+    return gpu.total, platform(gpu), free, measured
 
 
-def usable(gpu: Gpu, allocatable: Allocatable, margin: int) -> int:
-    """Rule 6: ``min(allocatable by the ledger, total − reported used − margin)``, never below 0.
+def usable(gpu: Gpu, allocatable: Allocatable) -> int:
+    """Rule 6: ``min(allocatable by the ledger, total − reported used)``, never below 0.
 
     A GPU that reports no usage is bounded by the ledger alone.
     """
@@ -76,7 +75,7 @@ def usable(gpu: Gpu, allocatable: Allocatable, margin: int) -> int:
     ledger = allocatable.vram.get(gpu.index, 0)
     if gpu.used is None:
         return max(ledger, 0)
-    return max(min(ledger, gpu.total - gpu.used - margin), 0)
+    return max(min(ledger, gpu.total - gpu.used), 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +85,7 @@ class Fit:
     fraction: float | None
     bookings: tuple[int, ...]
     kv_tokens: int | None
-    need: int  # bytes per rank: weights + overhead + KV floor (+ reserve for the GPU check)
+    need: int  # free bytes per GPU the placement needs at its fraction (context, weights, floor)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,22 +93,13 @@ class Miss:
     """Why a placement does not hold, with the figures the message quotes."""
 
     reason: Reason
-    need: int  # bytes each GPU must provide
+    need: int  # free bytes each GPU must provide
     fraction: float | None
-    usable: int  # the smallest usable memory in the set
-    #: ``f × total`` of the smallest GPU when rule 2's inequality on the pool is what failed.
-    pool: int | None = None
+    usable: int  # the smallest free memory in the set
 
 
 def _ceil_fraction(value: float) -> float:
     return math.ceil(value * 1000 - 1e-9) / 1000
-
-
-def rank_weights(facts: PreciseFacts, tp: int, pp: int) -> int:
-    """Weight bytes on one rank: ``⌈weights / (tp·pp)⌉`` (a full copy per GPU for diffusion)."""
-    if facts.diffusion:
-        return facts.weight_bytes
-    return -(-facts.weight_bytes // max(tp * pp, 1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,10 +107,9 @@ class Budget:
     """What a rank needs on GPUs of one size and platform at one tp/pp (independent of usage)."""
 
     size: Sizing
-    weights: int  # per rank
-    static: int  # weights + overhead + KV floor: what the pool must hold of usable memory
+    weights: int  # the largest PP stage's weights on one rank
+    floor: int  # KV floor bytes on the fullest rank
     reserve: int  # SGLang's activation and graph reserve, bytes (without the 10 GiB floor)
-    rule_two: int  # weights + reserve + KV floor: what ``f × total`` must hold (issue 12, rule 2)
     cell: int | None  # KV bytes per token on the fullest rank (None without an attention layout)
 
 
@@ -138,17 +127,15 @@ def budget_of(facts: PreciseFacts, key: BudgetKey) -> Budget:
 def budget(facts: PreciseFacts, device: Device, tp: int, pp: int) -> Budget:
     """The rank's needs for GPUs like ``device`` (the smallest of a set) at ``tp``/``pp``."""
     size = sizing(device, facts.traits, facts.flags, tp, pp)
-    weights = rank_weights(facts, tp, pp)
     cell = facts.cell_bytes(tp, pp)
     floor = 0 if cell is None else facts.floor_tokens * cell
-    static = weights + facts.settings.runtime_overhead + floor
     reserve = int(size.runtime_reserve_mib * MIB)
-    return Budget(size, weights, static, reserve, weights + reserve + floor, cell)
+    return Budget(size, max(facts.stage_weights(tp, pp)), floor, reserve, cell)
 
 
 def device_of(rooms: Sequence[Room]) -> Device:
     """The device SGLang sizes a set by: the smallest total, the first GPU's platform."""
-    return Device(min(total for total, _, _ in rooms) / MIB, rooms[0][1])
+    return Device(min(room[0] for room in rooms) / MIB, rooms[0][1])
 
 
 #: A GPU set and the tp/pp run on it: what a verdict depends on besides the facts.
@@ -165,6 +152,19 @@ def verdict_of(facts: PreciseFacts, budgets: Budgets, key: VerdictKey) -> Fit | 
     return evaluate(facts, rooms, tp, pp, budgets((device_of(rooms), tp, pp)))
 
 
+def balanced_for(facts: PreciseFacts, rooms: Sequence[Room], tp: int) -> bool:
+    """SGLang's TP memory-balance check on the free memory after its context: at tp > 1 the
+    smallest ``free − context`` is at least 0.9 × the largest (always true at tp 1 or with the
+    check turned off in the model's env), both on the free memory the ledger allows and on the
+    free memory the GPUs report: what SGLang measures at start-up lies between the two (claims
+    of instances not started yet, bookings above what an instance uses)."""
+    if tp <= 1 or not facts.balance_check:
+        return True
+    context = facts.settings.sglang_context
+    views = ([free for _, _, free, _ in rooms], [measured for _, _, _, measured in rooms])
+    return all(min(frees) - context >= MEMORY_BALANCE_RATIO * (max(frees) - context) for frees in views)
+
+
 def evaluate(
     facts: PreciseFacts, rooms: Sequence[Room], tp: int, pp: int, needs: Budget | None = None
 ) -> Fit | Miss:
@@ -175,75 +175,80 @@ def evaluate(
     if facts.diffusion:
         return _diffusion(facts, rooms)
     needs = needs or budget(facts, device_of(rooms), tp, pp)
-    least = min(free for _, _, free in rooms)
-    smallest = min(total for total, _, _ in rooms)
+    least = min(room[2] for room in rooms)
+    pre = least - facts.settings.sglang_context
     fraction, launch = needs.size.fraction, needs.size.launch
-    bookings = tuple(math.ceil(fraction * total) for total, _, _ in rooms)
-    if facts.sharing and facts.flags.user_fraction is None and least > 0:
-        shared = _shared(facts, needs, rooms, least, smallest)
-        if max(shared[2]) < max(bookings):  # sharing never books more than the default fraction
+    if not balanced_for(facts, rooms, tp):
+        return Miss(Reason.NO_BALANCED_GPU_SET, _need(facts, needs, fraction), launch, least)
+    bookings = tuple(min(math.ceil(fraction * total), free) for total, _, free, _ in rooms)
+    if facts.sharing and facts.flags.user_fraction is None and pre > 0:
+        shared = _shared(facts, needs, rooms, pre)
+        if shared is not None and max(shared[2]) < max(bookings):
             fraction, launch, bookings = shared
-    miss = _miss(facts, needs, rooms, fraction, launch, bookings, least, smallest)
+    miss = _miss(facts, needs, fraction, launch, least, pre)
     if miss is not None:
         return miss
-    budget_bytes = fraction * least - needs.weights - facts.settings.runtime_overhead
-    return _with_tokens(facts, needs, launch, bookings, budget_bytes)
+    return _with_tokens(
+        facts, needs, launch, bookings, fraction * pre - needs.weights, _need(facts, needs, fraction)
+    )
+
+
+def _need(facts: PreciseFacts, needs: Budget, fraction: float) -> int:
+    """Free bytes a GPU needs at ``fraction``: ``context + (W + floor + margin) / f``."""
+    held = needs.weights + needs.floor + facts.settings.admission_margin
+    return facts.settings.sglang_context + math.ceil(held / fraction) if fraction > 0 else held
 
 
 def _shared(
-    facts: PreciseFacts, needs: Budget, rooms: Sequence[Room], least: int, smallest: int
-) -> tuple[float, float, tuple[int, ...]]:
-    """Rule 8: ``(pool fraction, launch fraction, bookings)`` of the smallest fraction that holds
-    the weights, the reserve, the KV floor and a headroom (rule 2 on totals) and the weights, the
-    overhead, the KV floor and the headroom (the pool on usable memory)."""
+    facts: PreciseFacts, needs: Budget, rooms: Sequence[Room], pre: int
+) -> tuple[float, float, tuple[int, ...]] | None:
+    """Rule 8: ``(pool fraction, launch fraction, bookings)`` of the smallest fraction whose pool
+    holds the weights, the KV floor, the admission margin and a headroom (None: none fits)."""
     settings = facts.settings
-    held = needs.static - settings.runtime_overhead  # weights and KV floor
+    held = needs.weights + needs.floor
     headroom = max(settings.headroom_min, int(settings.headroom_ratio * held))
-    wanted = max((needs.static + headroom) / least, (needs.rule_two + headroom) / smallest)
-    launch = _ceil_fraction(wanted / needs.size.factor)
+    launch = _ceil_fraction((held + headroom + settings.admission_margin) / pre / needs.size.factor)
     fraction = launch * needs.size.factor
-    return fraction, launch, tuple(math.ceil(fraction * total) + needs.reserve for total, _, _ in rooms)
+    context = settings.sglang_context
+    bookings = tuple(
+        math.ceil(context + fraction * (total - context)) + needs.reserve for total, _, _, _ in rooms
+    )
+    if any(booked > free for booked, (_, _, free, _) in zip(bookings, rooms, strict=True)):
+        return None
+    return fraction, launch, bookings
 
 
 def _miss(
-    facts: PreciseFacts,
-    needs: Budget,
-    rooms: Sequence[Room],
-    fraction: float,
-    launch: float,
-    bookings: tuple[int, ...],
-    least: int,
-    smallest: int,
+    facts: PreciseFacts, needs: Budget, fraction: float, launch: float, least: int, pre: float
 ) -> Miss | None:
     """The first rule a placement breaks at ``fraction`` (None: it holds)."""
-    static, reserve = needs.static, needs.reserve
-    if needs.weights + facts.settings.runtime_overhead > fraction * least:
-        return Miss(Reason.WEIGHTS_DO_NOT_FIT, static + reserve, launch, least)
-    if static > fraction * least or any(static + reserve > free for _, _, free in rooms):
-        return Miss(Reason.KV_FLOOR_NOT_MET, static + reserve, launch, least)
-    if needs.rule_two > fraction * smallest:
-        return Miss(Reason.KV_FLOOR_NOT_MET, needs.rule_two, launch, least, int(fraction * smallest))
-    if any(booked > free for booked, (_, _, free) in zip(bookings, rooms, strict=True)):
-        return Miss(Reason.INSUFFICIENT_VRAM, max(bookings), launch, least)
+    need = _need(facts, needs, fraction)
+    pool = fraction * pre - needs.weights
+    if needs.weights > pre or pool <= 0:
+        return Miss(Reason.WEIGHTS_DO_NOT_FIT, need, launch, least)
+    if pool < needs.floor + facts.settings.admission_margin:
+        return Miss(Reason.KV_FLOOR_NOT_MET, need, launch, least)
     return None
 
 
 def _with_tokens(
-    facts: PreciseFacts, needs: Budget, fraction: float, bookings: tuple[int, ...], budget: float
+    facts: PreciseFacts, needs: Budget, fraction: float, bookings: tuple[int, ...], pool: float, need: int
 ) -> Fit | Miss:
-    """The fit with its predicted KV tokens (``budget``: the pool bytes left for the KV cache)."""
-    need = needs.static + needs.reserve
+    """The fit with its predicted KV tokens (``pool``: the bytes SGLang's pool gets)."""
     cell = needs.cell
-    tokens = None if cell is None else kv_tokens(budget, cell, needs.size.page_size)
+    tokens = None if cell is None else kv_tokens(pool, cell, needs.size.page_size)
+    cap = facts.flags.max_total_tokens
+    if tokens is not None and cap is not None:  # ``config_from_budget``: the user's cap, page-aligned
+        tokens = min(tokens, page_floor(cap, needs.size.page_size))
     if tokens is not None and facts.min_kv_tokens is not None and tokens < facts.min_kv_tokens:
-        return Miss(Reason.KV_TOKENS_BELOW_MINIMUM, need, fraction, int(budget))
+        return Miss(Reason.KV_TOKENS_BELOW_MINIMUM, need, fraction, int(pool))
     return Fit(fraction, bookings, tokens, need)
 
 
 def _diffusion(facts: PreciseFacts, rooms: Sequence[Room]) -> Fit | Miss:
-    """SGLang Diffusion: a full copy and the overhead on every GPU, which it then owns."""
-    need = facts.weight_bytes + facts.settings.runtime_overhead
-    least = min(free for _, _, free in rooms)
+    """SGLang Diffusion: a full copy and its context on every GPU, which it then owns."""
+    need = facts.weight_bytes + facts.settings.sglang_context
+    least = min(room[2] for room in rooms)
     if need > least:
         return Miss(Reason.WEIGHTS_DO_NOT_FIT, need, None, least)
-    return Fit(None, tuple(free for _, _, free in rooms), None, need)
+    return Fit(None, tuple(room[2] for room in rooms), None, need)

@@ -1,19 +1,27 @@
 """KV-cache bytes per token and token capacity, as SGLang sizes its pool.
 
-Upstream (``bd3f6a793``): ``python/sglang/srt/mem_cache/kv_cache_dtype.py`` for the
-element size, ``model_executor/pool_configurator.py`` for the per-token cell of
-each attention kind and ``mem_cache/kv_cache_configurator.py`` for the token
-count (budget // cell, rounded down to a whole page, minimum over PP ranks).
+Upstream (sglang 0.5.16): ``mem_cache/kv_cache_dtype.py`` for the element,
+``model_executor/pool_configurator.py: DefaultPoolConfigurator._compute_cell_size`` for
+the per-token cell of each attention kind and ``mem_cache/kv_cache_configurator.py`` for
+the token count (budget // cell, rounded down to a whole page, minimum over PP ranks).
 
-* MHA / GQA / MQA: ``kv_heads_per_rank × (head_dim + v_head_dim) × layers × e``
-  with ``kv_heads_per_rank = max(1, kv_heads // attention_tp)``;
-* MLA (DeepSeek V2/V3, Kimi): ``(kv_lora_rank + qk_rope_head_dim) × layers × e``,
-  replicated on every TP rank.
+* MHA / GQA / MQA: ``kv_heads_per_rank × (head_dim + v_head_dim) × layers × e`` with
+  ``kv_heads_per_rank = max(1, kv_heads // attention_tp)``; ``head_dim`` and
+  ``v_head_dim`` as the config names them (``hidden_size // heads`` and ``head_dim``
+  otherwise, ``ModelConfig._derive_model_shapes``);
+* MLA (the architectures of :data:`~scheduler_core.precise.startup.MLA_ARCHITECTURES`):
+  ``(kv_lora_rank + qk_rope_head_dim) × layers × e``, replicated on every TP rank;
+* ``e`` is 2 for bfloat16/float16, 4 for float32 (only with ``--dtype float32``: a float32
+  config runs as float16), 1 for FP8 (``--kv-cache-dtype fp8_*``, or ``auto`` with a
+  checkpoint whose ``kv_cache_quant_algo`` is FP8); ``mxfp8`` adds one scale byte per 32
+  elements; FP4 (``nvfp4``, ``fp4_mx_block16``) packs two values a byte and adds a scale
+  byte per 16 (plus, for MHA, one shared dequantisation workspace of ``heads × head_dim ×
+  2`` bytes).
 
-``layers`` is the count on the PP rank holding the most (``ceil(L / pp)``): the
-pool is the minimum over ranks. Hybrid sliding-window and Mamba layers are
-counted as full attention, which overstates the cell (fewer tokens predicted).
-FP4 caches are sized as FP8 (again fewer tokens than SGLang will have).
+``layers`` is the count on one PP rank (``get_pp_indices``: the last ``L mod pp`` ranks
+hold one more); the pool is the minimum over ranks, so the fullest rank decides. Hybrid
+sliding-window and Mamba layers are counted as full attention, which overstates the cell
+(fewer tokens predicted) for the architectures SGLang runs as hybrids.
 """
 
 from __future__ import annotations
@@ -22,20 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-#: ``--kv-cache-dtype`` → bytes per element (``auto`` is resolved from the checkpoint).
-_KV_DTYPE_BYTES: Mapping[str, float] = {
-    "bf16": 2,
-    "bfloat16": 2,
-    "fp16": 2,
-    "float16": 2,
-    "fp8_e4m3": 1,
-    "fp8_e5m2": 1,
-    "mxfp8": 1 + 1 / 32,
-    "nvfp4": 1,
-    "fp4_mx_block16": 1,
-}
-#: Model dtype → KV bytes when ``--kv-cache-dtype auto`` and the checkpoint has no FP8 KV.
-_MODEL_DTYPE_BYTES: Mapping[str, int] = {"float32": 4, "float": 4}
+from scheduler_core.precise.startup import DTYPE_BYTES, MLA_ARCHITECTURES, kv_element
+
 #: Config keys holding the KV head count, first present wins (``get_total_num_kv_heads``).
 _KV_HEAD_KEYS = (
     "n_head_kv",
@@ -51,31 +47,49 @@ _TEXT_PATHS: tuple[tuple[str, ...], ...] = (
     ("language_config",),
     ("thinker_config", "text_config"),
 )
+#: Scale block sizes of the FP4 and MXFP8 caches (``_compute_cell_size``).
+_FP4_BLOCK, _MXFP8_BLOCK = 16, 32
 
 
 @dataclass(frozen=True, slots=True)
 class KvShape:
-    """The model's attention layout, as the pool sizing reads it."""
+    """The model's attention layout and KV element, as the pool sizing reads it."""
 
     layers: int
     kv_heads: int
     head_dim: int
     v_head_dim: int
     mla_width: int  # kv_lora_rank + qk_rope_head_dim, 0 for MHA
-    element_bytes: float
+    element: str  # bfloat16, float16, float32, fp8, fp4
+    mxfp8: bool = False
 
     @property
     def is_mla(self) -> bool:
         """MLA caches one latent vector per token and layer, replicated over TP."""
         return self.mla_width > 0
 
-    def cell_bytes(self, attention_tp: int, pp: int) -> int:
-        """Bytes one token takes in the pool of the fullest rank."""
-        layers = -(-self.layers // max(pp, 1))
+    def cell_bytes(self, attention_tp: int, layers: int) -> int:
+        """Bytes one token takes in the pool of a rank holding ``layers`` layers."""
         if self.is_mla:
-            return max(int(self.mla_width * layers * self.element_bytes), 1)
+            return self._mla_cell(layers)
         heads = max(1, self.kv_heads // max(attention_tp, 1))
-        return max(int(heads * (self.head_dim + self.v_head_dim) * layers * self.element_bytes), 1)
+        if self.element == "fp4":
+            full = heads * (self.head_dim + self.v_head_dim) * layers
+            scales = (heads * self.head_dim * layers * 2) // _FP4_BLOCK
+            return full // 2 + scales + heads * self.head_dim * 2
+        cell = heads * (self.head_dim + self.v_head_dim) * layers * _bytes(self.element)
+        if self.mxfp8:
+            cell += heads * (self.head_dim + self.v_head_dim) * layers // _MXFP8_BLOCK
+        return max(cell, 1)
+
+    def _mla_cell(self, layers: int) -> int:
+        if self.element == "fp4":
+            return (self.mla_width * layers) // 2 + (self.mla_width // _FP4_BLOCK) * layers
+        return max(self.mla_width * layers * _bytes(self.element), 1)
+
+
+def _bytes(element: str) -> int:
+    return 1 if element in ("fp8", "fp4") else DTYPE_BYTES.get(element, 2)
 
 
 def page_floor(tokens: int, page_size: int) -> int:
@@ -91,7 +105,8 @@ def kv_tokens(budget_bytes: float, cell_bytes: int, page_size: int) -> int:
     return page_floor(int(budget_bytes) // cell_bytes, page_size)
 
 
-def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+def text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The decoder sub-config (``get_text_config``): the first with heads, else the root."""
     for path in _TEXT_PATHS:
         node: Any = config
         for key in path:
@@ -101,7 +116,8 @@ def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
     return config
 
 
-def _positive(value: Any) -> int | None:
+def positive(value: Any) -> int | None:
+    """A positive number as an int, else None (bools are not numbers here)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return int(value) if value > 0 else None
@@ -111,43 +127,48 @@ def _kv_heads(text: Mapping[str, Any], heads: int) -> int:
     if text.get("multi_query"):
         return 1
     for key in _KV_HEAD_KEYS:
-        found = _positive(text.get(key))
+        found = positive(text.get(key))
         if found:
             return found
     return heads
 
 
-def element_bytes(kv_cache_dtype: str, config: Mapping[str, Any], torch_dtype: str) -> float:
-    """Bytes per cached element: the flag's dtype, else FP8 when the checkpoint says
-    ``kv_cache_quant_algo: FP8``, else the model's dtype (2 bytes for bf16/fp16)."""
-    if kv_cache_dtype != "auto":
-        return _KV_DTYPE_BYTES.get(kv_cache_dtype, 2)
+def fp8_checkpoint_kv(config: Mapping[str, Any]) -> bool:
+    """The checkpoint's quantization says ``kv_cache_quant_algo: FP8``."""
     quant = config.get("quantization_config")
-    if isinstance(quant, Mapping) and str(quant.get("kv_cache_quant_algo", "")).upper() == "FP8":
-        return 1
-    return _MODEL_DTYPE_BYTES.get(torch_dtype, 2)
+    return isinstance(quant, Mapping) and str(quant.get("kv_cache_quant_algo", "")).upper() == "FP8"
 
 
-def kv_shape(config: Mapping[str, Any] | None, kv_cache_dtype: str, torch_dtype: str) -> KvShape | None:
-    """The attention layout of a config.json, None when it lacks layers or heads."""
+def kv_shape(
+    config: Mapping[str, Any] | None,
+    kv_cache_dtype: str,
+    model_dtype: str,
+    architectures: tuple[str, ...] = (),
+) -> KvShape | None:
+    """The attention layout of a config.json, None when it lacks layers or heads.
+
+    ``model_dtype`` is the dtype SGLang runs the weights in (``startup.running_dtype``).
+    """
     if not config:
         return None
-    text = _text_config(config)
-    layers = _positive(text.get("num_hidden_layers")) or _positive(text.get("n_layer"))
-    heads = _positive(text.get("num_attention_heads")) or _positive(text.get("n_head"))
+    text = text_config(config)
+    layers = positive(text.get("num_hidden_layers")) or positive(text.get("n_layer"))
+    heads = positive(text.get("num_attention_heads")) or positive(text.get("n_head"))
     if layers is None or heads is None:
         return None
-    hidden = _positive(text.get("hidden_size")) or 0
-    head_dim = _positive(text.get("head_dim")) or (hidden // heads)
-    kv_lora = _positive(text.get("kv_lora_rank")) or 0
-    rope = _positive(text.get("qk_rope_head_dim")) or 0
-    if head_dim <= 0 and not kv_lora:
+    mla = any(arch in MLA_ARCHITECTURES for arch in architectures)
+    kv_lora = positive(text.get("kv_lora_rank")) or 0
+    rope = positive(text.get("qk_rope_head_dim")) or 0
+    hidden = positive(text.get("hidden_size")) or 0
+    head_dim = positive(text.get("head_dim")) or (hidden // heads)
+    if (mla and not kv_lora) or (not mla and head_dim <= 0):
         return None
     return KvShape(
         layers=layers,
         kv_heads=_kv_heads(text, heads),
         head_dim=head_dim,
-        v_head_dim=head_dim,
-        mla_width=kv_lora + rope if kv_lora else 0,
-        element_bytes=element_bytes(kv_cache_dtype, config, torch_dtype),
+        v_head_dim=positive(text.get("v_head_dim")) or head_dim,
+        mla_width=kv_lora + rope if mla else 0,
+        element=kv_element(kv_cache_dtype, model_dtype, fp8_checkpoint_kv(config)),
+        mxfp8=kv_cache_dtype == "mxfp8",
     )

@@ -24,19 +24,15 @@ def requirement(facts: PreciseFacts, miss: Miss) -> str:
 def miss_line(facts: PreciseFacts, miss: Miss, where: str, gpus: int) -> str:
     """One failure line: the requirement, then what the best place provides and why it falls short."""
     head = requirement(facts, miss)
-    if miss.pool is not None:
-        return (
-            f"{head}; {where} holds {byte_to_gib(miss.pool)} GiB per GPU at that fraction of its total "
-            f"on {_gpus(gpus)}, too little for the weights, the reserve and the KV floor."
-        )
     if miss.reason is Reason.KV_TOKENS_BELOW_MINIMUM:
         return (
             f"{head}; {where} leaves {byte_to_gib(miss.usable)} GiB for the KV cache on {_gpus(gpus)}, "
             f"below the requested {facts.min_kv_tokens:,} KV tokens."
         )
     tail = {
-        Reason.WEIGHTS_DO_NOT_FIT: "too little for the weights of one rank",
-        Reason.KV_FLOOR_NOT_MET: "too little for the weights, the reserve and the KV floor",
+        Reason.WEIGHTS_DO_NOT_FIT: "too little for SGLang's context and the weights of one rank",
+        Reason.KV_FLOOR_NOT_MET: "too little for SGLang's context, the weights and the KV floor",
         Reason.INSUFFICIENT_VRAM: "too little for the memory the fraction books",
+        Reason.NO_BALANCED_GPU_SET: "but its GPUs' free memory differs by more than SGLang's TP ranks accept",
     }.get(miss.reason, "too little")
-    return f"{head}; {where} provides {byte_to_gib(miss.usable)} GiB usable per GPU on {_gpus(gpus)}, {tail}."
+    return f"{head}; {where} provides {byte_to_gib(miss.usable)} GiB free per GPU on {_gpus(gpus)}, {tail}."

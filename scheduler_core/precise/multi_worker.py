@@ -28,7 +28,7 @@ from scheduler_core.precise.facts import PreciseFacts
 from scheduler_core.precise.fit import Fit, Miss, Room, Verdicts, room
 from scheduler_core.precise.messages import miss_line
 from scheduler_core.precise.single_worker import claim_of, slots_of, verdicts_of
-from scheduler_core.precise.windows import balanced, sorted_slots, window_starts
+from scheduler_core.precise.windows import Balance, balance, balanced, sorted_slots, window_starts
 from scheduler_core.reasons import MORE_CAPACITY, Reason
 from scheduler_core.selection import Selection
 from scheduler_core.workers import Gpu, WorkerView
@@ -87,7 +87,7 @@ class _Window:
     @property
     def least(self) -> int:
         """The smallest usable memory of the window (workers are ordered by it)."""
-        return min(free for _, _, free in self.rooms)
+        return min(r[2] for r in self.rooms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,11 +104,12 @@ def _offer_window(
     """The tightest fitting window, else the best miss (None: no RAM or no balanced window)."""
     if ram_not_enough(inputs.ram_claim, allocatable):
         return None
-    ordered = sorted_slots(slots_of(inputs.facts, gpus, allocatable))
+    ordered = sorted_slots(slots_of(gpus, allocatable))
     rooms = tuple(room(slot) for slot in ordered)
     shape, size = inputs.shape, inputs.shape.gpus_per_node
     best: Miss | None = None
-    for start in reversed(list(window_starts([free for _, _, free in rooms], size))):
+    check = balance(inputs.facts, shape.tp)
+    for start in reversed(list(window_starts([r[2] for r in rooms], size, check))):
         window = rooms[start : start + size]
         verdict = inputs.verdicts((window, shape.tp, shape.pp))
         if isinstance(verdict, Fit):
@@ -129,10 +130,10 @@ def _attach_offer(
 _OFFER_RULE = Rule("precise_multi_worker_offer", _offer_window, _attach_offer, reads_reported=True)
 
 
-def _runs(offers: Sequence[_Offer], nodes: int) -> Iterator[tuple[_Offer, ...]]:
+def _runs(offers: Sequence[_Offer], nodes: int, check: Balance) -> Iterator[tuple[_Offer, ...]]:
     for start in range(len(offers) - nodes + 1):
         run = tuple(offers[start : start + nodes])
-        if balanced([free for offer in run for _, _, free in offer.window.rooms]):
+        if balanced([r[2] for offer in run for r in offer.window.rooms], check):
             yield run
 
 
@@ -141,9 +142,7 @@ def _candidate(selection: Selection, gpu_type: str | None, run: tuple[_Offer, ..
 
     ``fit.bookings`` follows the GPUs of ``run`` in run order."""
     bookings = iter(fit.bookings)
-    by_worker = {
-        offer.worker.id: tuple(next(bookings) for _ in offer.window.indexes) for offer in run
-    }
+    by_worker = {offer.worker.id: tuple(next(bookings) for _ in offer.window.indexes) for offer in run}
     claims = []
     for offer in sorted(run, key=lambda offer: offer.worker.id):
         indexes = offer.window.indexes
@@ -166,6 +165,7 @@ class PreciseMultiWorker:
     policy: ClassVar[str] = "precise"
     clears: ClassVar[Clears] = {
         Reason.NO_NODE_SHAPE: MORE_CAPACITY,
+        Reason.NO_BALANCED_GPU_SET: MORE_CAPACITY,  # SGLang's TP balance across the nodes
         Reason.WEIGHTS_DO_NOT_FIT: MORE_CAPACITY,
         Reason.KV_FLOOR_NOT_MET: MORE_CAPACITY,
         Reason.KV_TOKENS_BELOW_MINIMUM: MORE_CAPACITY,
@@ -220,7 +220,7 @@ class PreciseMultiWorker:
                     best = (offer, shape)
             offers.sort(key=lambda o: (o.window.least, o.worker.id))
             found: list[Candidate] = []
-            for run in _runs(offers, shape.nodes):
+            for run in _runs(offers, shape.nodes, balance(facts, shape.tp)):
                 rooms = tuple(r for offer in run for r in offer.window.rooms)
                 verdict = verdicts((rooms, shape.tp, shape.pp))
                 if isinstance(verdict, Fit):

@@ -2,14 +2,17 @@
 
 A candidate scores (0–100)::
 
-    70 × Σ booked / Σ usable          over its GPUs (best fit: the GPU set it fills most)
+    70 × Σ need / Σ free              over its GPUs (best fit: the GPU set it fills most)
   + 30 × (1 − share of its nodes it breaks)
 
-A node is *broken* when every GPU of the candidate's type on it was idle (no
-claim, no reported use beyond the margin) and the candidate takes only some of
-them: an idle whole node is what the next tp-8 request needs. Best fit also
-keeps large GPUs free, since the same booking fills a small GPU more. The pick
-is the highest score, then fewer GPUs, then the lower worker id, then the lower
+``need`` is what the placement cannot do without on a GPU (SGLang's context, the rank's
+weights and the KV floor at its fraction: the claim's ``estimated_vram`` per GPU), not
+its booking: without sharing a booking is a share of the GPU's total, the same share of
+a large GPU as of a small one, and would not tell them apart. A node is *broken* when
+every GPU of the candidate's type on it was idle (no claim, under 1 GiB of reported use)
+and the candidate takes only some of them: an idle whole node is what the next tp-8
+request needs. Best fit keeps large GPUs free, since the same need fills a small GPU more.
+The pick is the highest score, then fewer GPUs, then the lower worker id, then the lower
 first GPU index; scores are compared at 6 decimals so float noise never decides.
 """
 
@@ -25,6 +28,8 @@ from scheduler_core.selection import Selection
 from scheduler_core.workers import WorkerView
 
 _FILL_WEIGHT, _WHOLE_WEIGHT = 0.7, 0.3
+#: Reported use below this leaves a GPU idle (driver, display, monitoring processes).
+_IDLE_USE = 1 << 30
 
 
 #: A node of a candidate: (worker id, GPU type).
@@ -33,22 +38,23 @@ _NodeKey = tuple[int, str | None]
 _Node = tuple[bool, dict[int, int]]
 
 
-def _nodes(candidate: Candidate) -> list[tuple[WorkerView, tuple[int, ...], dict[int, int]]]:
-    nodes = [(candidate.worker, candidate.gpu_indexes, dict(candidate.claim.vram))]
-    nodes += [(s.worker, s.gpu_indexes, dict(s.claim.vram)) for s in candidate.subordinates]
+def _nodes(candidate: Candidate) -> list[tuple[WorkerView, tuple[int, ...], int]]:
+    """Each node of a candidate: its worker, its GPUs, and the memory it needs there."""
+    nodes = [(candidate.worker, candidate.gpu_indexes, candidate.claim.estimated_vram or 0)]
+    nodes += [(s.worker, s.gpu_indexes, s.claim.estimated_vram or 0) for s in candidate.subordinates]
     return nodes
 
 
-def _node_state(worker: WorkerView, gpu_type: str | None, selection: Selection, margin: int) -> _Node:
-    """Whether every GPU of the worker is idle, and each GPU's usable memory."""
+def _node_state(worker: WorkerView, gpu_type: str | None, selection: Selection) -> _Node:
+    """Whether every GPU of the worker is idle, and each GPU's free memory."""
     free = selection.cluster.allocatable(worker, gpu_type)
     idle = all(
         g.index is not None
         and free.vram.get(g.index, 0) >= g.total - worker.reserved_vram
-        and (g.used is None or g.used <= margin)
+        and (g.used is None or g.used < _IDLE_USE)
         for g in worker.gpus
     )
-    return idle, {g.index: usable(g, free, margin) for g in worker.gpus if g.index is not None}
+    return idle, {g.index: usable(g, free) for g in worker.gpus if g.index is not None}
 
 
 class PreciseScorer:
@@ -59,12 +65,11 @@ class PreciseScorer:
 
     def score(self, candidates: Sequence[Candidate], selection: Selection) -> list[float]:
         """Each candidate's score, in candidate order."""
-        margin = selection.precise.settings.free_margin if selection.precise else 0
         workers: dict[_NodeKey, WorkerView] = {}
         for candidate in candidates:
             for worker, _, _ in _nodes(candidate):
                 workers.setdefault((worker.id, candidate.gpu_type), worker)
-        states = {key: _node_state(w, key[1], selection, margin) for key, w in workers.items()}
+        states = {key: _node_state(w, key[1], selection) for key, w in workers.items()}
         return [_score(c, states) for c in candidates]
 
     def pick(self, candidates: Sequence[Candidate], scores: Sequence[float]) -> int | None:
@@ -82,15 +87,14 @@ class PreciseScorer:
 
 def _score(candidate: Candidate, states: dict[_NodeKey, _Node]) -> float:
     """The candidate's score from the states of its nodes."""
-    booked = room = 0
+    needed = room = 0
     broken = 0
     nodes = _nodes(candidate)
-    for worker, indexes, claims in nodes:
-        idle, usable_by_index = states[(worker.id, candidate.gpu_type)]
-        for index in indexes:
-            booked += claims.get(index, 0)
-            room += usable_by_index[index]
+    for worker, indexes, need in nodes:
+        idle, free_by_index = states[(worker.id, candidate.gpu_type)]
+        needed += need
+        room += sum(free_by_index[index] for index in indexes)
         if idle and len(indexes) < len(worker.gpus):
             broken += 1
-    fill = min(booked / room, 1.0) if room > 0 else 0.0
+    fill = min(needed / room, 1.0) if room > 0 else 0.0
     return MAX_SCORE * (_FILL_WEIGHT * fill + _WHOLE_WEIGHT * (1 - broken / len(nodes)))

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-_GIB = 1 << 30
 _MIB = 1 << 20
+
+#: SGLang's own memory on each GPU before it measures what is free: the CUDA context of its
+#: process and, at tp > 1, NCCL's buffers (``distributed/bootstrap.py`` measures free memory
+#: after both are up). No GPU was at hand to measure it; 0.5 GiB is the middle of the
+#: 0–1 GiB range the decisions are checked over (docs/policy-precise.md, "SGLang's context").
+DEFAULT_SGLANG_CONTEXT = 512 * _MIB
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,13 +20,14 @@ class PreciseSettings:
     Attributes:
         gpu_sharing: right-size ``--mem-fraction-static`` for every request that does
             not say otherwise (the request's ``gpu_sharing`` wins).
-        free_margin: bytes kept free below a GPU's reported free memory (reporting lag,
-            CUDA context of the new process).
-        runtime_overhead: bytes per rank the pool loses besides the weights (CUDA
-            context, NCCL buffers, load-time temporaries): upstream's ``pre − avail −
-            weights``, 0.5–1 GiB for the context plus 0.2–1 GiB of NCCL at tp > 1.
-        headroom_ratio / headroom_min: with sharing, the pool holds the weights, the
-            overhead and the KV floor plus ``max(headroom_min, ratio × (weights + floor))``.
+        sglang_context: bytes per GPU SGLang's process holds before it measures free memory
+            (CUDA context, NCCL): the prediction's ``free − context``.
+        admission_margin: bytes the predicted KV pool must hold beyond the KV floor for a
+            placement to be admitted (and, with sharing, that the fraction adds). A safety
+            margin on admission only: predictions (``kv_tokens``) never include it. 0 by
+            default, so nothing SGLang starts with the floor met is refused.
+        headroom_ratio / headroom_min: with sharing, the pool holds the weights and the KV
+            floor plus ``max(headroom_min, ratio × (weights + floor))``.
         kv_floor_cap: the default KV floor is the model's context, capped at this.
         max_window_candidates: candidates kept per GPU count on one worker (sliding
             windows beyond it add nothing the scorer would pick).
@@ -29,8 +35,8 @@ class PreciseSettings:
     """
 
     gpu_sharing: bool = False
-    free_margin: int = 1 * _GIB
-    runtime_overhead: int = 1 * _GIB
+    sglang_context: int = DEFAULT_SGLANG_CONTEXT
+    admission_margin: int = 0
     headroom_ratio: float = 0.1
     headroom_min: int = 512 * _MIB
     kv_floor_cap: int = 8192

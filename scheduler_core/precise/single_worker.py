@@ -24,7 +24,7 @@ from scheduler_core.framework import Clears
 from scheduler_core.precise.facts import PreciseFacts
 from scheduler_core.precise.fit import Fit, Miss, Slot, Verdicts, budget_of, room, usable, verdict_of
 from scheduler_core.precise.messages import miss_line
-from scheduler_core.precise.windows import layouts, sorted_slots, window_starts
+from scheduler_core.precise.windows import balance, layouts, sorted_slots, window_starts
 from scheduler_core.reasons import MORE_CAPACITY, Reason
 from scheduler_core.selection import Selection
 from scheduler_core.workers import Gpu, WorkerView
@@ -54,27 +54,26 @@ class _Outcome:
     gpus: int  # GPUs of the set the miss is about
 
 
-def slots_of(facts: PreciseFacts, gpus: tuple[Gpu, ...], allocatable: Allocatable) -> list[Slot]:
-    """The worker's indexed GPUs with memory, with their usable bytes."""
-    margin = facts.settings.free_margin
-    return [(g, usable(g, allocatable, margin)) for g in gpus if g.index is not None and g.total]
+def slots_of(gpus: tuple[Gpu, ...], allocatable: Allocatable) -> list[Slot]:
+    """The worker's indexed GPUs with memory, with their free bytes."""
+    return [(g, usable(g, allocatable)) for g in gpus if g.index is not None and g.total]
 
 
 def _evaluate(inputs: _Inputs, gpus: tuple[Gpu, ...], allocatable: Allocatable) -> _Outcome:
     if ram_not_enough(inputs.ram_claim, allocatable):
         return _Outcome((), None, 0)
-    ordered = sorted_slots(slots_of(inputs.facts, gpus, allocatable))
+    ordered = sorted_slots(slots_of(gpus, allocatable))
     rooms = tuple(room(slot) for slot in ordered)
-    frees = [free for _, _, free in rooms]
+    frees = [r[2] for r in rooms]
     indexes = [gpu.index or 0 for gpu, _ in ordered]
     # On a worker whose GPUs are all of one size every check is monotone in usable memory:
     # once the roomiest remaining window misses, every tighter one misses too.
-    uniform = len({(total, kind) for total, kind, _ in rooms}) <= 1
+    uniform = len({r[:2] for r in rooms}) <= 1
     best: tuple[Miss, int] | None = None
     limit = inputs.facts.settings.max_window_candidates
     for count, tp, pp in layouts(inputs.facts, inputs.gpu_count, len(ordered), inputs.tp_rule):
         fits: list[tuple[tuple[int, ...], Fit]] = []
-        for start in window_starts(frees, count):
+        for start in window_starts(frees, count, balance(inputs.facts, tp)):
             verdict = inputs.verdicts((rooms[start : start + count], tp, pp))
             if isinstance(verdict, Fit):
                 fits.append((tuple(indexes[start : start + count]), verdict))
@@ -168,7 +167,7 @@ def verdicts_of(selection: Selection, facts: PreciseFacts) -> Verdicts:
 
 def _record(selection: Selection, facts: PreciseFacts, best: tuple[Miss, int, WorkerView] | None) -> None:
     if best is None:
-        line = "No worker has a set of GPUs within 0.9 of each other's usable memory large enough to try."
+        line = "No worker has a set of GPUs within 0.9 of each other's free memory large enough to try."
         reason = Reason.NO_BALANCED_GPU_SET
     else:
         miss, gpus, worker = best

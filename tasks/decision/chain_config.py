@@ -22,8 +22,8 @@ Filter and strategy names are the keys of the core's
 a result lists (the chosen one is always among them; ``candidates_total`` says
 how many there were); leave it out to list all of them. ``precise`` (optional) sets
 the knobs of ``policy: precise`` for every request it decides
-(:class:`scheduler_core.PreciseSettings`: ``gpu_sharing``, ``free_margin``,
-``runtime_overhead``, ``headroom_ratio``, ``headroom_min``, ``kv_floor_cap``,
+(:class:`scheduler_core.PreciseSettings`: ``gpu_sharing``, ``sglang_context``,
+``admission_margin``, ``headroom_ratio``, ``headroom_min``, ``kv_floor_cap``,
 ``max_window_candidates``, ``max_shape_candidates``; a request's own ``gpu_sharing``
 wins); ``policy: gpustack`` never reads them. Only the default chain keeps
 ``policy: gpustack`` parity. The spec is recorded in every decision event so a
@@ -74,8 +74,8 @@ class PreciseSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     gpu_sharing: bool = False
-    free_margin: int = Field(default=_PRECISE_DEFAULTS.free_margin, ge=0, le=1 << 50)
-    runtime_overhead: int = Field(default=_PRECISE_DEFAULTS.runtime_overhead, ge=0, le=1 << 50)
+    sglang_context: int = Field(default=_PRECISE_DEFAULTS.sglang_context, ge=0, le=1 << 50)
+    admission_margin: int = Field(default=_PRECISE_DEFAULTS.admission_margin, ge=0, le=1 << 50)
     headroom_ratio: float = Field(default=_PRECISE_DEFAULTS.headroom_ratio, ge=0, le=10)
     headroom_min: int = Field(default=_PRECISE_DEFAULTS.headroom_min, ge=0, le=1 << 50)
     kv_floor_cap: int = Field(default=_PRECISE_DEFAULTS.kv_floor_cap, ge=1, le=1 << 30)

@@ -70,21 +70,25 @@ def _fractions(h: Harness) -> dict[str, list[str]]:
 
 def test_the_chains_precise_block_sets_sharing_for_every_precise_request() -> None:
     """``precise.gpu_sharing`` in chain.json right-sizes the fraction of a 0.5B on an H100 to
-    0.189 (the core's worked example: weights + reserve + KV floor + headroom over the total);
-    a request's own ``gpu_sharing: false`` wins, as the default chain's absent block does."""
+    0.02 (the core's worked example: weights + KV floor + headroom over the free memory after
+    SGLang's context); a request's own ``gpu_sharing: false`` wins, as the default chain's absent
+    block does."""
     sharing = Harness(chain=parse_chain({"precise": {"gpu_sharing": True}}))
     sharing.apply(cluster_of(uniform_worker(1, "h100", 2, H100)))
     sharing.submit(_tiny("shared"))
     sharing.submit(_tiny("own", gpu_sharing=False))
     sharing.pump()
     assert _fractions(sharing) == {
-        "shared": ["--mem-fraction-static", "0.189"],
+        "shared": ["--mem-fraction-static", "0.02"],
         "own": ["--mem-fraction-static", "0.83"],  # SGLang's default for an H100, whole
     }
     first, second = (e.data for e in sharing.events(["sched.decision.made"]))
-    assert first["outcome"]["selected_candidate"]["computed_resource_claim"]["vram"] == {"0": 30_814_377_083}
-    # GPU 0 is shared (0.189 of it booked); the unshared one takes GPU 1 at ⌈0.83 × 80 GiB⌉
-    assert second["outcome"]["selected_candidate"]["computed_resource_claim"]["vram"] == {"1": 71_296_457_114}
+    assert first["outcome"]["selected_candidate"]["computed_resource_claim"]["vram"] == {"0": 16_823_521_117}
+    # GPU 0 is shared (16.8 GB booked); the unshared one fills the rest of it (best fit: SGLang
+    # starts there and takes what is free, 80 GiB − 16.8 GB) and keeps GPU 1 whole
+    assert second["outcome"]["selected_candidate"]["computed_resource_claim"]["vram"] == {
+        "0": 85_899_345_920 - 16_823_521_117
+    }
     recorded = first["chain"]
     assert recorded["precise"]["gpu_sharing"] is True
     assert replay(sharing.rt.client, sharing.rt.cluster).identical == 2
@@ -100,7 +104,7 @@ def test_the_chains_precise_block_sets_sharing_for_every_precise_request() -> No
 def test_a_bad_precise_block_names_the_field() -> None:
     for bad, where in [
         ({"precise": {"gpu_sharin": True}}, "precise.gpu_sharin"),
-        ({"precise": {"free_margin": -1}}, "precise.free_margin"),
+        ({"precise": {"admission_margin": -1}}, "precise.admission_margin"),
         ({"precise": {"kv_floor_cap": 0}}, "precise.kv_floor_cap"),
     ]:
         with pytest.raises(ChainConfigError, match=where):
