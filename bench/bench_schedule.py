@@ -64,12 +64,12 @@ def warm_median_ms(parsed: ScheduleRequest, repeat: int) -> float:
     samples = []
     for number in range(repeat):
         host = workers[(number * 7919) % len(workers)]
-        gpu = ((host.status or {}).get("gpu_devices") or [None])[0]
+        gpu = host.gpus[0] if host.gpus else None
         placed.append(
             ModelInstance.model_validate(
                 {
                     "id": 900_000 + number, "name": f"booked-{number}", "model_id": 2,
-                    "worker_id": host.id, "gpu_type": gpu.get("type") if gpu else None,
+                    "worker_id": host.id, "gpu_type": gpu.type if gpu else None,
                     "gpu_indexes": [0], "computed_resource_claim": {"vram": {"0": GIB}},
                 }
             )

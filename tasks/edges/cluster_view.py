@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler_core import Worker
+from scheduler_core import Gpu, Worker
 from tasks.edges.text_table import clip, table
 from tasks.runtime.context import Runtime
 from tasks.state.ledger import gpu_key
@@ -55,12 +55,12 @@ class Filters:
             return True
         return self.worker == str(worker.id) or fnmatch.fnmatchcase(worker.name, self.worker)
 
-    def keeps_gpu(self, device: Mapping[str, Any]) -> bool:
-        """Whether a GPU device passes the GPU-type filter."""
+    def keeps_gpu(self, gpu: Gpu) -> bool:
+        """Whether a GPU passes the GPU-type filter (its type or name contains it)."""
         if not self.gpu_type:
             return True
         wanted = self.gpu_type.lower()
-        return any(wanted in str(device.get(key) or "").lower() for key in ("type", "name"))
+        return any(wanted in (text or "").lower() for text in (gpu.type, gpu.name))
 
 
 def cluster_view(rt: Runtime, filters: Filters = Filters()) -> dict[str, Any]:
@@ -90,16 +90,16 @@ def _worker(
     now: int, filters: Filters,
 ) -> dict[str, Any]:
     gpus: list[dict[str, Any]] = []
-    for device in (worker.status or {}).get("gpu_devices") or []:
-        index = device.get("index")
-        if not isinstance(index, int) or not filters.keeps_gpu(device):
+    for gpu in worker.gpus:
+        index = gpu.index
+        if index is None or not filters.keeps_gpu(gpu):
             continue
-        key = gpu_key(worker.id, device.get("type"), index)
+        key = gpu_key(worker.id, gpu.type, index)
         allocatable = capacity.get(key, 0)
         held = booked.get(key, 0)
         gpus.append({
-            "key": key, "type": device.get("type"), "index": device["index"], "name": device.get("name"),
-            "total": int((device.get("memory") or {}).get("total") or 0), "allocatable": allocatable,
+            "key": key, "type": gpu.type, "index": index, "name": gpu.name,
+            "total": gpu.total, "allocatable": allocatable,
             "booked": held, "free": allocatable - held, "overbooked": held > allocatable,
         })
     down_since = clocks.get("down_since_ms")
