@@ -26,54 +26,21 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fleet import BENCH_MODELS, GIB, bench_request, gpustack_fleet
+from fleet import BENCH_MODELS, bench_request, gpustack_fleet
 from gpustack_timer import ROOT, gpustack_times, oracle_python, pick_of
+from timing import median_cpu_ms, warm_median_ms
 
-from scheduler_core import Chain, ModelInstance, ScheduleRequest, SnapshotMemo, schedule
+from scheduler_core import Chain, ScheduleRequest, schedule
 from tasks.decision.chain_config import load_chain
 
 #: Sizes swept by default (workers × 8 GPUs).
 SIZES = (100, 200, 500, 1000, 2000, 5000, 10000)
-
-
-def median_cpu_ms(call: Any, repeat: int) -> float:
-    """Median CPU time of ``call()`` over ``repeat`` runs, in ms."""
-    samples = []
-    for _ in range(repeat):
-        start = time.process_time()
-        call()
-        samples.append((time.process_time() - start) * 1000)
-    return statistics.median(samples)
-
-
-def warm_ms(parsed: ScheduleRequest, chain: Chain, repeat: int) -> float:
-    """Median decision time of a kept memo while one instance is booked before each decision."""
-    memo = SnapshotMemo()
-    workers = parsed.workers or []
-    placed = list(parsed.model_instances or [])
-    schedule(parsed, chain=chain, memo=memo)  # the first decision fills the memo
-    samples = []
-    for number in range(repeat):
-        host = workers[(number * 7919) % len(workers)]
-        booked = {
-            "id": 900_000 + number, "name": f"booked-{number}", "model_id": 2, "worker_id": host.id,
-            "gpu_type": host.gpus[0].type if host.gpus else None, "gpu_indexes": [0],
-            "computed_resource_claim": {"vram": {"0": GIB}},
-        }
-        placed.append(ModelInstance.model_validate(booked))
-        request = parsed.model_copy(update={"model_instances": list(placed)})
-        start = time.process_time()
-        schedule(request, chain=chain, memo=memo)
-        samples.append((time.process_time() - start) * 1000)
-    return statistics.median(samples)
 
 
 def predicted_ms(history: list[tuple[int, float]], size: int) -> float:
@@ -117,7 +84,7 @@ def _measure_one(
     return {
         "workers": size, "gpus": size * 8, "instances": instances, "model": name,
         "cold_ms": median_cpu_ms(lambda: schedule(request), runs),
-        "warm_ms": warm_ms(parsed, chain, 3 * repeat),
+        "warm_ms": warm_median_ms(parsed, 3 * repeat, chain),
         "gpustack_ms": theirs["ms"] if theirs else None,
         "same_pick": (theirs["pick"] == pick_of(result)) if theirs else None,
     }

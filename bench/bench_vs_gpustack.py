@@ -23,27 +23,16 @@ Usage: python bench/bench_vs_gpustack.py [--sizes 200 2000] [--repeat 5]
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fleet import BENCH_MODELS, bench_request, gpustack_fleet
 from gpustack_timer import gpustack_times, oracle_python, pick_of
+from timing import median_cpu_ms
 
 from scheduler_core import ScheduleRequest, schedule
-
-
-def _median_cpu_ms(call: Any, repeat: int) -> float:
-    samples = []
-    for _ in range(repeat):
-        start = time.process_time()
-        call()
-        samples.append((time.process_time() - start) * 1000)
-    return statistics.median(samples)
 
 
 def main() -> None:
@@ -63,8 +52,8 @@ def main() -> None:
         for name, request in requests.items():
             parsed = ScheduleRequest.model_validate(request)
             result = schedule(parsed)
-            cold = _median_cpu_ms(lambda request=request: schedule(request), args.repeat)
-            decide = _median_cpu_ms(lambda parsed=parsed: schedule(parsed), args.repeat)
+            cold = median_cpu_ms(lambda request=request: schedule(request), args.repeat)
+            decide = median_cpu_ms(lambda parsed=parsed: schedule(parsed), args.repeat)
             gpustack = theirs[name]["ms"] if theirs else float("nan")
             same = ("yes" if theirs[name]["pick"] == pick_of(result) else "NO") if theirs else "-"
             ratio = gpustack / cold if theirs else float("nan")
