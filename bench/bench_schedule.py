@@ -29,56 +29,19 @@ Usage: python bench/bench_schedule.py [--repeat N] [--max-candidates N]
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fleet import BENCH_MODELS, GIB, bench_request, gpustack_fleet
+from fleet import BENCH_MODELS, bench_request, gpustack_fleet
+from timing import median_cpu_ms, warm_median_ms
 
-from scheduler_core import DEFAULT_CHAIN, Chain, ModelInstance, ScheduleRequest, SnapshotMemo, schedule
+from scheduler_core import DEFAULT_CHAIN, Chain, ScheduleRequest, schedule
 
 #: The chain every decision runs (set from ``--max-candidates``; None: the request's policy's own).
 CHAIN: Chain | None = None
-
-
-def median_ms(func: Any, repeat: int) -> float:
-    samples = []
-    for _ in range(repeat):
-        start = time.process_time()
-        func()
-        samples.append((time.process_time() - start) * 1000)
-    return statistics.median(samples)
-
-
-def warm_median_ms(parsed: ScheduleRequest, repeat: int) -> float:
-    """Median decision time with a kept memo while one instance is booked per decision."""
-    memo = SnapshotMemo()
-    workers = parsed.workers or []
-    placed = list(parsed.model_instances or [])
-    schedule(parsed, memo=memo, chain=CHAIN)  # the first decision fills the memo
-    samples = []
-    for number in range(repeat):
-        host = workers[(number * 7919) % len(workers)]
-        gpu = ((host.status or {}).get("gpu_devices") or [None])[0]
-        placed.append(
-            ModelInstance.model_validate(
-                {
-                    "id": 900_000 + number, "name": f"booked-{number}", "model_id": 2,
-                    "worker_id": host.id, "gpu_type": gpu.get("type") if gpu else None,
-                    "gpu_indexes": [0], "computed_resource_claim": {"vram": {"0": GIB}},
-                }
-            )
-        )
-        request = parsed.model_copy(update={"model_instances": list(placed)})
-        start = time.process_time()
-        schedule(request, memo=memo, chain=CHAIN)
-        samples.append((time.process_time() - start) * 1000)
-    return statistics.median(samples)
 
 
 def main() -> None:
@@ -104,9 +67,9 @@ def main() -> None:
                 parsed = ScheduleRequest.model_validate(raw)
                 status = schedule(parsed, chain=CHAIN).status
                 repeat = max(3, args.repeat if workers < 2000 else args.repeat // 3)
-                cold = median_ms(lambda raw=raw: schedule(raw, chain=CHAIN), repeat)
-                decide = median_ms(lambda parsed=parsed: schedule(parsed, chain=CHAIN), repeat)
-                warm = warm_median_ms(parsed, max(5, repeat))
+                cold = median_cpu_ms(lambda raw=raw: schedule(raw, chain=CHAIN), repeat)
+                decide = median_cpu_ms(lambda parsed=parsed: schedule(parsed, chain=CHAIN), repeat)
+                warm = warm_median_ms(parsed, max(5, repeat), CHAIN)
                 units = workers * 8 + len(placed)
                 per_unit.setdefault(model_name, []).append(cold * 1e6 / units)
                 cells = (f"{workers} × 8 GPU", len(placed), model_name, status)

@@ -13,7 +13,9 @@ prints the median time of:
 * **gpusched decide**: the same on an already validated request.
 
 Times are CPU time of the process (``time.process_time``), so other load on
-this shared machine disturbs them less; the ratio column is GPUStack ÷ cold.
+this shared machine disturbs them less; the ratio column is GPUStack ÷ cold;
+"same pick" says whether both chose the same worker, GPU type, GPUs and
+subordinate workers (``bench/gpustack_timer.py``).
 
 Usage: python bench/bench_vs_gpustack.py [--sizes 200 2000] [--repeat 5]
 """
@@ -21,79 +23,16 @@ Usage: python bench/bench_vs_gpustack.py [--sizes 200 2000] [--repeat 5]
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fleet import BENCH_MODELS, bench_request, gpustack_fleet
+from gpustack_timer import gpustack_times, oracle_python, pick_of
+from timing import median_cpu_ms
 
 from scheduler_core import ScheduleRequest, schedule
-
-ROOT = Path(__file__).resolve().parent.parent
-ORACLE = ROOT / "tools" / "gpustack-oracle" / "oracle.py"
-
-#: Runs in the oracle's virtualenv: times GPUStack's find_candidate on prebuilt rows.
-_GPUSTACK_TIMER = r'''
-import asyncio, json, statistics, sys, time
-sys.argv = [sys.argv[0]]
-spec = json.load(sys.stdin)
-sys.path.insert(0, spec["oracle_dir"])
-import oracle as o
-o._quiet_environment(False)
-engine = o.Oracle()
-out = {}
-for name, request in spec["requests"].items():
-    model, extras, lora = engine.build_model(request["model"])
-    workers = [engine.build_worker(w, i) for i, w in enumerate(request["workers"])]
-    instances = [engine.build_instance(m, i) for i, m in enumerate(request["model_instances"])]
-    samples = []
-    with engine.offline(model, extras, lora, request["workers"], []):
-        for _ in range(spec["repeat"]):
-            start = time.process_time()
-            found = engine.sched.find_candidate(engine.config, model, workers, instances)
-            candidate, _messages = asyncio.run(found)
-            samples.append((time.process_time() - start) * 1000)
-    out[name] = {"ms": statistics.median(samples), "placed": candidate is not None}
-engine.close()
-print(json.dumps(out))
-'''
-
-
-def _oracle_python() -> Path | None:
-    venv = Path(os.environ.get("ORACLE_VENV", ROOT / ".oracle-venv"))
-    python = venv / "bin" / "python"
-    return python if python.exists() else None
-
-
-def _gpustack_ms(requests: dict[str, Any], repeat: int) -> dict[str, Any] | None:
-    python = _oracle_python()
-    if python is None:
-        return None
-    spec = {"oracle_dir": str(ORACLE.parent), "requests": requests, "repeat": repeat}
-    env = {**os.environ, "PYTHONHASHSEED": "0", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    done = subprocess.run(
-        [str(python), "-c", _GPUSTACK_TIMER], input=json.dumps(spec), capture_output=True, text=True, env=env
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"GPUStack timer failed:\n{done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
-
-
-def _median_cpu_ms(call: Any, repeat: int) -> float:
-    samples = []
-    for _ in range(repeat):
-        start = time.process_time()
-        call()
-        samples.append((time.process_time() - start) * 1000)
-    return statistics.median(samples)
 
 
 def main() -> None:
@@ -101,26 +40,25 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[200, 2000], help="workers (× 8 GPUs)")
     parser.add_argument("--repeat", type=int, default=5, help="runs per cell (median)")
     args = parser.parse_args()
-    if _oracle_python() is None:
+    if oracle_python() is None:
         print("note: no oracle virtualenv (make parity builds it); GPUStack's column is left empty")
-    columns = ("cluster", "instances", "model", "GPUStack ms", "cold ms", "decide ms", "ratio")
-    widths = (12, 9, 20, 12, 9, 10, 6)
+    columns = ("cluster", "instances", "model", "GPUStack ms", "cold ms", "decide ms", "ratio", "same pick")
+    widths = (12, 9, 20, 12, 9, 10, 6, 9)
     print(" ".join(f"{c:>{w}}" for c, w in zip(columns, widths, strict=True)))
     for size, load in ((size, load) for size in args.sizes for load in (0, 2)):
         rows, placed = gpustack_fleet(size, load * size)
         requests = {name: bench_request(name, rows, placed) for name in BENCH_MODELS}
-        theirs = _gpustack_ms(requests, args.repeat)
+        theirs = gpustack_times(requests, args.repeat)
         for name, request in requests.items():
             parsed = ScheduleRequest.model_validate(request)
             result = schedule(parsed)
-            cold = _median_cpu_ms(lambda request=request: schedule(request), args.repeat)
-            decide = _median_cpu_ms(lambda parsed=parsed: schedule(parsed), args.repeat)
+            cold = median_cpu_ms(lambda request=request: schedule(request), args.repeat)
+            decide = median_cpu_ms(lambda parsed=parsed: schedule(parsed), args.repeat)
             gpustack = theirs[name]["ms"] if theirs else float("nan")
-            if theirs and theirs[name]["placed"] != (result.status == "scheduled"):
-                print(f"warning: {name}: GPUStack and gpusched disagree on placing it")
+            same = ("yes" if theirs[name]["pick"] == pick_of(result) else "NO") if theirs else "-"
             ratio = gpustack / cold if theirs else float("nan")
             cells = f"{size:>7} × 8 {len(placed):>9} {name:>20}"
-            print(f"{cells} {gpustack:>12.1f} {cold:>9.1f} {decide:>10.1f} {ratio:>5.1f}×")
+            print(f"{cells} {gpustack:>12.1f} {cold:>9.1f} {decide:>10.1f} {ratio:>5.1f}× {same:>9}")
 
 
 if __name__ == "__main__":

@@ -121,7 +121,7 @@ def allocatable(
     reserved = worker.reserved_vram
     used = used_vram.get
     # Once per worker and GPU type of every decision: the GPU's fields unpacked in one step.
-    for kind, index, total, _vendor, _name, _used in worker.gpus:
+    for kind, index, total, _vendor, _name, _used, _unified in worker.gpus:
         if index is None or not total or (gpu_type is not None and kind != gpu_type):
             continue
         free = total - used(index, 0) - reserved

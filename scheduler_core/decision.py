@@ -24,6 +24,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -261,6 +262,7 @@ def _check_text(request: ScheduleRequest, memo: SnapshotMemo | None) -> None:
 
 
 _SURROGATE = "is not valid Unicode (it holds a lone surrogate)"
+_INSTANCE_NAME = operator.attrgetter("name")
 
 
 def _name_encodable(instance: ModelInstance) -> bool:
@@ -268,6 +270,9 @@ def _name_encodable(instance: ModelInstance) -> bool:
 
 
 def _first_bad_name(instances: Sequence[ModelInstance]) -> int | None:
+    names = [name for name in map(_INSTANCE_NAME, instances) if name is not None]
+    if "".join(names).isascii():  # the common case, at C speed: ASCII is always encodable
+        return None
     for position, instance in enumerate(instances):
         if not _name_encodable(instance):
             return position

@@ -70,7 +70,7 @@ class Filters:
         return self.worker == str(worker.get("id")) or fnmatch.fnmatchcase(name, self.worker)
 
     def keeps_gpu(self, device: Mapping[str, Any]) -> bool:
-        """Whether a GPU device passes the GPU-type filter."""
+        """Whether a stored GPU device passes the GPU-type filter (its type or name contains it)."""
         if not self.gpu_type:
             return True
         wanted = self.gpu_type.lower()

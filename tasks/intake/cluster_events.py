@@ -206,8 +206,7 @@ def event_error(error: ValidationError) -> InvalidField:
 
 def _check_names(event: ClusterEvent) -> None:
     if isinstance(event, WorkerUpsertEvent):
-        devices = (event.worker.status or {}).get("gpu_devices") or ()
-        check_worker_row(event.worker.name, devices, "worker")
+        check_worker_row(event.worker.name, [gpu.type for gpu in event.worker.gpus], "worker")
     elif isinstance(event, GpuMemoryEvent):
         for position, gpu in enumerate(event.gpus):
             check_name(gpu.type, GPU_TYPE, f"gpus.{position}.type", optional=True)
@@ -245,9 +244,9 @@ def check_against_worker(event: ClusterEvent, current: Worker | None) -> None:
     if current is None:
         raise InvalidField(field, f"no worker {worker_id} in the cluster")
     if isinstance(event, GpuMemoryEvent):
-        devices = (current.status or {}).get("gpu_devices") or ()
+        devices = current.gpus
         for position, gpu in enumerate(event.gpus):
-            if not any(d.get("index") == gpu.index and gpu.type in (None, d.get("type")) for d in devices):
+            if not any(d.index == gpu.index and gpu.type in (None, d.type) for d in devices):
                 kind = f"{gpu.type} GPU" if gpu.type else "GPU"
                 raise InvalidField(f"gpus.{position}.index",
                                    f"worker {worker_id} has no {kind} with index {gpu.index}")

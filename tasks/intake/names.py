@@ -48,15 +48,16 @@ def check_name(value: Any, pattern: re.Pattern[str], field: str, *, optional: bo
         raise InvalidField(field, f"must match {pattern.pattern}")
 
 
-def check_worker_row(name: Any, gpu_devices: Iterable[Mapping[str, Any]], field: str) -> None:
-    """A worker's name and its GPUs' types (``<field>.name``, ``<field>.status.gpu_devices.<n>.type``).
+def check_worker_row(name: Any, gpu_types: Iterable[Any], field: str) -> None:
+    """A worker's name and its GPUs' types, in device order (``<field>.name``,
+    ``<field>.status.gpu_devices.<n>.type``; a GPU may have no type).
 
     Raises:
         InvalidField: the first offending string.
     """
     check_name(name, WORKER_NAME, f"{field}.name")
-    for position, device in enumerate(gpu_devices):
-        check_name(device.get("type"), GPU_TYPE, f"{field}.status.gpu_devices.{position}.type", optional=True)
+    for position, gpu_type in enumerate(gpu_types):
+        check_name(gpu_type, GPU_TYPE, f"{field}.status.gpu_devices.{position}.type", optional=True)
 
 
 def check_instance_row(

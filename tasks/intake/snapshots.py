@@ -69,7 +69,7 @@ def parse_snapshot(document: Mapping[str, Any]) -> SnapshotRows:
                            f"missing: {', '.join(missing)})")
     seen_ids: set[int] = set()
     for position, worker in enumerate(parsed.workers):
-        check_worker_row(worker.name, (worker.status or {}).get("gpu_devices") or (), f"workers.{position}")
+        check_worker_row(worker.name, [gpu.type for gpu in worker.gpus], f"workers.{position}")
         if worker.id in seen_ids:
             raise InvalidField(f"workers.{position}.id", f"duplicate worker id {worker.id}")
         seen_ids.add(worker.id)

@@ -53,8 +53,7 @@ def worker_capacity(worker: Worker) -> dict[str, int]:
 
 def worker_gpu_types(worker: Worker) -> tuple[str | None, ...]:
     """The worker's GPU types in first-seen order."""
-    devices = (worker.status or {}).get("gpu_devices") or ()
-    return tuple(dict.fromkeys(device.get("type") for device in devices))
+    return tuple(dict.fromkeys(gpu.type for gpu in worker.gpus))
 
 
 def instance_claims(instance: ModelInstance, gpu_types: Mapping[int, Iterable[str | None]]) -> dict[str, int]:

@@ -286,11 +286,7 @@ def gpu_shares(worker: Worker, instances: Iterable[ModelInstance]) -> tuple[tupl
     A unified-memory worker (RAM caps GPU 0) reports every GPU at share 1: not ruled out.
     """
     status = worker.status or {}
-    devices = status.get("gpu_devices") or ()
-    totals = {
-        (device.get("type"), device.get("index")): int((device.get("memory") or {}).get("total") or 0)
-        for device in devices
-    }
+    totals = {(gpu.type, gpu.index): gpu.total for gpu in worker.gpus}
     unified = bool((status.get("memory") or {}).get("is_unified_memory"))
     types = {worker.id: tuple(dict.fromkeys(t for t, _ in totals))}
     claimed: dict[tuple[int, str | None, int], int] = {}

@@ -131,6 +131,20 @@ def test_lone_surrogates_are_rejected_with_the_field(mutate, field):
     assert (got_field, message) == (field, "is not valid Unicode (it holds a lone surrogate)")
 
 
+def test_a_lone_surrogate_in_an_instance_name_is_named_past_non_ascii_names():
+    """Instance names are checked at C speed when all are ASCII; a non-ASCII name sends the check
+    through every name, which still accepts valid Unicode and names the first bad one."""
+    raw = request(model(), [worker(1, "w", [gpu(0, H100)])])
+    raw["model_instances"] = [
+        {"id": 1, "name": "模型-1", "worker_id": 1, "gpu_indexes": [0],
+         "computed_resource_claim": {"vram": {"0": GIB}}},
+        {"id": 2, "name": None, "worker_id": 1},
+    ]
+    assert schedule(raw).status == "scheduled"
+    raw["model_instances"].append({"id": 3, "name": "bad\ud800", "worker_id": 1})
+    assert _rejected(raw) == ("model_instances.2.name", "is not valid Unicode (it holds a lone surrogate)")
+
+
 def test_lone_surrogate_in_request_id_is_rejected():
     """The id itself is not usable: the rejection carries a derived id and names the field."""
     raw = request(model(), [worker(1, "w", [gpu(0, H100)])])

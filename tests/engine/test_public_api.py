@@ -18,6 +18,7 @@ PUBLIC = [
     "ErrorOut",
     "EstimateOut",
     "EventOut",
+    "Gpu",
     "GpuId",
     "LaunchOut",
     "ModelInstance",

@@ -63,10 +63,9 @@ def _model_row(rng: random.Random, workers: list[Worker]) -> dict[str, Any]:
         row["extended_kv_cache"] = {"enabled": True, "ram_ratio": 1.5}
     if rng.random() < 0.1 and workers:
         chosen = rng.choice(workers)
-        devices = (chosen.status or {}).get("gpu_devices")
-        if devices:
-            device = devices[0]
-            row["gpu_selector"] = {"gpu_ids": [f"{chosen.name}:{device.get('type')}:{device.get('index')}"]}
+        if chosen.gpus:
+            gpu = chosen.gpus[0]
+            row["gpu_selector"] = {"gpu_ids": [f"{chosen.name}:{gpu.type}:{gpu.index}"]}
     return row
 
 

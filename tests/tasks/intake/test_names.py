@@ -47,9 +47,9 @@ def test_request_ids_take_uuids_names_digests_and_reschedules() -> None:
 
 def test_rows_name_the_offending_string() -> None:
     with pytest.raises(InvalidField) as worker:
-        check_worker_row("w1", [{"type": "cuda"}, {"type": "x;y"}], "workers.3")
+        check_worker_row("w1", ["cuda", "x;y"], "workers.3")
     assert worker.value.field == "workers.3.status.gpu_devices.1.type"
-    check_worker_row("w1", [{"type": None}, {}], "worker")  # a GPU may have no type
+    check_worker_row("w1", [None, None], "worker")  # a GPU may have no type
     with pytest.raises(InvalidField) as instance:
         check_instance_row("w1", "cuda", [{"worker_name": "w2", "gpu_type": "a=1"}], "model_instances.0")
     assert instance.value.field == "model_instances.0.distributed_servers.subordinate_workers.0.gpu_type"
