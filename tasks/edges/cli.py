@@ -25,6 +25,7 @@ from collections.abc import Sequence
 
 from tasks.edges import cli_offline, cli_operate, cli_service
 from tasks.edges.cli_support import EXIT_BAD_INPUT, EXIT_FAILURE, CliError, Parser, error_line, one_line
+from tasks.edges.gpustack_bridge import cli as cli_gpustack
 
 
 def _version() -> str:
@@ -76,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     # both import Celery/Redis lazily, inside their handlers
     cli_service.register(commands, cluster_actions=cli_operate.register_cluster)
     cli_operate.register(commands)  # cancel, describe, health (cluster show: under cluster)
+    cli_gpustack.register(commands)  # gpustack, gpustack report
     return parser
 
 
