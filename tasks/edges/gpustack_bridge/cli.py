@@ -97,10 +97,12 @@ def _report(args: argparse.Namespace) -> int:
     if not reports:
         print("no shadow decisions recorded (run gpusched gpustack --mode shadow)")
     for item in reports:
-        share = f"{100 * item['agree'] / item['decisions']:.1f} %" if item["decisions"] else "-"
+        agreeing = item["agree"] + item["tie"]
+        share = f"{100 * agreeing / item['decisions']:.1f} %" if item["decisions"] else "-"
         print(
-            f"GPUStack cluster {item['cluster_id']}: {item['decisions']} decisions compared, "
-            f"{item['agree']} agree, {item['differ']} differ ({share} agree), {item['skipped']} skipped"
+            f"GPUStack cluster {item['cluster_id']}: {item['decisions']} decisions compared: "
+            f"{agreeing} agree ({share}; {item['agree']} identical, {item['tie']} another of GPUStack's "
+            f"equally scored candidates), {item['differ']} differ, {item['skipped']} skipped"
         )
         for diff in item["differences"]:
             print(

@@ -20,7 +20,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -70,9 +70,10 @@ def _updated(row: Row) -> datetime | None:
     if not isinstance(text, str):
         return None
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+        stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
+    return stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=UTC)  # GPUStack writes UTC
 
 
 @dataclass

@@ -33,7 +33,7 @@ from tasks.intake.requests import local_path_problem
 
 log = structlog.get_logger("gpusched.gpustack")
 Row = dict[str, Any]
-AGREE, DIFFER, SKIPPED = "agree", "differ", "skipped"
+AGREE, TIE, DIFFER, SKIPPED = "agree", "tie", "differ", "skipped"
 
 
 def gpustack_decided(before: Row | None, event: WatchEvent) -> bool:
@@ -60,6 +60,22 @@ def _ours(result: Row) -> Row:
     if result.get("status") == "unschedulable":
         return {"status": "unschedulable", "state_message": writeback.state_message_of(result)}
     return {"status": str(result.get("status")), "error": result.get("error")}
+
+
+def _tied(result: Row, theirs: Row) -> bool:
+    """GPUStack picked another candidate of the same, highest score.
+
+    Its pick among equal scores is the first candidate in the order of its worker rows, and
+    ``Worker.all()`` reads them without ``ORDER BY``: PostgreSQL's heap order, which every
+    status update of a worker changes. gpusched orders workers by id. Both picks are then
+    equally right, and which one GPUStack makes cannot be known from its API.
+    """
+    if result.get("status") != "scheduled" or theirs.get("status") != "scheduled":
+        return False
+    candidates = result.get("candidates") or []
+    best = candidates[result["selected"]].get("score")
+    return any(c.get("score") == best and writeback.placement_of_candidate(c) == theirs["placement"]
+               for c in candidates)
 
 
 def differing(ours: Row, theirs: Row) -> list[str]:
@@ -94,7 +110,8 @@ class Shadow:
         result = json.loads(schedule(request).model_dump_json())
         ours, theirs = _ours(result), _theirs(event.row)
         fields = differing(ours, theirs)
-        return self._record(before, event.row, DIFFER if fields else AGREE, ours, fields)
+        verdict = AGREE if not fields else TIE if _tied(result, theirs) else DIFFER
+        return self._record(before, event.row, verdict, ours, fields)
 
     def _request(self, instance: Row) -> Row | None:
         model = self.rows["models"].get(instance.get("model_id"))  # type: ignore[arg-type]
@@ -133,7 +150,7 @@ def report(client: redis.Redis, keys: BridgeKeys, limit: int) -> Row:
     counts = {str(k): int(v) for k, v in client.hgetall(keys.shadow_counts).items()}
     differences: list[Row] = []
     for entry_id, fields in client.xrevrange(keys.shadow, count=max(limit * 20, 100)):
-        if fields.get("verdict") != AGREE and len(differences) < limit:
+        if fields.get("verdict") not in (AGREE, TIE) and len(differences) < limit:
             differences.append(
                 {
                     "id": entry_id,
@@ -143,11 +160,12 @@ def report(client: redis.Redis, keys: BridgeKeys, limit: int) -> Row:
                     "gpusched": json.loads(fields["gpusched"]),
                 }
             )
-    decided = counts.get(AGREE, 0) + counts.get(DIFFER, 0)
+    decided = sum(counts.get(verdict, 0) for verdict in (AGREE, TIE, DIFFER))
     return {
         "cluster_id": keys.cluster_id,
         "decisions": decided,
         "agree": counts.get(AGREE, 0),
+        "tie": counts.get(TIE, 0),
         "differ": counts.get(DIFFER, 0),
         "skipped": counts.get(SKIPPED, 0),
         "differences": differences,

@@ -92,7 +92,11 @@ def chosen(result: Row) -> Row:
 
 def placement_of_result(result: Row) -> Row:
     """The placement a ``scheduled`` result chose."""
-    candidate = chosen(result)
+    return placement_of_candidate(chosen(result))
+
+
+def placement_of_candidate(candidate: Row) -> Row:
+    """The placement one candidate of a result stands for."""
     return {
         "worker_id": candidate["worker_id"],
         "gpu_type": candidate.get("gpu_type"),
