@@ -162,7 +162,10 @@ class World:
         try:
             wait_until(check, timeout, what, interval=0.5)
         except AssertionError as error:
-            states = [(r["id"], r["state"], r.get("worker_name"), (r.get("state_message") or "")[:200]) for r in found]
+            states = [
+                (r["id"], r["state"], r.get("worker_name"), (r.get("state_message") or "")[:200])
+                for r in found
+            ]
             raise AssertionError(f"{error}; instances: {states}") from None
         return found
 
@@ -172,8 +175,9 @@ class World:
         def done(row: dict[str, Any]) -> bool:
             return row["state"] == "running" or (row.get("state_message") or "").startswith("No suitable")
 
-        return self.wait_instances(lambda rows: sum(map(done, rows)) >= count,
-                                   f"{count} instances decided", timeout)
+        return self.wait_instances(
+            lambda rows: sum(map(done, rows)) >= count, f"{count} instances decided", timeout
+        )
 
     def running(self, count: int, timeout: float = 120) -> list[dict[str, Any]]:
         return self.wait_instances(

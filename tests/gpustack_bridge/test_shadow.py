@@ -17,9 +17,23 @@ pytestmark = [pytest.mark.gpustack, pytest.mark.slow]
 
 
 def _report(w: World) -> dict[str, object]:
-    out = subprocess.run([sys.executable, "-m", "tasks.edges.cli", "gpustack", "report", "--cluster-id",
-                          str(w.cluster_id), "--json"], env=w.bridge_env(), cwd=ROOT, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tasks.edges.cli",
+            "gpustack",
+            "report",
+            "--cluster-id",
+            str(w.cluster_id),
+            "--json",
+        ],
+        env=w.bridge_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     reports = json.loads(out.stdout)
     assert len(reports) == 1

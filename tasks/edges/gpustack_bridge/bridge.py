@@ -140,7 +140,11 @@ class Bridge:
             try:
                 self._take(item)
             except Exception as error:  # a bug must not stop the bridge; the full pass repairs
-                log.error("gpustack.event_failed", item=type(item).__name__, error=f"{type(error).__name__}: {error}")
+                log.error(
+                    "gpustack.event_failed",
+                    item=type(item).__name__,
+                    error=f"{type(error).__name__}: {error}",
+                )
         metrics.UP.set(1 if self.synced == set(KINDS) else 0)
         if self.mode == "place" and self.synced == set(KINDS):
             self._act()

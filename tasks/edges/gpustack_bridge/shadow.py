@@ -74,8 +74,10 @@ def _tied(result: Row, theirs: Row) -> bool:
         return False
     candidates = result.get("candidates") or []
     best = candidates[result["selected"]].get("score")
-    return any(c.get("score") == best and writeback.placement_of_candidate(c) == theirs["placement"]
-               for c in candidates)
+    return any(
+        c.get("score") == best and writeback.placement_of_candidate(c) == theirs["placement"]
+        for c in candidates
+    )
 
 
 def differing(ours: Row, theirs: Row) -> list[str]:
