@@ -62,6 +62,9 @@ class BridgeProcess:
     def stop(self) -> None:
         self.kill(signal.SIGTERM)
 
+    def exited(self) -> bool:
+        return self.process is not None and self.process.poll() is not None
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
@@ -94,10 +97,16 @@ class World:
             "GPUSCHED_LOG_FORMAT": "json",
         }
 
-    def start_bridge(self) -> BridgeProcess:
+    def start_bridge(self, *, synced: bool = True) -> BridgeProcess:
+        """Start a bridge; with ``synced``, wait until it has listed workers, models and instances."""
         args = ["--server", self.server.url, "--cluster-id", str(self.cluster_id), "--mode", self.mode]
         bridge = BridgeProcess(args, self.bridge_env(), self.logs / f"bridge-{len(self.bridges)}.log").start()
         self.bridges.append(bridge)
+        if synced:
+            wait_until(
+                lambda: '"gpustack.synced"' in bridge.log() or bridge.exited(), 120, "the bridge synced"
+            )
+            assert not bridge.exited(), bridge.log()[-2000:]
         return bridge
 
     def stop(self) -> None:

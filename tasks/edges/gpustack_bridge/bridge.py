@@ -82,7 +82,9 @@ class Bridge:
         roots = self.settings.model_roots
         self.placer = Placer(self.api, self.side, self.mirror.rows, self.cluster_id, self.keys, roots)
         self.cluster = ClusterSync(self.placer)
-        self.shadow = Shadow(self.mirror.rows, self.cluster_id, self.client.rt.client, self.keys, roots)
+        self.shadow = Shadow(
+            self.mirror.rows, self.cluster_id, self.client.rt.client, self.keys, roots, self.api
+        )
 
     # ------------------------------------------------------------------ start
     def check_plugin(self) -> None:
@@ -151,13 +153,20 @@ class Bridge:
 
     def _take(self, item: Any) -> None:
         if isinstance(item, Resync):
+            if item.kind not in self.synced and len(self.synced) == len(KINDS) - 1:
+                log.info(
+                    "gpustack.synced",
+                    workers=len(self.mirror.rows["workers"]) + 0,
+                    models=len(self.mirror.rows["models"]),
+                    instances=len(self.mirror.rows[INSTANCES]),
+                )
             self.synced.add(item.kind)
             metrics.RECONNECTS.labels(item.kind).inc()
             for change in self.mirror.resync(item.kind, item.rows):
                 self._changed(change)
             self.last_full = 0.0  # a reconnect: reconcile everything soon
         elif isinstance(item, Event):
-            if self.mode == "shadow" and item.kind == INSTANCES:
+            if self.mode == "shadow" and item.kind == INSTANCES and self.synced == set(KINDS):
                 self._shadow(item.event)
             change = self.mirror.apply(item.kind, item.event)
             if change is not None:

@@ -26,9 +26,10 @@ import structlog
 
 from scheduler_core import ModelSpec, schedule
 from tasks.edges.gpustack_bridge import metrics, writeback
-from tasks.edges.gpustack_bridge.api import WatchEvent
+from tasks.edges.gpustack_bridge.api import GpustackApi, GpustackError, WatchEvent
 from tasks.edges.gpustack_bridge.ids import request_id
 from tasks.edges.gpustack_bridge.keys import SHADOW_MAXLEN, BridgeKeys
+from tasks.edges.gpustack_bridge.rows import RowRefused, model_row
 from tasks.intake.requests import local_path_problem
 
 log = structlog.get_logger("gpusched.gpustack")
@@ -99,6 +100,7 @@ class Shadow:
     client: redis.Redis
     keys: BridgeKeys
     model_roots: tuple[str, ...]
+    api: GpustackApi | None = None
 
     def observe(self, before: Row | None, event: WatchEvent) -> str | None:
         """Compare one GPUStack decision (call before the event reaches the mirror); the verdict."""
@@ -115,8 +117,19 @@ class Shadow:
         verdict = AGREE if not fields else TIE if _tied(result, theirs) else DIFFER
         return self._record(before, event.row, verdict, ours, fields)
 
+    def _model(self, model_id: Any) -> Row | None:
+        """The model row as GPUStack's evaluation left it: read again, since the models stream
+        may deliver that update after the instance's (another connection); the mirror's else."""
+        if self.api is not None and isinstance(model_id, int):
+            try:
+                raw = self.api.get_row("models", model_id)
+                return model_row(raw) if raw is not None else None
+            except (GpustackError, RowRefused) as error:
+                log.warning("gpustack.shadow_model_unread", model=model_id, error=str(error))
+        return self.rows["models"].get(model_id)  # type: ignore[arg-type]
+
     def _request(self, instance: Row) -> Row | None:
-        model = self.rows["models"].get(instance.get("model_id"))  # type: ignore[arg-type]
+        model = self._model(instance.get("model_id"))
         if model is None or local_path_problem(ModelSpec.model_validate(model), self.model_roots):
             return None
         return {
