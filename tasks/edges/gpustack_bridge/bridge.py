@@ -168,9 +168,9 @@ class Bridge:
         elif isinstance(item, Event):
             if self.mode == "shadow" and item.kind == INSTANCES and self.synced == set(KINDS):
                 self._shadow(item.event)
-            change = self.mirror.apply(item.kind, item.event)
-            if change is not None:
-                self._changed(change)
+            applied = self.mirror.apply(item.kind, item.event)
+            if applied is not None:
+                self._changed(applied)
         elif isinstance(item, Poke):
             self.dirty.add(item.instance_id)
 
@@ -189,7 +189,8 @@ class Bridge:
         elif change.kind == INSTANCES:
             self.workers_dirty = True  # the foreign instances may have changed
             if change.after is None and change.before is not None and self.mode == "place":
-                self._guard(change.id, lambda: self.placer.deleted(change.before))  # type: ignore[arg-type]
+                gone = change.before
+                self._guard(change.id, lambda: self.placer.deleted(gone))
             self.dirty.add(change.id)
         elif change.kind == "models":
             self.dirty.update(

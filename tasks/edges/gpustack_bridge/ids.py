@@ -1,12 +1,13 @@
 """The request id of a GPUStack instance: deterministic, and new for a re-created instance.
 
 ``gs<cluster>-mi<id>-<digest>``, where the digest is the first 10 hex digits of the SHA-256
-of the instance's id, name and creation time. The same row always gives the same id, so a
-restarted bridge re-submits the same request and gpusched answers ``duplicate``: nothing is
-placed twice. ModelController re-creates a deleted replica as a new row (new id, new name
-suffix, new ``created_at``), which is a new request; even a database that reuses an id gives
-another digest. gpusched moves a placement as ``<id>~<n>`` (docs/service.md,
-*Rescheduling*): :func:`base_request_id` maps it back to the instance.
+of the instance's id and name. The same row always gives the same id, so a restarted bridge
+re-submits the same request and gpusched answers ``duplicate``: nothing is placed twice.
+ModelController re-creates a deleted replica as a new row (a new id and a new random name
+suffix), which is a new request; even a database that reuses an id gives another digest.
+(``created_at`` is left out: GPUStack formats it differently in a list and in a watch event.)
+gpusched moves a placement as ``<id>~<n>`` (docs/service.md, *Rescheduling*):
+:func:`base_request_id` maps it back to the instance.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ REQUEST_ID = re.compile(r"^gs(?P<cluster>[0-9]{1,19})-mi(?P<instance>[0-9]{1,19}
 
 def request_id(cluster_id: int, instance: dict[str, Any]) -> str:
     """The request id of ``instance`` (a validated row: integer ``id``, string ``name``)."""
-    identity = f"{instance['id']}\n{instance['name']}\n{instance.get('created_at') or ''}"
+    identity = f"{instance['id']}\n{instance['name']}"
     digest = hashlib.sha256(identity.encode("utf-8", "surrogatepass")).hexdigest()[:10]
     return f"gs{cluster_id}-mi{instance['id']}-{digest}"
 

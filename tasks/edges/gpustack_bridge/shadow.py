@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import redis
 import structlog
@@ -126,7 +126,7 @@ class Shadow:
                 return model_row(raw) if raw is not None else None
             except (GpustackError, RowRefused) as error:
                 log.warning("gpustack.shadow_model_unread", model=model_id, error=str(error))
-        return self.rows["models"].get(model_id)  # type: ignore[arg-type]
+        return self.rows["models"].get(model_id)
 
     def _request(self, instance: Row) -> Row | None:
         model = self._model(instance.get("model_id"))
@@ -162,9 +162,13 @@ class Shadow:
 
 def report(client: redis.Redis, keys: BridgeKeys, limit: int) -> Row:
     """The shadow record of one GPUStack cluster: counts and the latest differences."""
-    counts = {str(k): int(v) for k, v in client.hgetall(keys.shadow_counts).items()}
+    stored = cast(dict[str, str], client.hgetall(keys.shadow_counts))
+    counts = {str(k): int(v) for k, v in stored.items()}
+    entries = cast(
+        list[tuple[str, dict[str, str]]], client.xrevrange(keys.shadow, count=max(limit * 20, 100))
+    )
     differences: list[Row] = []
-    for entry_id, fields in client.xrevrange(keys.shadow, count=max(limit * 20, 100)):
+    for entry_id, fields in entries:
         if fields.get("verdict") not in (AGREE, TIE) and len(differences) < limit:
             differences.append(
                 {
