@@ -112,9 +112,7 @@ def main() -> int:
         server.start()
         print(f"GPUStack healthy after {time.monotonic() - started:.0f} s (shared 2-core machine)")
         models = scratch / "models"
-        deployment = Deployment(
-            redis_server.url, scratch, {"model_roots": [str(models)], "log_level": "WARNING"}
-        )
+        deployment = Deployment(redis_server.url, scratch, {"model_roots": [str(models)]})
         deployment.start_workers(1)
         world = World(server, deployment, models, scratch, "place")
         world.add_workers(args.workers, [H100_SPEC] * 4)
