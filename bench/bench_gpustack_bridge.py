@@ -16,6 +16,7 @@ placement. GPUStack takes 25-65 s to start; the whole run about two minutes.
 
     .venv/bin/python bench/bench_gpustack_bridge.py
     .venv/bin/python bench/bench_gpustack_bridge.py --workers 20 --single 30 --burst 40
+    .venv/bin/python bench/bench_gpustack_bridge.py --stock     # GPUStack's own scheduler, same workload
 """
 
 from __future__ import annotations
@@ -97,6 +98,11 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=20)
     parser.add_argument("--single", type=int, default=20, help="one-replica models, one at a time")
     parser.add_argument("--burst", type=int, default=30, help="replicas of the burst model")
+    parser.add_argument(
+        "--stock",
+        action="store_true",
+        help="the same workload placed by GPUStack's own scheduler (no bridge), for comparison",
+    )
     args = parser.parse_args()
     missing = prerequisites()
     if missing:
@@ -104,7 +110,7 @@ def main() -> int:
         return 2
     scratch = Path(tempfile.mkdtemp(prefix="gpusched-bench-gs-"))
     pg = Postgres(Path(tempfile.mkdtemp(prefix="gpusched-bench-pg-"))).start()
-    server = GpustackServer(pg.url, scratch / "gpustack", external_scheduler=True)
+    server = GpustackServer(pg.url, scratch / "gpustack", external_scheduler=not args.stock)
     redis_server = start_redis(directory=scratch / "redis")
     world: World | None = None
     try:
@@ -119,9 +125,13 @@ def main() -> int:
         assert world.fleet is not None
         world.fleet.start()
         clock = Clock(GpustackApi(server.url, world.api_key))
-        bridge = world.start_bridge()
-        assert bridge.process is not None
-        cpu0, _ = _proc(bridge.process.pid)
+        world.wait_workers_ready([w.name for w in world.fleet.workers], timeout=120)
+        pid = None
+        if not args.stock:
+            bridge = world.start_bridge()
+            assert bridge.process is not None
+            pid = bridge.process.pid
+        cpu0 = _proc(pid)[0] if pid else 0.0
         for n in range(args.single):
             world.create_model("qwen2.5-0.5b", replicas=1)
             clock.wait(n + 1)
@@ -129,16 +139,26 @@ def main() -> int:
         world.create_model("qwen2.5-0.5b", replicas=args.burst)
         clock.wait(args.single + args.burst)
         burst = [i for i in sorted(clock.placed) if i not in single]
-        cpu1, rss = _proc(bridge.process.pid)
         placed = args.single + args.burst
+        print(
+            "placed by GPUStack's own scheduler (stock server, no bridge)"
+            if args.stock
+            else "placed by gpusched through the bridge (plugin: GPUStack's scheduler off)"
+        )
         for name, ids in (("one at a time", single), (f"burst of {args.burst}", burst)):
             values = clock.latencies(ids)
             p50, p90, p99 = statistics.median(values), _pct(values, 0.9), _pct(values, 0.99)
-            print(f"{name:>14}: {len(values)} placements, created → written p50 {p50:.0f} ms, "
-                  f"p90 {p90:.0f} ms, p99 {p99:.0f} ms, max {max(values):.0f} ms")
-        per = (cpu1 - cpu0) * 1000 / placed
-        print(f"bridge: {rss / 1024:.0f} MiB resident, {per:.1f} ms CPU per placement "
-              f"({cpu1 - cpu0:.2f} s for {placed}; {args.workers} workers x 4 GPUs)")
+            print(
+                f"{name:>14}: {len(values)} placements, created → written p50 {p50:.0f} ms, "
+                f"p90 {p90:.0f} ms, p99 {p99:.0f} ms, max {max(values):.0f} ms"
+            )
+        if pid:
+            cpu1, rss = _proc(pid)
+            per = (cpu1 - cpu0) * 1000 / placed
+            print(
+                f"bridge: {rss / 1024:.0f} MiB resident, {per:.1f} ms CPU per placement "
+                f"({cpu1 - cpu0:.2f} s for {placed}; {args.workers} workers x 4 GPUs)"
+            )
         clock.stop.set()
         return 0
     finally:

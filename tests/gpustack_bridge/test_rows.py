@@ -195,3 +195,32 @@ def test_the_client_refuses_what_is_not_json_and_bounds_error_bodies() -> None:
     assert GpustackApi._event(json.dumps({"type": 2, "data": {"id": 1}}).encode(), "workers") == WatchEvent(
         2, {"id": 1}, {}
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        ([], "missing --server, --cluster-id, --mode"),
+        (["--server", "ftp://gpustack", "--cluster-id", "1", "--mode", "place"], "http:// or https://"),
+        (["--server", "http://127.0.0.1:1", "--cluster-id", "0", "--mode", "place"], "must be above 0"),
+        (["--server", "http://127.0.0.1:1", "--cluster-id", "1", "--mode", "both"], "invalid choice"),
+    ],
+)
+def test_the_command_line_refuses_bad_usage_with_one_line(args: list[str], words: str) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {"PATH": "/usr/bin:/bin", "GPUSCHED_GPUSTACK_API_KEY": "gpustack_secret_value"}
+    out = subprocess.run(
+        [sys.executable, "-m", "tasks.edges.cli", "gpustack", *args],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2, out.stderr
+    [line] = out.stderr.strip().splitlines()
+    assert words in line and "gpustack_secret_value" not in line

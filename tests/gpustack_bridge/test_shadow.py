@@ -57,3 +57,31 @@ def test_shadow_agrees_with_gpustacks_own_scheduler_and_never_writes(world: Call
     assert report["differ"] == 0, json.dumps(report["differences"], indent=1)
     assert report["agree"] + report["tie"] == 6
     assert "gpustack.placed" not in bridge.log()  # shadow mode never writes
+
+
+def test_place_mode_refuses_a_gpustack_whose_own_scheduler_runs(world: Callable[..., World]) -> None:
+    """Two schedulers would race for every instance: the bridge asks the plugin first, and exits 2."""
+    w = world("shadow", workers=0)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tasks.edges.cli",
+            "gpustack",
+            "--server",
+            w.server.url,
+            "--cluster-id",
+            str(w.cluster_id),
+            "--mode",
+            "place",
+        ],
+        env=w.bridge_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2
+    [line] = out.stderr.strip().splitlines()
+    assert "runs its own scheduler" in line and "GPUSCHED_GPUSTACK_EXTERNAL_SCHEDULER=1" in line
+    assert w.api_key not in out.stderr + out.stdout  # the key is never printed
