@@ -21,6 +21,7 @@ import structlog
 
 from tasks.edges.gpustack_bridge.ids import request_id
 from tasks.edges.gpustack_bridge.place import INSTANCES, Placer
+from tasks.edges.gpustack_bridge.rows import claims_view
 from tasks.state.cluster_store import RemovalRefused
 
 log = structlog.get_logger("gpusched.gpustack")
@@ -47,7 +48,7 @@ class ClusterSync:
             if row.get("worker_id") is None or row.get("cluster_id") not in (None, placer.cluster_id):
                 continue
             if placer.is_foreign(ident) or not side.known(request_id(placer.cluster_id, row)):
-                out.append({k: v for k, v in row.items() if k not in ("created_at", "state_message")})
+                out.append(claims_view(row))
         return out
 
     def sync(self) -> None:

@@ -53,6 +53,15 @@ GPU_FIELDS = (
 )
 #: Instance fields a claim is computed from (``ModelInstance`` of Contract 1) plus what the
 #: bridge identifies an instance by.
+#: The fields that name where a model comes from (``source`` says which one applies).
+SOURCE_FIELDS = (
+    "local_path",
+    "huggingface_repo_id",
+    "huggingface_filename",
+    "model_scope_model_id",
+    "model_scope_file_path",
+    "ollama_library_model_name",
+)
 INSTANCE_FIELDS = (
     "id",
     "name",
@@ -70,13 +79,10 @@ INSTANCE_FIELDS = (
     "created_at",
     "cluster_id",
     "source",
-    "local_path",
-    "huggingface_repo_id",
-    "huggingface_filename",
-    "model_scope_model_id",
-    "model_scope_file_path",
-    "ollama_library_model_name",
+    *SOURCE_FIELDS,
 )
+#: Instance fields that say nothing about what it holds (left out of the rows gpusched decides on).
+NOT_CLAIMS = ("created_at", "state_message")
 #: The model fields Contract 1's ``model`` has (the rest of GPUStack's model row is dropped).
 MODEL_FIELDS = tuple(sorted(ModelSpec.model_fields))
 
@@ -157,9 +163,14 @@ def instance_row(row: Any) -> Row:
     reduced = {k: row[k] for k in INSTANCE_FIELDS if k in row}
     if not isinstance(reduced.get("name"), str) or not reduced["name"]:
         raise RowRefused("instance", "name", "must be a non-empty string")
-    claim_row = {k: v for k, v in reduced.items() if k not in ("created_at", "state_message")}
+    claim_row = claims_view(reduced)
     _door({"workers": [], "model_instances": [claim_row]}, "instance")
     return reduced
+
+
+def claims_view(instance: Row) -> Row:
+    """An instance row as gpusched's ``model_instances`` takes it (without what holds no claim)."""
+    return {k: v for k, v in instance.items() if k not in NOT_CLAIMS}
 
 
 def model_row(row: Any) -> Row:

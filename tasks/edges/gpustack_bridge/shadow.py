@@ -29,7 +29,7 @@ from tasks.edges.gpustack_bridge import metrics, writeback
 from tasks.edges.gpustack_bridge.api import GpustackApi, GpustackError, WatchEvent
 from tasks.edges.gpustack_bridge.ids import request_id
 from tasks.edges.gpustack_bridge.keys import SHADOW_MAXLEN, BridgeKeys
-from tasks.edges.gpustack_bridge.rows import RowRefused, model_row
+from tasks.edges.gpustack_bridge.rows import RowRefused, claims_view, model_row
 from tasks.intake.requests import local_path_problem
 
 log = structlog.get_logger("gpusched.gpustack")
@@ -43,10 +43,6 @@ def gpustack_decided(before: Row | None, event: WatchEvent) -> bool:
         return False
     state = event.row.get("state")
     return state == "scheduled" or (state == "pending" and bool(event.row.get("state_message")))
-
-
-def _claims_row(row: Row) -> Row:
-    return {k: v for k, v in row.items() if k not in ("created_at", "state_message")}
 
 
 def _theirs(row: Row) -> Row:
@@ -137,7 +133,7 @@ class Shadow:
             "policy": "gpustack",
             "model": model,
             "workers": [row for _, row in sorted(self.rows["workers"].items())],
-            "model_instances": [_claims_row(row) for _, row in sorted(self.rows["model-instances"].items())],
+            "model_instances": [claims_view(row) for _, row in sorted(self.rows["model-instances"].items())],
         }
 
     def _record(self, before: Row, after: Row, verdict: str, ours: Row | None, fields: list[str]) -> str:

@@ -18,20 +18,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from tasks.edges.gpustack_bridge.rows import SOURCE_FIELDS
+
 Row = dict[str, Any]
 
 #: The fields that identify a row to ``ModelInstanceUpdate`` (source fields as present).
-IDENTITY_FIELDS = (
-    "source",
-    "name",
-    "model_name",
-    "local_path",
-    "huggingface_repo_id",
-    "huggingface_filename",
-    "model_scope_model_id",
-    "model_scope_file_path",
-    "ollama_library_model_name",
-)
+IDENTITY_FIELDS = ("source", "name", "model_name", *SOURCE_FIELDS)
 #: Backends whose distributed servers GPUStack starts ``initialize_later``.
 INITIALIZE_LATER = frozenset({"vllm", "ascend-mindie", "sglang"})
 #: GPUStack's prefix of an unschedulable instance's message.
