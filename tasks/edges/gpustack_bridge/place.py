@@ -66,7 +66,8 @@ class Placer:
             return
         desired = self.side.desired(rid)
         if desired.kind == "unknown":
-            if row.get("worker_id") is None and row.get("state") == "pending":
+            # analyzing: left half-evaluated by GPUStack's own scheduler before it was switched off
+            if row.get("worker_id") is None and row.get("state") in ("pending", "analyzing"):
                 self._submit(row, rid)
             return
         self._converge(row, desired)
