@@ -23,7 +23,10 @@ What is drawn, and why it looks like a real GPUStack cluster:
   pipeline parallelism with speculative decoding, ...);
 - selectors: cluster, labels, manual ``gpu_ids`` (with ``gpus_per_replica``
   0/unset/set, overcommit, world-size mismatches with and without
-  ``GPUSTACK_SKIP_GPU_COUNT_CHECK``).
+  ``GPUSTACK_SKIP_GPU_COUNT_CHECK``), and selections across workers as a real
+  GPUStack sends them (``manual_across_workers``: the leader's GPUs, then other
+  workers' ids out of order, on subordinates with mixed card sizes or another
+  vendor's GPU 0 before or after their own).
 
 Rare inputs that trigger a deliberate difference (README, "Deliberate
 differences") are drawn too, at a low rate, and tagged.
