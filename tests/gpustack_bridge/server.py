@@ -233,7 +233,11 @@ class GpustackServer:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout)
 
-    def restart(self) -> None:
+    def restart(self, *, crash: bool = False) -> None:
+        """Stop (SIGTERM, or SIGKILL with ``crash``: no graceful shutdown at all) and start again."""
+        if crash and self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(30)
         self.stop()
         self.start()
 

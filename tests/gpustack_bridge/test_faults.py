@@ -152,7 +152,7 @@ def test_gpustacks_server_restarted_cuts_the_watch_and_the_bridge_carries_on(
     bridge = w.start_bridge()
     w.create_model("qwen2.5-0.5b", replicas=2)
     before = placements(w.running(2))
-    w.server.restart()  # ~25-65 s: every watch stream is cut, every write refused meanwhile
+    w.server.restart(crash=True)  # SIGKILL, then 25-65 s to start: every watch cut, every write refused
     assert not bridge.exited()
     w.create_model("qwen2.5-7b", replicas=2)
     rows = w.running(4, timeout=180)
