@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: venv demo test test-fast prereqs lint typecheck sglang-oracle bench bench-console parity clean
+.PHONY: venv demo test test-fast prereqs lint typecheck sglang-oracle bench bench-console parity gpustack-server clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -65,6 +65,13 @@ PARITY_ARGS ?= --seeds 1 2 --count 2500
 parity: $(STAMP)
 	ORACLE_VENV=$(ORACLE_VENV) bash tools/gpustack-oracle/setup.sh
 	ORACLE_VENV=$(ORACLE_VENV) $(PY) -m tests.parity.run $(PARITY_ARGS)
+
+## gpustack-server: GPUStack 2.2.3 from PyPI and the gpusched plugin in .gpustack-venv (the bridge tests
+## run GPUStack's own server from it; they also need Debian's postgresql)
+GPUSTACK_VENV ?= $(CURDIR)/.gpustack-venv
+
+gpustack-server:
+	GPUSTACK_VENV=$(GPUSTACK_VENV) bash tools/gpustack-server/setup.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

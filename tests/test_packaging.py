@@ -70,7 +70,7 @@ def test_the_installed_package_is_the_wheel_and_carries_its_data(installed: Path
     assert str(installed.parent) in tasks_file and str(installed.parent) in core_file  # not the source tree
     assert json.loads(data.replace("'", '"')) == [
         "chain-precise.json", "chain.json", "diffusion_deployments.json", "diffusion_pipelines.json",
-        "service.json",
+        "gpustack_model_types.json", "service.json",
     ]
     version = _run(installed / "gpusched", "--version", cwd=tmp_path, env=_clean_env())
     assert (version.returncode, version.stdout) == (0, "gpusched 0.1.0\n")

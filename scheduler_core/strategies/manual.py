@@ -16,12 +16,12 @@ from typing import ClassVar
 
 from scheduler_core._units import byte_to_gib
 from scheduler_core.candidates import Candidate, Subordinate
-from scheduler_core.cluster import gpu_rate, sort_gpu_indexes_by_allocatable_rate
+from scheduler_core.cluster import gpu_rate
 from scheduler_core.events import Action, Level, list_message
 from scheduler_core.framework import Clears
 from scheduler_core.reasons import MORE_CAPACITY, ClusterChange, Reason
 from scheduler_core.selection import Selection
-from scheduler_core.workers import WorkerView
+from scheduler_core.workers import Gpu, WorkerView
 
 _HETEROGENEOUS = (
     "Deployment with heterogeneous GPU types is not supported, please select GPUs of the same "
@@ -165,7 +165,7 @@ def _multi_worker(
             break
         if _hosts_distributed_instance(selection, worker):
             continue
-        indexes = _follower_indexes(selection, worker, gpu_type)[: gpu_count - placed]
+        indexes = _follower_indexes(selection, worker, gpu_type, utilization, request)[: gpu_count - placed]
         if not indexes:
             continue
         vram = selection.vram_claims(worker, indexes, utilization, request.vram)
@@ -180,11 +180,28 @@ def _multi_worker(
     ]
 
 
-def _follower_indexes(selection: Selection, worker: WorkerView, gpu_type: str) -> list[int]:
+def _follower_indexes(
+    selection: Selection, worker: WorkerView, gpu_type: str, utilization: float, request: _Request
+) -> list[int]:
+    """A subordinate's GPUs in GPUStack's order (``_manual_select_multi_worker_multi_gpu_candidates``).
+
+    ``worker`` is the selected copy, its GPUs already most-free first. Upstream then sorts them
+    again, stably, by *claim* rate: each selected GPU's claim (``_get_worker_resource_claim``
+    over the whole selected list) over its total (``sort_gpu_indexes_by_allocatable_rate``
+    handed the claims). With equal totals every rate is the same and the most-free order
+    stands; with cards of different sizes ``int(total × fraction) / total`` differs in its last
+    bits and decides the order.
+    """
     selected = selection.manual.by_type[gpu_type][worker.name]
-    allocatable = selection.cluster.allocatable(worker, gpu_type)
-    ordered = sort_gpu_indexes_by_allocatable_rate(worker, allocatable.vram, gpu_type)
-    return [index for index in ordered if index in selected]  # the copy holds existing GPUs only
+    claims = selection.vram_claims(worker, selected, utilization, request.vram)
+
+    def claim_rate(gpu: Gpu) -> float:
+        if gpu.index is None or not gpu.total:
+            return 0.0
+        return claims.get(gpu.index, 0) / gpu.total
+
+    ordered = sorted(worker.gpus, key=claim_rate, reverse=True)
+    return [gpu.index for gpu in ordered if gpu.index is not None]  # the copy holds selected GPUs only
 
 
 def _same_backend(instance_backend: str | None, model_backend: str | None) -> bool:

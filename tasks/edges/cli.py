@@ -27,6 +27,7 @@ from collections.abc import Sequence
 
 from tasks.edges import cli_console, cli_offline, cli_operate, cli_service
 from tasks.edges.cli_support import EXIT_BAD_INPUT, EXIT_FAILURE, CliError, Parser, error_line, one_line
+from tasks.edges.gpustack_bridge import cli as cli_gpustack
 
 
 def _version() -> str:
@@ -79,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_service.register(commands, cluster_actions=cli_operate.register_cluster)
     cli_operate.register(commands)  # cancel, describe, health, list (cluster show: under cluster)
     cli_console.register(commands)  # console (Starlette/uvicorn imported when it runs)
+    cli_gpustack.register(commands)  # gpustack, gpustack report
     return parser
 
 

@@ -222,6 +222,19 @@ class Settings(BaseSettings):
         default=30.0, gt=0, description="a heartbeat or drainer pass older than this is unhealthy"
     )
 
+    gpustack_api_key: SecretStr | None = Field(
+        default=None, description="GPUStack API key of `gpusched gpustack` (a Bearer token); never logged"
+    )
+    gpustack_ca_file: str | None = Field(
+        default=None, description="CA bundle that verifies GPUStack's TLS certificate (default: the system's)"
+    )
+    gpustack_metrics_port: int = Field(default=9466, ge=0, le=65535,
+                                       description="the bridge's /metrics; 0 = off")
+    gpustack_external_scheduler: bool = Field(
+        default=False,
+        description="read by the gpusched plugin inside GPUStack's server: its scheduler does not start",
+    )
+
     @model_validator(mode="after")
     def _timing_rules(self) -> Settings:
         if self.task_time_limit_s >= self.visibility_timeout_s:

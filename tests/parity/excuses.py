@@ -104,8 +104,51 @@ def _devices(request: Json) -> Iterator[tuple[Json, list[Json]]]:
             yield worker, ((worker.get("status") or {}).get("gpu_devices") or [])
 
 
+def _selected_types(request: Json) -> dict[str, set[str]]:
+    """Worker name -> the GPU types a manual selection names on it."""
+    selected: dict[str, set[str]] = {}
+    for gpu_id in (_model(request).get("gpu_selector") or {}).get("gpu_ids") or []:
+        name, _, index = str(gpu_id).rpartition(":")
+        worker_name, _, gpu_type = name.rpartition(":")
+        if index.isdigit() and worker_name:
+            selected.setdefault(worker_name, set()).add(gpu_type)
+    return selected
+
+
 def _mixed_vendor(request: Json) -> bool:
-    return any(len({g.get("type") for g in devices}) > 1 for _, devices in _devices(request))
+    """A worker with GPUs of several types that GPUStack's shallow copy corrupts for this request.
+
+    ``group_workers_by_gpu_type`` leaves every mixed worker holding only the GPUs of its last
+    type (by first appearance). Under a manual selection only the selected workers are read (the
+    GPU-selector filter drops the others), so a selected worker whose selected GPUs are all of its
+    last type, in their own order, is read exactly as gpusched reads it: nothing to excuse there.
+    """
+    selected = _selected_types(request)
+    for worker, devices in _devices(request):
+        types = list(dict.fromkeys(g.get("type") for g in devices))
+        if len(types) < 2:
+            continue
+        if selected:
+            chosen = selected.get(str(worker.get("name")))
+            if chosen is None or chosen == {types[-1]}:
+                continue
+        return True
+    return bool(selected) and _copy_reorders(request, selected)
+
+
+def _copy_reorders(request: Json, selected: dict[str, set[str]]) -> bool:
+    """The shallow copy changes the order of the selected workers: GPUStack counts a mixed
+    worker's GPUs of its last type only when it sorts workers by GPU count (stable)."""
+    rows = [(str(w.get("name")), devices) for w, devices in _devices(request)
+            if str(w.get("name")) in selected]
+
+    def last_type_count(devices: list[Json]) -> int:
+        types = list(dict.fromkeys(g.get("type") for g in devices))
+        return sum(1 for g in devices if types and g.get("type") == types[-1])
+
+    ours = sorted(rows, key=lambda row: len(row[1]), reverse=True)
+    theirs = sorted(rows, key=lambda row: last_type_count(row[1]), reverse=True)
+    return [name for name, _ in ours] != [name for name, _ in theirs]
 
 
 def _index_collision(request: Json) -> bool:

@@ -23,7 +23,10 @@ What is drawn, and why it looks like a real GPUStack cluster:
   pipeline parallelism with speculative decoding, ...);
 - selectors: cluster, labels, manual ``gpu_ids`` (with ``gpus_per_replica``
   0/unset/set, overcommit, world-size mismatches with and without
-  ``GPUSTACK_SKIP_GPU_COUNT_CHECK``).
+  ``GPUSTACK_SKIP_GPU_COUNT_CHECK``), and selections across workers as a real
+  GPUStack sends them (``manual_across_workers``: the leader's GPUs, then other
+  workers' ids out of order, on subordinates with mixed card sizes or another
+  vendor's GPU 0 before or after their own).
 
 Rare inputs that trigger a deliberate difference (README, "Deliberate
 differences") are drawn too, at a low rate, and tagged.
@@ -642,6 +645,9 @@ class _Builder:
         if not with_gpus:
             return
         chosen_workers = rng.sample(with_gpus, min(len(with_gpus), _weighted(rng, {1: 70, 2: 24, 3: 6})))
+        if len(chosen_workers) > 1 and rng.random() < 0.4:
+            self.manual_across_workers(model, chosen_workers)
+            return
         gpu_ids: list[str] = []
         for worker in chosen_workers:
             devices = worker["status"]["gpu_devices"]
@@ -668,6 +674,44 @@ class _Builder:
             selector["gpus_per_replica"] = count
             self.tag(f"gpus_per_replica:{per_replica}")
         model["gpu_selector"] = selector
+
+    def manual_across_workers(self, model: Json, chosen: list[Json]) -> None:
+        """A selection spread over several workers (GPUStack's manual multi-worker candidate), as a
+        real GPUStack sends it: the leader's GPUs, then each other worker's GPU ids in the order the
+        user clicked them (out of order), on subordinates that mix card sizes or also carry another
+        vendor's GPU 0 (listed before or after their own GPUs)."""
+        rng = self.rng
+        self.tag("manual", "manual_multi_worker", "manual_across_workers")
+        gpu_type = chosen[0]["status"]["gpu_devices"][0]["type"]
+        gpu_ids: list[str] = []
+        for position, worker in enumerate(chosen):
+            if position:
+                self.vary_subordinate(worker)
+            own = [g for g in worker["status"]["gpu_devices"] if g["type"] == gpu_type]
+            picked = own if position == 0 else rng.sample(own, rng.randint(1, len(own))) if own else []
+            gpu_ids += [f"{worker['name']}:{gpu_type}:{g['index']}" for g in picked]
+        model["gpu_selector"] = {"gpu_ids": gpu_ids}
+
+    def vary_subordinate(self, worker: Json) -> None:
+        """Mix card sizes on ``worker`` and/or give it another vendor's GPU 0."""
+        rng = self.rng
+        devices = worker["status"]["gpu_devices"]
+        first = devices[0]
+        if len(devices) > 1 and rng.random() < 0.6:
+            sizes = [k for k in GPU_KINDS.values() if k.type == first["type"] and not k.unified]
+            for gpu in rng.sample(devices, rng.randint(1, len(devices) - 1)):
+                gpu["memory"] = dict(gpu["memory"], total=rng.choice(sizes).total)
+            self.tag("subordinate_mixed_sizes")
+        if rng.random() < 0.5:
+            other = GPU_KINDS["mi300x"] if first["type"] != "rocm" else GPU_KINDS["h100"]
+            extra = self.gpu(other, 0)
+            if rng.random() < 0.7:
+                devices.insert(0, extra)
+                self.tag("subordinate_other_vendor_first")
+            else:
+                devices.append(extra)
+                self.tag("subordinate_other_vendor_last")
+            self.tag("mixed_vendor_worker")
 
     # ------------------------------------------------------------------ parameters
     def parameters(self, model: Json, workers: list[Json], workload: str, entry: ModelEntry) -> list[str]:

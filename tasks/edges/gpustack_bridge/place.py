@@ -1,0 +1,214 @@
+"""Place mode: every ``pending`` GPUStack instance without a worker is placed by gpusched.
+
+:class:`Placer` reconciles one instance at a time, level-triggered (kube's controllers): it
+reads GPUStack's row (the mirror) and gpusched's record of the instance's request chain
+(:class:`~tasks.edges.gpustack_bridge.gpusched_side.Desired`) and writes the difference:
+
+* a pending instance gpusched has never seen: submit its request (deterministic id);
+* ``placed``: write the placement unless the row already holds it — a first placement or
+  gpusched's move off a lost worker (the row holds an earlier link of the chain);
+* ``unschedulable``: GPUStack's ``state_message`` (the request stays parked in gpusched and is
+  placed when the cluster changes; the next reconcile writes that);
+* ``rejected``: ``state: error`` with the reason;
+* a deleted instance: cancel its request (a booking is released, a parked request withdrawn).
+
+A row that holds a placement gpusched did not make while gpusched has a request for it was
+placed by another scheduler (GPUStack's own, if it runs): reported, the request cancelled,
+and the instance counted as GPUStack's from then on (never twice).
+
+Every write is idempotent (nothing is written when the row already says it), so a
+restarted bridge, a redelivered result and a periodic full pass all converge on the same
+rows. GPUStack calls that fail are retried by the caller (``RetryLater``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import structlog
+
+from tasks.edges.gpustack_bridge import metrics, writeback
+from tasks.edges.gpustack_bridge.api import GpustackApi, HttpStatus
+from tasks.edges.gpustack_bridge.evaluate import categories_for
+from tasks.edges.gpustack_bridge.gpusched_side import Desired, GpuschedSide
+from tasks.edges.gpustack_bridge.ids import request_id
+from tasks.edges.gpustack_bridge.keys import BridgeKeys
+from tasks.edges.gpustack_bridge.rows import RowRefused, model_row
+
+log = structlog.get_logger("gpusched.gpustack")
+Row = dict[str, Any]
+INSTANCES = "model-instances"
+
+
+@dataclass
+class Placer:
+    """Reconciles GPUStack instances of one cluster with one gpusched partition."""
+
+    api: GpustackApi
+    side: GpuschedSide
+    rows: dict[str, dict[int, Row]]
+    cluster_id: int
+    keys: BridgeKeys
+    model_roots: tuple[str, ...]
+    categorised: set[int] = field(default_factory=set)
+
+    # ------------------------------------------------------------------ entry points
+    def reconcile(self, instance_id: int) -> None:
+        """Bring one instance and its request in line (see the module docstring)."""
+        row = self.rows[INSTANCES].get(instance_id)
+        if row is None or row.get("cluster_id") not in (None, self.cluster_id):
+            return
+        rid = request_id(self.cluster_id, row)
+        if self.is_foreign(instance_id):
+            return
+        desired = self.side.desired(rid)
+        if desired.kind == "unknown":
+            # analyzing: left half-evaluated by GPUStack's own scheduler before it was switched off
+            if row.get("worker_id") is None and row.get("state") in ("pending", "analyzing"):
+                self._submit(row, rid)
+            return
+        self._converge(row, desired)
+
+    def deleted(self, before: Row) -> None:
+        """The instance ``before`` is gone: withdraw its request (idempotent)."""
+        rid = request_id(self.cluster_id, before)
+        self.side.client.rt.client.hdel(self.keys.foreign, str(before["id"]))
+        if self.side.known(rid):
+            status = self.side.cancel(rid)
+            metrics.CANCELLED.inc()
+            log.info("gpustack.instance_deleted", instance=before["id"], request_id=rid, cancel=status)
+
+    def is_foreign(self, instance_id: int) -> bool:
+        return bool(self.side.client.rt.client.hexists(self.keys.foreign, str(instance_id)))
+
+    # ------------------------------------------------------------------ submit
+    def model(self, model_id: Any) -> Row | None:
+        """The model row (the mirror's, else read from GPUStack)."""
+        if isinstance(model_id, int) and model_id in self.rows["models"]:
+            return self.rows["models"][model_id]
+        raw = self.api.get_row("models", int(model_id)) if isinstance(model_id, int) else None
+        if raw is None:
+            return None
+        try:
+            return model_row(raw)
+        except RowRefused as error:
+            log.warning("gpustack.row_refused", kind="model", field=error.field, error=str(error))
+            return None
+
+    def _submit(self, row: Row, rid: str) -> None:
+        model = self.model(row.get("model_id"))
+        if model is None:
+            return  # the model row arrives on its own stream; the next reconcile submits
+        categories = categories_for(model, self.model_roots)
+        if categories is not None:
+            model = {**model, "categories": categories}
+            self._write_categories(model)
+        status = self.side.submit({"request_id": rid, "policy": "gpustack", "model": model})
+        metrics.SUBMITTED.inc()
+        log.info("gpustack.submitted", instance=row["id"], request_id=rid, status=status)
+
+    def _write_categories(self, model: Row) -> None:
+        """GPUStack's evaluation writes the categories it found to the model row: so do we, once."""
+        if model["id"] in self.categorised:
+            return
+        current = self.api.get_row("models", model["id"])
+        if current is None:
+            return
+        if not current.get("categories"):
+            body = {
+                **{k: current[k] for k in writeback.IDENTITY_FIELDS if current.get(k) is not None},
+                "categories": model["categories"],
+            }
+            self.api.put_row("models", model["id"], body)
+            metrics.WRITES.labels("categories").inc()
+        self.categorised.add(model["id"])
+
+    # ------------------------------------------------------------------ converge
+    def _converge(self, row: Row, desired: Desired) -> None:
+        current = writeback.placement_of_row(row)
+        earlier = [writeback.placement_of_result(h) for h in desired.history]
+        if desired.kind == "placed" and desired.result is not None:
+            if current == writeback.placement_of_result(desired.result):
+                return
+            if current is None or current in earlier:  # not written yet, or gpusched moved it
+                self._write_placement(row, desired)
+            else:
+                self._overwritten(row, desired)
+        elif current is not None and current not in earlier and desired.kind in ("waiting", "unschedulable"):
+            self._overwritten(row, desired)
+        elif desired.kind == "unschedulable" and desired.result is not None:
+            self._write_unschedulable(row, desired.result)
+        elif desired.kind == "rejected" and desired.result is not None:
+            self._write_rejected(row, desired.result)
+
+    def _put(self, row: Row, body: Row, what: str) -> None:
+        try:
+            self.api.put_row(INSTANCES, row["id"], body)
+        except HttpStatus as error:
+            metrics.WRITE_ERRORS.labels(str(error.status)).inc()
+            if error.status == 404:  # deleted meanwhile: its DELETE event cancels the request
+                return
+            if not error.retryable:  # 422 and the like: retrying the same body cannot help
+                log.error("gpustack.write_refused", instance=row["id"], what=what, error=str(error))
+                return
+            raise
+        metrics.WRITES.labels(what).inc()
+
+    def _write_placement(self, row: Row, desired: Desired) -> None:
+        assert desired.result is not None
+        model = self.model(row.get("model_id")) or {}
+        workers = self.rows["workers"]
+        body = writeback.placement_body(row, desired.result, workers, model.get("backend"))
+        moved = writeback.placement_of_row(row) is not None
+        self._put(row, body, "move" if moved else "placement")
+        if not moved:
+            created = _created(row)
+            if created is not None:
+                metrics.PLACE_LATENCY.observe(max(0.0, time.time() - created))
+        log.info(
+            "gpustack.placed",
+            instance=row["id"],
+            request_id=desired.request_id,
+            moved=moved,
+            worker=body["worker_id"],
+            gpus=body["gpu_indexes"],
+        )
+
+    def _write_unschedulable(self, row: Row, result: Row) -> None:
+        message = writeback.state_message_of(result)
+        if row.get("state") == "pending" and row.get("state_message") == message:
+            return
+        self._put(row, writeback.unschedulable_body(row, result), "unschedulable")
+
+    def _write_rejected(self, row: Row, result: Row) -> None:
+        message = writeback.state_message_of(result)
+        if row.get("state") == "error" and row.get("state_message") == message:
+            return
+        self._put(row, writeback.rejected_body(row, result), "rejected")
+
+    def _overwritten(self, row: Row, desired: Desired) -> None:
+        """Another scheduler placed the instance: count it as GPUStack's, release gpusched's request."""
+        self.side.client.rt.client.hset(self.keys.foreign, str(row["id"]), desired.request_id)
+        status = self.side.cancel(desired.request_id)
+        metrics.OVERWRITTEN.inc()
+        log.error(
+            "gpustack.placement_overwritten",
+            instance=row["id"],
+            request_id=desired.request_id,
+            worker=row.get("worker_id"),
+            cancel=status,
+            hint="another scheduler places this cluster's instances: is GPUStack's scheduler off?",
+        )
+
+
+def _created(row: Row) -> float | None:
+    text = row.get("created_at")
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None

@@ -1,0 +1,155 @@
+"""50 instances over 20 synthetic workers: gpusched places them into GPUStack (place mode), and
+GPUStack's own scheduler code, given the same rows in the same order, chooses the same for
+every one; on a stock GPUStack the shadow bridge agrees with its scheduler on all 50.
+
+GPUStack's code is the oracle of ``tools/gpustack-oracle`` run from the GPUStack server's own
+virtualenv (GPUStack 2.2.3 from PyPI): for the k-th placement (in the order gpusched published
+them) it decides on the workers and the k-1 instances placed before, as GPUStack's scheduler
+would read them from its database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.gpustack_bridge.scenario import World, gpus_over_total, wait_for
+from tests.gpustack_bridge.server import gpustack_venv
+from tests.gpustack_bridge.synthetic import H100_SPEC
+from tests.parity.oracle_client import Oracle
+
+pytestmark = [pytest.mark.gpustack, pytest.mark.slow]
+
+#: (catalog model, replicas, backend parameters): 50 instances on 75 of the 80 GPUs, biggest first.
+WORKLOAD = (
+    ("qwen2.5-32b", 5, ["--tp-size", "4"]),
+    ("qwen2.5-7b", 10, ["--tp-size=2"]),
+    ("qwen2.5-7b", 15, []),
+    ("qwen2.5-0.5b", 20, []),
+)
+WORKERS = 20
+
+
+@pytest.fixture
+def oracle() -> Iterator[Oracle]:
+    previous = os.environ.get("ORACLE_VENV")
+    os.environ["ORACLE_VENV"] = str(gpustack_venv())  # GPUStack 2.2.3 itself, as the server runs it
+    try:
+        with Oracle() as found:
+            yield found
+    finally:
+        if previous is None:
+            os.environ.pop("ORACLE_VENV", None)
+        else:
+            os.environ["ORACLE_VENV"] = previous
+
+
+def _deploy(w: World) -> list[dict[str, Any]]:
+    """Register the fleet, start the bridge, create the workload one model at a time."""
+    names = w.add_workers(WORKERS, [H100_SPEC] * 4)
+    assert w.fleet is not None
+    w.fleet.start()
+    w.wait_workers_ready(names, timeout=120)
+    w.start_bridge()
+    total = 0
+    for key, replicas, params in WORKLOAD:
+        w.create_model(key, replicas=replicas, params=params)
+        total += replicas
+        rows = w.decided(total, timeout=180)
+    return rows
+
+
+def _placement(candidate: dict[str, Any] | None) -> tuple[Any, ...]:
+    if candidate is None:
+        return ("none",)
+    vram = candidate["computed_resource_claim"]["vram"]
+    subs = candidate.get("subordinate_workers") or []
+    return (
+        candidate["worker_id"],
+        tuple(candidate["gpu_indexes"]),
+        tuple(sorted((str(k), int(v)) for k, v in vram.items())),
+        tuple((s["worker_id"], tuple(s["gpu_indexes"])) for s in subs),
+    )
+
+
+def _row_placement(row: dict[str, Any]) -> tuple[Any, ...]:
+    subs = (row.get("distributed_servers") or {}).get("subordinate_workers") or []
+    vram = (row.get("computed_resource_claim") or {}).get("vram") or {}
+    return (
+        row["worker_id"],
+        tuple(row["gpu_indexes"]),
+        tuple(sorted((str(k), int(v)) for k, v in vram.items())),
+        tuple((s["worker_id"], tuple(s["gpu_indexes"])) for s in subs),
+    )
+
+
+def _placement_order(w: World) -> list[int]:
+    """Instance ids in the order gpusched published their placements."""
+    from tasks.edges.gpustack_bridge.ids import instance_of
+
+    order: list[int] = []
+    for fields in w.deployment.results():
+        ident = instance_of(fields["request_id"], w.cluster_id)
+        if fields["status"] == "scheduled" and ident is not None and ident not in order:
+            order.append(ident)
+    return order
+
+
+def _as_pending(row: dict[str, Any]) -> dict[str, Any]:
+    cleared = dict(
+        row,
+        state="pending",
+        worker_id=None,
+        worker_name=None,
+        gpu_type=None,
+        gpu_indexes=[],
+        computed_resource_claim=None,
+        distributed_servers=None,
+    )
+    return cleared
+
+
+def test_fifty_instances_placed_by_gpusched_are_what_gpustacks_own_code_chooses(
+    world: Callable[..., World],
+    oracle: Oracle,
+) -> None:
+    w = world("place")
+    rows = _deploy(w)
+    assert sum(r["state"] == "running" for r in rows) == 50
+    assert gpus_over_total(w.server, w.cluster_id) == []
+    workers = sorted(w.rows("workers"), key=lambda r: r["id"])
+    models = {m["id"]: m for m in w.rows("models")}
+    by_id = {r["id"]: r for r in rows}
+    order = wait_for(lambda: len(o := _placement_order(w)) == 50 and o, 30, "50 published placements")
+    identical = 0
+    for k, ident in enumerate(order):
+        earlier = [by_id[i] for i in order[:k]]
+        request = {
+            "request_id": f"check-{ident}",
+            "policy": "gpustack",
+            "model": models[by_id[ident]["model_id"]],
+            "workers": workers,
+            "model_instances": [*earlier, _as_pending(by_id[ident])],
+        }
+        theirs = oracle.decide(request)
+        assert theirs["status"] == "scheduled", json.dumps(theirs)[:2000]
+        chosen = theirs["candidates"][theirs["selected"]]
+        assert _placement(chosen) == _row_placement(by_id[ident]), f"instance {ident} (placement {k})"
+        identical += 1
+    assert identical == 50
+
+
+def test_shadow_agrees_on_fifty_instances_placed_by_a_stock_gpustack(world: Callable[..., World]) -> None:
+    from tests.gpustack_bridge.test_shadow import _report
+
+    w = world("shadow", workers=0)
+    rows = _deploy(w)
+    assert sum(r["state"] == "running" for r in rows) == 50
+    assert gpus_over_total(w.server, w.cluster_id) == []
+    report = wait_for(lambda: (r := _report(w))["decisions"] >= 50 and r, 60, "50 shadow decisions")
+    assert report["differ"] == 0, json.dumps(report["differences"], indent=1)[:4000]
+    assert report["agree"] + report["tie"] == 50
