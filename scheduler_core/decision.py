@@ -89,6 +89,10 @@ def request_id_for(raw: Any) -> str:
     return f"req-{digest}"
 
 
+#: How a field path names an empty key (``{"": ...}``): a path part that is not blank.
+EMPTY_KEY = '""'
+
+
 def deep_field(raw: Mapping[str, Any]) -> str | None:
     """The field of a request that nests more than :data:`MAX_DEPTH` levels, or None.
 
@@ -105,9 +109,9 @@ def deep_field(raw: Mapping[str, Any]) -> str | None:
             inner = next((name for name, item in value.items()
                           if name != "hf_config" and too_deep(item)), None)
             if inner is not None:
-                return f"model.{inner}"
+                return f"model.{inner or EMPTY_KEY}"
         elif too_deep(value):
-            return str(key)
+            return str(key) or EMPTY_KEY
     return None
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from scheduler_core import Worker
+from scheduler_core import Worker, render_text, render_value
 from tasks.audit.events import append_event
 from tasks.intake.cluster_events import (
     KINDS,
@@ -87,9 +87,10 @@ def handle_cluster_event(rt: Runtime, raw: Any) -> dict[str, Any]:
 
 def _reject(rt: Runtime, raw: Any, error: Exception) -> dict[str, Any]:
     field, message = _describe_error(error)
+    echoed = render_value(raw) if isinstance(raw, dict) else repr(raw)  # the refused input, as data
     append_event(
         rt.client, rt.keys.events, "sched.cluster.event_rejected",
-        {"error": message, "field": field, "event": raw if isinstance(raw, dict) else repr(raw)},
+        {"error": message, "field": field, "event": echoed},
     )
     return {"kind": _kind(raw), "status": "rejected", "error": message, "field": field}
 
@@ -100,14 +101,16 @@ def _describe_error(error: Exception) -> tuple[str | None, str]:
         loc = [str(part) for part in first["loc"]]
         if loc and loc[0] in KINDS:
             loc = loc[1:]
-        return ".".join(loc) or None, str(first["msg"]).removeprefix("Value error, ")
+        field = ".".join(loc) or None
+        message = str(first["msg"]).removeprefix("Value error, ")
+        return None if field is None else render_text(field), render_text(message)
     if isinstance(error, InvalidField):
         return error.field, error.message
-    return None, str(error)
+    return None, render_text(str(error))
 
 
 def _kind(raw: Any) -> str:
-    return str(raw.get("kind")) if isinstance(raw, dict) else "?"
+    return render_text(str(raw.get("kind"))) if isinstance(raw, dict) else "?"
 
 
 # ------------------------------------------------------------------ changes

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import redis
 
+from scheduler_core import render_text
 from tasks.audit.digests import sha256_hex
 from tasks.state.partition import Partition
 
@@ -87,6 +88,8 @@ class Deliveries:
         p = self._partition
         k = p.keys
         s = p.settings
+        # the detail and the names quote the message (an exception's text, its headers)
+        detail, task_name, task_id = render_text(detail), render_text(task_name), render_text(task_id)
         record_key = k.request(request_id) if request_id else k.request("-")
         reply = p.run(
             "dead_letter",

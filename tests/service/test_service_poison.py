@@ -10,6 +10,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from fuzzing import base_request, cases, result_problems
+from service.fuzz_door import through_raw_door
 from service.raw_messages import envelope, nested, nested_text
 from service.support import Deployment, cluster, llm_request, wait_until
 
@@ -116,3 +118,51 @@ def test_a_far_future_eta_is_dead_lettered_not_held_and_delivered_again(
     assert re.match(r"message headers: eta is 86[34]\d\d s ahead, more than \d+ s", fields["detail"])
     assert json.loads(fields["args"])["excerpt"].startswith("{")
     assert worker.process is not None and worker.process.poll() is None, worker.log_tail()
+
+
+def _poison(rid: str) -> dict[str, object]:
+    """Issue 17, item 1: an unknown key that is a lone surrogate, nesting 70 levels deep."""
+    request = llm_request(rid)
+    request["\ud800"] = nested(70)
+    return request
+
+
+def test_the_surrogate_poison_is_rejected_at_every_door_and_kills_no_worker(
+    deployment: Callable[..., Deployment],
+) -> None:
+    """Before: ``submit()`` raised PydanticSerializationError, and as a raw ``gpusched.decide``
+    message the request killed the worker node ("Unrecoverable error"), with no dead letter
+    and no result. Now each door rejects it, naming the key as its visible escape."""
+    d = deployment()
+    (worker,) = d.start_workers(1)
+    d.client.apply_cluster(cluster(1, 2))
+    submitted = d.client.submit(_poison("poison-client"), wait=True, timeout=30)
+    assert isinstance(submitted, dict) and submitted["status"] == "rejected"
+    assert submitted["error"] == {"code": "invalid_request", "message": "nests more than 64 levels deep",
+                                  "field": "\\ud800"}
+    for rid in ("poison-raw-1", "poison-raw-2", "poison-raw-3"):  # one node per message, before
+        d.redis.lpush(d.keys.requests_queue, envelope(args=[_poison(rid)]))
+    d.redis.lpush(d.keys.requests_queue, envelope(args=[llm_request("after-poison")]))
+
+    assert d.client.wait("after-poison", timeout=60)["status"] == "scheduled"
+    for rid in ("poison-raw-1", "poison-raw-2", "poison-raw-3"):
+        rejected = d.client.wait(rid, timeout=30)
+        assert rejected["error"]["field"] == "\\ud800" and result_problems(json.dumps(rejected)) == []
+    letters = d.redis.xrange(d.keys.deadletter)
+    assert [fields["reason"] for _, fields in letters] == ["too_deep"] * 3
+    assert all("(field \\ud800)" in fields["detail"] for _, fields in letters)
+    assert worker.process is not None and worker.process.poll() is None, worker.log_tail()
+    assert "Unrecoverable error" not in worker.log_path.read_text()
+
+
+def test_fuzzed_raw_requests_kill_no_worker_and_each_gets_an_answer(
+    deployment: Callable[..., Deployment],
+) -> None:
+    """A seeded sample of the fuzz (``bench/fuzz_doors.py`` runs 20,000): raw ``gpusched.decide``
+    messages with keys and values from the whole Unicode range, wrong types and deep nesting."""
+    d = deployment()
+    d.start_workers(1)
+    d.client.apply_cluster({"workers": base_request("-", cluster=True)["workers"], "model_instances": []})
+    report = through_raw_door(d, list(cases(31, 150, cluster=False)), timeout=240)
+    assert report.problems == []
+    assert report.results >= report.messages - 5  # a result each (a few ids may repeat)
