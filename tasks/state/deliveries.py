@@ -71,6 +71,7 @@ class Deliveries:
         result_digest: str = "",
         intake_task: str = "",
         request_json: str = "",
+        finish: bool = True,
     ) -> tuple[str, str]:
         """Record a message the guard gave up on; finish its request if the message drove it.
 
@@ -84,6 +85,8 @@ class Deliveries:
                 record must have been accepted by it).
             request_json: for a raw request message, the record to create
                 when none exists.
+            finish: False to record the dead letter only (a message that failed
+                validation never finishes a request, whichever it names).
         """
         p = self._partition
         k = p.keys
@@ -98,7 +101,7 @@ class Deliveries:
                 *p.meta().argv(), request_id, task_name, task_id, reason, detail,
                 deliveries, args_json, rejected_json, sha256_hex(rejected_json),
                 s.results_maxlen, s.request_ttl_s, p.now_ms(),
-                seq, attempt, result_digest, intake_task, request_json,
+                seq, attempt, result_digest, intake_task, request_json, "1" if finish else "0",
             ],
         )
         return reply[0], reply[1]

@@ -44,6 +44,12 @@ def _kill_pool(worker: WorkerProcess) -> int:
     return killed
 
 
+def _claimed(d: Deployment, request_id: str) -> bool:
+    """The request's attempt is being decided by a message now in flight (its decider)."""
+    state, decider = d.redis.hmget(d.keys.request(request_id), "state", "decider")
+    return state == "deciding" and decider in _in_flight(d)
+
+
 def _lost_pool_processes(d: Deployment) -> int:
     return sum(path.read_text(errors="replace").count("SIGKILL") for path in d.logs.glob("worker-*.log"))
 
@@ -88,8 +94,10 @@ def test_a_message_that_keeps_killing_workers_is_dead_lettered(
     d.client.apply_cluster(cluster(*SLOW_CLUSTER))
     (worker,) = d.start_workers(1)
     d.client.submit(llm_request("poison", tp=4))
-    for crash in (1, 2):  # the delivery counter says which start of the message is running
-        wait_until(lambda n=crash: n in _deliveries(d), 120, f"delivery {crash}", interval=0.002)
+    for crash in (1, 2):  # the delivery counter says which start of the message is running; it
+        # is killed once it claimed the attempt (the decider), the proof it drives the request
+        wait_until(lambda n=crash: n in _deliveries(d) and _claimed(d, "poison"), 120, f"delivery {crash}",
+                   interval=0.002)
         assert _kill_pool(worker) == 1
     result = d.client.wait("poison", timeout=120, terminal=True)
     assert result["status"] == "rejected" and result["error"]["code"] == "dead_lettered"

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from fuzzing import base_request, cases, result_problems
 from service.fuzz_door import through_raw_door
-from service.raw_messages import envelope, nested, nested_text
+from service.raw_messages import EMBED, envelope, nested, nested_text
 from service.support import Deployment, cluster, llm_request, wait_until
 
 pytestmark = pytest.mark.service
@@ -166,3 +166,33 @@ def test_fuzzed_raw_requests_kill_no_worker_and_each_gets_an_answer(
     report = through_raw_door(d, list(cases(31, 150, cluster=False)), timeout=240)
     assert report.problems == []
     assert report.results >= report.messages - 5  # a result each (a few ids may repeat)
+
+
+def test_a_forged_decide_for_a_request_in_flight_is_dead_lettered_alone(
+    deployment: Callable[..., Deployment],
+) -> None:
+    """Issue 17, item 2: a forged ``gpusched.decide`` naming another request's id, with the right
+    seq and attempt and an unexpected keyword argument, pushed while that request's own message
+    is deciding. Before: it raised three times, was dead-lettered as ``task_error`` and finished
+    the victim (terminal ``rejected``, ``dead_lettered``). Now it is dead-lettered at once as
+    ``invalid_arguments``, finishing nothing, and the victim is placed."""
+    d = deployment(decide_lock_wait_s=5)
+    d.start_workers(2)
+    d.client.apply_cluster(cluster(2, 2))
+    d.redis.set(d.keys.decide_lock, "someone-else", px=60_000)  # the victim's decision waits on it
+    d.client.submit(llm_request("victim"))
+    wait_until(lambda: d.redis.hget(d.keys.request("victim"), "state") == "deciding", 60,
+               "the victim's message to claim its attempt")
+    forged = json.dumps([["victim", 0, 0], {"bogus": 1}, EMBED])
+    d.redis.lpush(d.keys.requests_queue, envelope(body_text=forged))
+    (letter,) = wait_until(lambda: d.redis.xrange(d.keys.deadletter), 60, "the forged message's dead letter")
+    d.redis.delete(d.keys.decide_lock)
+
+    assert d.client.wait("victim", timeout=60, terminal=True)["status"] == "scheduled"
+    fields = letter[1]
+    assert (fields["reason"], fields["request_id"], fields["deliveries"]) == ("invalid_arguments", "", "1")
+    assert fields["detail"] == "gpusched.decide: unexpected keyword argument 'bogus'"
+    wait_until(d.idle, 30, "the pipeline to settle")
+    assert d.outcomes()["victim"] == {"terminal": 1, "scheduled": 1}
+    assert d.redis.xlen(d.keys.deadletter) == 1
+    assert not [e for e in d.events("sched.request.rejected") if e["request_id"] == "victim"]

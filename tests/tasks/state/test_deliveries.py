@@ -9,6 +9,7 @@ from tasks.testing import Harness
 
 def test_dead_letter_rejects_an_unfinished_request_once(h: Harness) -> None:
     accept(h)
+    h.rt.partition.call(h.rt.records.begin_call("r1", 0, 0, "t"))  # message t claimed the attempt
     kwargs = dict(
         task_name="gpusched.decide",
         task_id="t",
@@ -96,3 +97,19 @@ def test_dead_lettering_a_message_that_no_longer_drives_its_request_changes_noth
     _, result_id = h.rt.deliveries.dead_letter(**base, result_digest="d")
     assert result_id and h.results()[0]["status"] == "rejected"
     assert h.events(["sched.result.published"])[0].data["result_digest"]  # the rejection's digest
+
+
+def test_only_the_decide_message_that_claimed_the_attempt_finishes_it(h: Harness) -> None:
+    """Issue 17, item 2: a decide message naming a request (right seq and attempt) finishes it
+    only if it is the record's decider; a message that failed validation never does."""
+    accept(h)
+    h.rt.partition.call(h.rt.records.begin_call("r1", 0, 0, "real"))
+    base = dict(request_id="r1", task_name="gpusched.decide", reason="task_error", detail="x",
+                deliveries=3, args_json='["r1", 0, 0]', rejected_json='{"status":"rejected"}')
+    assert h.rt.deliveries.dead_letter(**base, task_id="forged")[1] == ""  # type: ignore[arg-type]
+    assert h.rt.deliveries.dead_letter(**base, task_id="real", finish=False)[1] == ""  # type: ignore[arg-type]
+    assert h.results() == [] and h.record("r1")["state"] == "deciding"
+    letters = h.rt.client.xrange(h.rt.keys.deadletter)
+    assert [fields["task_id"] for _, fields in letters] == ["forged", "real"]
+    assert h.rt.deliveries.dead_letter(**base, task_id="real")[1]  # type: ignore[arg-type]
+    assert [r["status"] for r in h.results()] == ["rejected"]
