@@ -181,10 +181,12 @@ def _rejection_line(value: dict[str, Any]) -> list[str]:
 # -------------------------------------------------------------------- worker
 def _worker(args: argparse.Namespace) -> int:
     from tasks.runtime.celery_app import app
+    from tasks.runtime.preflight import check_configuration
     from tasks.runtime.settings import get_settings
     from tasks.state.keys import Keys
 
     settings = get_settings()
+    check_configuration(settings)  # a broken chain.json: one line, exit 2, nothing started
     queues = args.queues or ",".join(Keys(settings.cluster).queues)
     argv = [
         "worker",

@@ -50,12 +50,12 @@ from celery import Celery, signals  # type: ignore[import-untyped]
 from kombu.entity import Exchange, Queue
 
 from tasks.runtime import logging as service_logging
-from tasks.runtime import metrics
+from tasks.runtime import metrics, preflight
 from tasks.runtime.broker import shutting_down
 from tasks.runtime.context import Runtime, get_runtime
 from tasks.runtime.middleware import NODE_STACK, request_logging
 from tasks.runtime.middleware.queue_guard import accepted_tasks
-from tasks.runtime.settings import Settings, get_settings
+from tasks.runtime.settings import Settings, SettingsError, get_settings
 from tasks.runtime.task_contract import CLUSTER_EVENT, DECIDE, RESUME
 from tasks.state.keys import Keys
 
@@ -213,8 +213,13 @@ def _after_task(**_: Any) -> None:
 
 @signals.worker_init.connect  # type: ignore[untyped-decorator]
 def _worker_init(**_: Any) -> None:
+    settings = get_settings()
+    try:  # before anything is consumed: a chain the tasks cannot load stops the node (exit 2)
+        preflight.check_configuration(settings)
+    except SettingsError as error:
+        preflight.refuse_to_start(error)
     # before the pool forks: every pool process then counts into the node's metrics directory
-    if get_settings().metrics_port:
+    if settings.metrics_port:
         metrics.prepare_multiprocess()
 
 
