@@ -88,7 +88,12 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             "queue_order_strategy": "sorted",
             "socket_connect_timeout": settings.redis_socket_connect_timeout_s,
             "health_check_interval": settings.redis_health_check_interval_s,
+            # kombu's own keys carry the partition (docs/security.md: ACL key patterns per partition)
+            "unacked_key": keys.unacked,
+            "unacked_index_key": keys.unacked_index,
+            "unacked_mutex_key": keys.unacked_mutex,
         },
+        **partition_isolation(keys),
         "broker_connection_retry_on_startup": True,
         "worker_cancel_long_running_tasks_on_connection_loss": True,
         "worker_hijack_root_logger": False,
@@ -103,6 +108,20 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             task: {"queue": queue} for queue, names in accepted_tasks(keys).items() for task in sorted(names)
         },
     }
+
+
+def partition_isolation(keys: Keys) -> dict[str, Any]:
+    """Celery settings that keep a partition's broker traffic under its own names.
+
+    Unpartitioned: none (Celery's defaults). With a cluster id, the event exchange
+    carries the partition's tag, and remote control is off: its pidbox queues,
+    their binding tables and kombu's global ``_kombu.binding_deadlines`` (whose
+    sweep deletes other exchanges' tables) would be shared by every partition of
+    the database, which their ACL users must not reach (``docs/security.md``).
+    """
+    if keys.event_exchange is None:
+        return {}
+    return {"event_exchange": keys.event_exchange, "worker_enable_remote_control": False}
 
 
 def broker_tls(url: str) -> dict[str, Any]:

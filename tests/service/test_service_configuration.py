@@ -73,7 +73,7 @@ def test_a_worker_with_a_broken_chain_exits_2_at_start_and_consumes_nothing(
         assert len(lines) == 1 and problem in lines[0], (name, output[-2000:])
         assert "Traceback" not in output and "ready." not in output, (name, output[-2000:])
     assert d.redis.llen(d.keys.requests_queue) == 1  # nothing consumed
-    assert d.redis.hlen(d.keys.nodes) == 0 and d.redis.hlen("unacked") == 0
+    assert d.redis.hlen(d.keys.nodes) == 0 and d.redis.hlen(d.keys.unacked) == 0
 
 
 def test_a_cli_command_that_needs_the_chain_exits_2_naming_it(
