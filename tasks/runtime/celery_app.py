@@ -11,6 +11,12 @@ Configuration choices (see ``docs/service.md``):
   whose deliveries keep dying, so a poison message cannot loop forever.
 * ``acks_on_timeout=False``: a hard time limit also requeues (and counts as
   a crash for the guard).
+* ``worker_cancel_long_running_tasks_on_connection_loss=False``: a lost broker
+  connection does not terminate the task in flight (Celery's default from 6.0
+  does): its state writes retry on their own connections, and a terminated
+  task looked like a crash to the redelivery guard, so a few connection resets
+  dead-lettered a valid request. The held message is handed out again at the
+  reconnect and its duplicate delivery finds the attempt decided.
 * The visibility timeout stays above the task time limit, and no countdown
   exceeds half of it (enforced by :class:`tasks.runtime.settings.Settings`);
   longer delays live in the ``outbox``/``timers`` sorted sets drained by
@@ -42,11 +48,13 @@ from __future__ import annotations
 
 import os
 import ssl
+import warnings
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import structlog
 from celery import Celery, signals  # type: ignore[import-untyped]
+from celery.exceptions import CPendingDeprecationWarning  # type: ignore[import-untyped]
 from kombu.entity import Exchange, Queue
 
 from tasks.runtime import logging as service_logging
@@ -60,6 +68,15 @@ from tasks.runtime.task_contract import CLUSTER_EVENT, DECIDE, RESUME
 from tasks.state.keys import Keys
 
 app = Celery("gpusched", include=["tasks.runtime.worker_tasks"])
+
+
+
+def _quiet_cancel_warning() -> None:
+    """Celery warns on every broker connection loss that it will cancel in-flight tasks by default
+    in 6.0; the service turns that off on purpose (``celery_config``), so the warning is noise.
+    Installed once the node is up (Celery's own log set-up turns its warnings to ``always``)."""
+    warnings.filterwarnings("ignore", message=r"\s*In Celery 5\.1 we introduced an optional breaking",
+                            category=CPendingDeprecationWarning)
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -95,7 +112,10 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         },
         **partition_isolation(keys),
         "broker_connection_retry_on_startup": True,
-        "worker_cancel_long_running_tasks_on_connection_loss": True,
+        # a lost broker connection is no reason to kill the task in flight: its state writes
+        # retry on their own connections, and the redelivery guard must count only deliveries
+        # whose process died (a terminated task looked like a crash: docs/service.md)
+        "worker_cancel_long_running_tasks_on_connection_loss": False,
         "worker_hijack_root_logger": False,
         "worker_concurrency": settings.worker_concurrency,
         "broker_transport": "tasks.runtime.broker_door:Transport",
@@ -245,6 +265,7 @@ def _worker_init(**_: Any) -> None:
 @signals.worker_ready.connect  # type: ignore[untyped-decorator]
 def _worker_ready(sender: Any = None, **_: Any) -> None:
     node = str(getattr(sender, "hostname", "") or f"pid-{os.getpid()}")
+    _quiet_cancel_warning()
     for middleware in NODE_STACK:
         middleware.after_worker_boot(node, worker_runtime)
 

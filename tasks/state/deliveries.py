@@ -1,8 +1,8 @@
 """The redelivery guard's state: delivery and error counts per task message, the dead letters.
 
-``gpusched:delivery:<task_id>`` counts the starts of one message that never
-finished (the process died), ``gpusched:errors:<task_id>`` its unexpected
-exceptions; both expire with the broker's visibility window. A message the
+``gpusched:delivery:<task_id>`` holds the starts of one message that never
+finished (the process died), one member per start, ``gpusched:errors:<task_id>``
+counts its unexpected exceptions; both expire with the broker's visibility window. A message the
 guard gives up on goes to ``gpusched:deadletter`` (``dead_letter.lua``),
 which also finishes its request when the message drove the request's
 current step. The policy (when to give up) is the runtime's
@@ -24,9 +24,21 @@ class Deliveries:
     def __init__(self, partition: Partition) -> None:
         self._partition = partition
 
-    def count_delivery(self, task_id: str) -> int:
-        """Count one start of a task message (expires with the visibility window)."""
-        return self._count(self._partition.keys.delivery(task_id))
+    def count_delivery(self, task_id: str, start: str) -> int:
+        """Count one start of a task message; returns how many starts have not finished.
+
+        Idempotent per start: ``start`` (unique to this delivery) is added to a set, so a
+        write redis-py retries after its reply was lost (a connection reset) counts once,
+        where an ``INCR`` counted the same start twice. Expires with the visibility window.
+        """
+        p = self._partition
+        key = p.keys.delivery(task_id)
+        pipe = p.client.pipeline(transaction=True)
+        pipe.sadd(key, start)
+        pipe.expire(key, self._ttl_s())
+        pipe.scard(key)
+        *_, count = pipe.execute()
+        return int(count)
 
     def clear_delivery(self, task_id: str, *, client: redis.Redis | None = None) -> None:
         """The message's delivery ended without its process dying: forget its crash count.
@@ -46,12 +58,14 @@ class Deliveries:
         p = self._partition
         p.client.delete(p.keys.task_errors(task_id))
 
+    def _ttl_s(self) -> int:
+        settings = self._partition.settings
+        return settings.visibility_timeout_s * (settings.max_crashes + 2)
+
     def _count(self, key: str) -> int:
-        p = self._partition
-        ttl = p.settings.visibility_timeout_s * (p.settings.max_crashes + 2)
-        pipe = p.client.pipeline(transaction=True)
+        pipe = self._partition.client.pipeline(transaction=True)
         pipe.incr(key)
-        pipe.expire(key, ttl)
+        pipe.expire(key, self._ttl_s())
         count, _ = pipe.execute()
         return int(count)
 

@@ -250,7 +250,7 @@ class Keys:
         return f"{self.prefix}:nodes"
 
     def delivery(self, task_id: str) -> str:
-        """Counter of deliveries of one task message that never completed."""
+        """Set of the starts (one member each) of one task message's deliveries that never completed."""
         return f"{self.prefix}:delivery:{task_id}"
 
     def task_errors(self, task_id: str) -> str:

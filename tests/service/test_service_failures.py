@@ -29,7 +29,7 @@ def _in_flight(d: Deployment) -> list[str]:
 
 def _deliveries(d: Deployment) -> set[int]:
     """Start counts of the messages in flight."""
-    return {int(d.redis.get(d.keys.delivery(task_id)) or 0) for task_id in _in_flight(d)}
+    return {int(d.redis.scard(d.keys.delivery(task_id))) for task_id in _in_flight(d)}
 
 
 def _kill_pool(worker: WorkerProcess) -> int:

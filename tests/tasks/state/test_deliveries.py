@@ -45,10 +45,17 @@ def test_dead_letter_without_a_request_only_records_the_message(h: Harness) -> N
 
 
 def test_delivery_counter_counts_and_clears(h: Harness) -> None:
-    assert [h.rt.deliveries.count_delivery("t") for _ in range(3)] == [1, 2, 3]
+    assert [h.rt.deliveries.count_delivery("t", start) for start in ("a", "b", "c")] == [1, 2, 3]
     assert h.rt.client.ttl(h.rt.keys.delivery("t")) > 0
     h.rt.deliveries.clear_delivery("t")
-    assert h.rt.deliveries.count_delivery("t") == 1
+    assert h.rt.deliveries.count_delivery("t", "d") == 1
+
+
+def test_a_start_counted_twice_is_one_start(h: Harness) -> None:
+    """Issue 17, item 3: redis-py retries a transaction whose reply a connection reset lost; the
+    same start must not count twice (an INCR did: one reset per delivery looked like two deaths)."""
+    assert [h.rt.deliveries.count_delivery("t", "same") for _ in range(3)] == [1, 1, 1]
+    assert h.rt.deliveries.count_delivery("t", "next") == 2
 
 
 def test_dead_lettering_a_booked_request_publishes_its_booking(h: Harness) -> None:
