@@ -40,6 +40,7 @@ from scheduler_core.plugins import (
     STRATEGIES_BY_NAME,
     chain_of,
     chain_wake_table,
+    free_bytes_floor,
     free_share_floor,
     worker_admits,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "chain_of",
     "chain_wake_table",
     "encodable",
+    "free_bytes_floor",
     "free_share_floor",
     "gpu_capacity",
     "instance_claims",

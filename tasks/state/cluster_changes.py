@@ -38,7 +38,7 @@ from tasks.state.cancels import CANCELLED, RELEASED, cancel_request
 from tasks.state.cluster_store import RemovalRefused
 from tasks.state.followups import run_followup
 from tasks.state.notices import resume_if_recovered
-from tasks.state.parking import worker_changes
+from tasks.state.parking import snapshot_facts, worker_changes
 from tasks.state.rows import row_json
 
 #: Compare-and-set attempts for a worker update racing other updates of that worker.
@@ -117,7 +117,9 @@ def _kind(raw: Any) -> str:
 def apply_snapshot(
     rt: Runtime, document: Mapping[str, Any] | SnapshotRows, *, allow_removal: bool = False
 ) -> dict[str, Any]:
-    """Replace the cluster, reschedule bookings whose workers vanished, wake everything parked.
+    """Replace the cluster, reschedule bookings whose workers vanished, wake what its changes
+    could unblock (the workers' changes against the stored rows, the capacity it frees: an
+    unchanged snapshot wakes nobody).
 
     Args:
         allow_removal: confirm a snapshot that removes more than
@@ -128,7 +130,10 @@ def apply_snapshot(
         tasks.state.cluster_store.RemovalRefused: too many workers would go (nothing changes).
     """
     meta = rt.partition.meta()
-    applied = rt.cluster.apply_snapshot(document, meta=meta, allow_removal=allow_removal)
+    rows = document if isinstance(document, SnapshotRows) else parse_snapshot(document)
+    version, stored = rt.cluster.worker_rows()
+    applied = rt.cluster.apply_snapshot(rows, meta=meta, allow_removal=allow_removal,
+                                        wake=snapshot_facts(stored, rows.workers), wake_version=version)
     done = run_followup(rt, meta.event_id)
     resume_if_recovered(rt)
     return {"kind": "snapshot", "status": "applied", "version": applied.version,

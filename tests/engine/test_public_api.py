@@ -36,6 +36,7 @@ PUBLIC = [
     "chain_of",
     "chain_wake_table",
     "encodable",
+    "free_bytes_floor",
     "free_share_floor",
     "gpu_capacity",
     "instance_claims",
