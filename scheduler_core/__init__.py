@@ -30,17 +30,18 @@ from scheduler_core._schemas import (
 )
 from scheduler_core.accounting import gpu_capacity, instance_claims, occupied_workers
 from scheduler_core.caching import SnapshotMemo
-from scheduler_core.decision import UNHASHABLE_REQUEST_ID, canonical_json, request_id_for, schedule
+from scheduler_core.decision import EMPTY_KEY, UNHASHABLE_REQUEST_ID, canonical_json, request_id_for, schedule
 from scheduler_core.diffusion import TuneRequest, TuneResult, tune
 from scheduler_core.framework import Chain
 from scheduler_core.gpu_ids import GpuId, parse_gpu_id, selected_worker_names
-from scheduler_core.limits import encodable
+from scheduler_core.limits import encodable, render_text, render_value
 from scheduler_core.plugins import (
     DEFAULT_CHAIN,
     FILTERS_BY_NAME,
     STRATEGIES_BY_NAME,
     chain_of,
     chain_wake_table,
+    free_bytes_floor,
     free_share_floor,
     worker_admits,
 )
@@ -49,6 +50,7 @@ from scheduler_core.reasons import MORE_CAPACITY, ClusterChange, Reason
 
 __all__ = [
     "DEFAULT_CHAIN",
+    "EMPTY_KEY",
     "FILTERS_BY_NAME",
     "MORE_CAPACITY",
     "STRATEGIES_BY_NAME",
@@ -77,11 +79,14 @@ __all__ = [
     "chain_of",
     "chain_wake_table",
     "encodable",
+    "free_bytes_floor",
     "free_share_floor",
     "gpu_capacity",
     "instance_claims",
     "occupied_workers",
     "parse_gpu_id",
+    "render_text",
+    "render_value",
     "request_id_for",
     "schedule",
     "selected_worker_names",

@@ -33,6 +33,7 @@ from scheduler_core.estimate import ModelFacts, vram_claim_override
 from scheduler_core.events import Event, list_message
 from scheduler_core.framework import SelectorOutcome
 from scheduler_core.launch import launch_arguments
+from scheduler_core.limits import render_text
 from scheduler_core.messages import (
     NO_AVAILABLE_WORKERS,
     NO_RESOURCE_FIT,
@@ -201,7 +202,7 @@ def argument_rejection(
     propagates and is stored as ``Failed to find candidate: ...``
     (``gpustack/scheduler/scheduler.py: find_candidate``, ``_schedule_one``).
     """
-    line = f"{error.context}: {error.message}"
+    line = f"{error.context}: {render_text(error.message)}"
     constructor = error.context == INIT_CONTEXT
     return ScheduleResult(
         request_id=request_id,

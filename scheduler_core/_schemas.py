@@ -26,6 +26,8 @@ from pydantic import (
 from pydantic_core import core_schema as cs
 from typing_extensions import TypedDict
 
+from scheduler_core.limits import render_text
+
 #: Worker states GPUStack knows (``WorkerStateEnum``); only ``ready`` is schedulable.
 WORKER_STATES = frozenset(
     {
@@ -545,11 +547,16 @@ class LaunchOut(_Out):
 
 
 class ErrorOut(_Out):
-    """Why a request was rejected."""
+    """Why a request was rejected.
+
+    ``message`` and ``field`` quote input (a field named after a key, a value in a
+    message), so both pass :func:`scheduler_core.limits.render_text` as the error is
+    built: no error can carry text a serialiser refuses.
+    """
 
     code: str
-    message: str
-    field: str | None = None
+    message: Annotated[str, AfterValidator(render_text)]
+    field: Annotated[str, AfterValidator(render_text)] | None = None
 
 
 class ScheduleResult(_Out):

@@ -90,6 +90,10 @@ def request_id_for(raw: Any) -> str:
     return f"req-{digest}"
 
 
+#: How a field path names an empty key (``{"": ...}``): a path part that is not blank.
+EMPTY_KEY = '""'
+
+
 def deep_field(raw: Mapping[str, Any]) -> str | None:
     """The field of a request that nests more than :data:`MAX_DEPTH` levels, or None.
 
@@ -106,9 +110,9 @@ def deep_field(raw: Mapping[str, Any]) -> str | None:
             inner = next((name for name, item in value.items()
                           if name != "hf_config" and too_deep(item)), None)
             if inner is not None:
-                return f"model.{inner}"
+                return f"model.{inner or EMPTY_KEY}"
         elif too_deep(value):
-            return str(key)
+            return str(key) or EMPTY_KEY
     return None
 
 
@@ -321,6 +325,8 @@ def _decide(
     request: ScheduleRequest, request_id: str, chain: Chain, memo: SnapshotMemo | None
 ) -> ScheduleResult:
     prepared = _prepare(request, memo)
+    if chain.policy == PRECISE:
+        _check_replaces(request)
     if not prepared.views:
         return _render.no_workers(request_id)
     model = request.model
@@ -400,6 +406,21 @@ def _precise(request: ScheduleRequest, prepared: Prepared, chain: Chain) -> Prec
         prepared.categories,
         chain.settings,
     )
+
+
+def _check_replaces(request: ScheduleRequest) -> None:
+    """``replaces`` must name an instance row of the request (both keys the same row).
+
+    Raises:
+        RequestError: on ``replaces``, when no row matches (the claim the operator meant
+            to leave out would still be counted).
+    """
+    replaced = request.replaces
+    if replaced is None or any(replaced.matches(i) for i in request.model_instances or ()):
+        return
+    named = [f"id {replaced.id}" if replaced.id is not None else "",
+             f"name {replaced.name!r}" if replaced.name is not None else ""]
+    raise RequestError("replaces", f"matches no instance ({' and '.join(n for n in named if n)})")
 
 
 def _counted_instances(request: ScheduleRequest, precise: bool) -> Sequence[ModelInstance]:

@@ -11,6 +11,7 @@ surrogate such as ``"\\ud800"``, which no result serialiser accepts).
 from __future__ import annotations
 
 import json.encoder
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -48,6 +49,79 @@ def encodable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+#: A lone UTF-16 surrogate: a code point JSON can escape but no encoder can write.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def render_text(text: str) -> str:
+    """User-derived text as the service and the core echo it: always encodable.
+
+    The one rendering of anything derived from input that goes into a result, an
+    event or a log (a field name built from a key, a message quoting a value): each
+    lone surrogate becomes the six visible characters of its JSON escape (``"\\ud800"``
+    → ``\\ud800``, lower-case hex), every other character is kept. Deterministic, and
+    the identity on valid Unicode (the common case costs one ``isascii``/``encode``
+    check), so a rendered text can be written as UTF-8, JSON or a Redis argument.
+    """
+    if encodable(text):
+        return text
+    return _LONE_SURROGATE.sub(_escaped, text)
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def render_value(value: Any) -> Any:
+    """A JSON-shaped value with every string and key passed through :func:`render_text`.
+
+    For echoing a whole document that was refused (a rejected cluster event) into
+    the audit log. Iterative (any depth); containers are copied only where they
+    change, other values are returned as they are.
+    """
+    if isinstance(value, str):
+        return render_text(value)
+    if not isinstance(value, Mapping | list | tuple) or not _holds_unencodable(value):
+        return value
+    return _rendered_copy(value)
+
+
+def _holds_unencodable(value: Any) -> bool:
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if not encodable(item):
+                return True
+        elif isinstance(item, Mapping):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+    return False
+
+
+def _rendered_copy(value: Any) -> Any:
+    """A copy of ``value`` with strings and keys rendered, built from an explicit stack."""
+    root: list[Any] = [None]
+    pending: list[tuple[Any, Any, Any]] = [(value, root, 0)]
+    while pending:
+        item, parent, slot = pending.pop()
+        if isinstance(item, Mapping):
+            copy: Any = {}
+            for key, child in item.items():
+                name = render_text(key) if isinstance(key, str) else key
+                copy[name] = None
+                pending.append((child, copy, name))
+        elif isinstance(item, list | tuple):
+            copy = [None] * len(item)
+            pending.extend((child, copy, position) for position, child in enumerate(item))
+        else:
+            copy = render_text(item) if isinstance(item, str) else item
+        parent[slot] = copy
+    return root[0]
 
 
 def flat_canonical_json(value: Any) -> str:

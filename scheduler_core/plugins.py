@@ -20,6 +20,7 @@ from scheduler_core.precise.multi_worker import PreciseMultiWorker
 from scheduler_core.precise.scoring import PreciseScorer
 from scheduler_core.precise.settings import PreciseSettings
 from scheduler_core.precise.single_worker import PreciseSingleWorker
+from scheduler_core.precise.wake import least_gpu_bytes
 from scheduler_core.reasons import ClusterChange, Reason
 from scheduler_core.scoring import GpustackScorer
 from scheduler_core.strategies import (
@@ -148,3 +149,18 @@ def free_share_floor(model: ModelSpec, result: ScheduleResult) -> dict[str, floa
     if model.gpu_selector is not None and model.gpu_selector.gpu_ids:
         return None
     return {gpu_type: fraction for gpu_type, fraction in estimate.mem_fraction_static.items() if fraction > 0}
+
+
+def free_bytes_floor(
+    model: ModelSpec, result: ScheduleResult, chain: Chain, workers: Sequence[Worker]
+) -> int | None:
+    """The allocatable bytes below which a GPU can be part of no candidate of this decision's
+    model, for policies whose rules give one; None otherwise (callers treat it as "could fit").
+
+    ``policy: precise``: :func:`scheduler_core.precise.wake.least_gpu_bytes` with the
+    chain's precise settings, the workers the decision saw bounding an automatic tp/pp.
+    ``policy: gpustack`` speaks in shares instead (:func:`free_share_floor`).
+    """
+    if result.policy == PRECISE:
+        return least_gpu_bytes(model, result, chain.settings, workers)
+    return None

@@ -49,10 +49,12 @@ from scheduler_core import (
     PreciseSettings,
     canonical_json,
 )
+from tasks.runtime.settings import SettingsError
 
 
-class ChainConfigError(ValueError):
-    """``chain.json`` is unreadable or names an unknown or duplicate plugin."""
+class ChainConfigError(SettingsError):
+    """``chain.json`` is unreadable, not a valid chain (an unknown or duplicate plugin, a bad
+    ``precise`` block): configuration the deployment cannot run with (the CLI's exit 2)."""
 
 
 class PluginSwitch(BaseModel):
@@ -179,7 +181,7 @@ def parse_chain(data: Any) -> LoadedChain:
     except ValidationError as error:
         first = error.errors(include_url=False)[0]
         where = ".".join(str(part) for part in first["loc"]) or "chain"
-        raise ChainConfigError(f"{where}: {first['msg']}") from None
+        raise ChainConfigError(f"{where}: {str(first['msg']).removeprefix('Value error, ')}") from None
     return build_chain(spec)
 
 
@@ -187,12 +189,16 @@ def load_chain(path: Path) -> LoadedChain:
     """Read and validate ``chain.json``; a missing file means the default chain.
 
     Raises:
-        ChainConfigError: the file is not JSON or not a valid chain.
+        ChainConfigError: the file is not JSON or not a valid chain (one line naming
+            the file and the problem).
     """
     if not path.is_file():
         return build_chain(ChainSpec())
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise ChainConfigError(f"{path}: {error}") from None
-    return parse_chain(data)
+    except (OSError, ValueError) as error:  # not UTF-8 or not JSON
+        raise ChainConfigError(f"invalid chain configuration {path}: {error}") from None
+    try:
+        return parse_chain(data)
+    except ChainConfigError as error:
+        raise ChainConfigError(f"invalid chain configuration {path}: {error}") from None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from scheduler_core import ModelSpec, ScheduleResult, free_share_floor
+from scheduler_core import Chain, ModelSpec, ScheduleResult, free_bytes_floor, free_share_floor
 from tasks.audit.fold import ClusterFold
 from tasks.decision.booking import booking_for
 from tasks.decision.notices import overcommit_notice
@@ -22,7 +22,7 @@ from tasks.state.parking import ParkedEntry, blocking_reasons
 
 def next_step(
     request_id: str, seq: int, attempt: int, epoch: int, fold: ClusterFold,
-    model: ModelSpec | None, result: ScheduleResult,
+    model: ModelSpec | None, result: ScheduleResult, chain: Chain | None = None,
 ) -> Step:
     """The step a decision continues with.
 
@@ -33,13 +33,16 @@ def next_step(
         model: the effective request's model (None: the stored request no
             longer validates; the result is the core's rejection).
         result: the core's result.
+        chain: the chain that decided (its policy's wake answer: which freed GPUs
+            could unblock the request, :func:`scheduler_core.free_bytes_floor`).
     """
     if model is None:
         return Step(request_id, seq, attempt, PUBLISH, result.status, fold.version, epoch,
                     error=error_of(result))
     floor = free_share_floor(model, result)
-    park = ParkedEntry.for_model(model, seq, (), fold.version, 0, floor).model_dump(
-        mode="json", include={"worker_selector", "gpu_ids", "cluster_id", "floor"}
+    floor_bytes = free_bytes_floor(model, result, chain, fold.worker_list()) if chain is not None else None
+    park = ParkedEntry.for_model(model, seq, (), fold.version, 0, floor, floor_bytes).model_dump(
+        mode="json", include={"worker_selector", "gpu_ids", "cluster_id", "floor", "floor_bytes"}
     )
     step = Step(request_id, seq, attempt, PUBLISH, result.status, fold.version, epoch, park=park)
     if result.status == "rejected":

@@ -244,10 +244,12 @@ def _rejection_line(value: dict[str, Any]) -> list[str]:
 # -------------------------------------------------------------------- worker
 def _worker(args: argparse.Namespace) -> int:
     from tasks.runtime.celery_app import app
+    from tasks.runtime.preflight import check_configuration
     from tasks.runtime.settings import get_settings
     from tasks.state.keys import Keys
 
     settings = get_settings()
+    check_configuration(settings)  # a broken chain.json: one line, exit 2, nothing started
     queues = args.queues or ",".join(Keys(settings.cluster).queues)
     argv = [
         "worker",
@@ -318,19 +320,51 @@ ACL_PASSWORD_ENV = {"service": "REDIS_SERVICE_PASSWORD", "control": "REDIS_CONTR
                     "submit": "REDIS_SUBMIT_PASSWORD", "console": "REDIS_CONSOLE_PASSWORD"}
 
 
+def acl_password_variable(role: str, cluster: str | None, several: bool) -> str:
+    """The environment variable holding ``role``'s password: ``REDIS_<ROLE>_PASSWORD``, and with
+    several partitions ``REDIS_<ROLE>_PASSWORD_<CLUSTER>`` (upper case, ``.``/``-`` as ``_``)."""
+    name = ACL_PASSWORD_ENV[role]
+    if not several or cluster is None:
+        return name
+    return f"{name}_{cluster.upper().replace('.', '_').replace('-', '_')}"
+
+
+def _acl_partitions(clusters: list[str | None]) -> list[tuple[dict[str, str], Any]]:
+    import os
+
+    from tasks.runtime.acl import OPTIONAL_ROLES
+    from tasks.state.keys import Keys
+
+    several = len(clusters) > 1
+    partitions = []
+    for cluster in clusters:
+        variables = {role: acl_password_variable(role, cluster, several) for role in ACL_PASSWORD_ENV}
+        variables = {role: name for role, name in variables.items()
+                     if role not in OPTIONAL_ROLES or os.environ.get(name)}
+        missing = [name for name in variables.values() if not os.environ.get(name)]
+        if missing:
+            raise CliError(f"set {', '.join(missing)} (the password of each Redis user)")
+        partitions.append(({role: os.environ[name] for role, name in variables.items()}, Keys(cluster)))
+    return partitions
+
+
 def _acl(args: argparse.Namespace) -> int:
     import os
 
-    from tasks.runtime.acl import OPTIONAL_ROLES, acl_file
-    from tasks.runtime.settings import get_settings
-    from tasks.state.keys import Keys
+    from tasks.runtime.acl import acl_file
+    from tasks.runtime.settings import CLUSTER_ID_PATTERN, get_settings
 
-    passwords = {role: os.environ.get(name, "") for role, name in ACL_PASSWORD_ENV.items()
-                 if role not in OPTIONAL_ROLES or os.environ.get(name)}
-    missing = [ACL_PASSWORD_ENV[role] for role, password in passwords.items() if not password]
-    if missing:
-        raise CliError(f"set {', '.join(missing)} (the password of each Redis user)")
-    text = acl_file(passwords, Keys(get_settings().cluster))
+    clusters: list[str | None] = list(args.cluster or [get_settings().cluster])
+    for cluster in clusters:
+        if cluster is not None and not CLUSTER_ID_PATTERN.match(cluster):
+            raise CliError(f"--cluster {cluster[:80]!r} must match {CLUSTER_ID_PATTERN.pattern}")
+    if len(set(clusters)) != len(clusters):
+        raise CliError("--cluster names a partition twice")
+    first, *more = _acl_partitions(clusters)
+    try:
+        text = acl_file(*first, *more)
+    except ValueError as error:  # one password for two users
+        raise CliError(str(error)) from None
     if args.out is None:
         if output_format(args) == "json":
             print_json(acl_json(text), pretty=True)
@@ -559,7 +593,12 @@ def register(commands: Any, cluster_actions: Callable[[Any], None] | None = None
                "Print the Redis ACL file: the default user off, gpusched-service, gpusched-control and "
                "gpusched-submit with the SHA-256 of their passwords, read from REDIS_SERVICE_PASSWORD, "
                "REDIS_CONTROL_PASSWORD and REDIS_SUBMIT_PASSWORD, and the read-only gpusched-console "
-               "when REDIS_CONSOLE_PASSWORD is set (docs/security.md). Exit 0, 2 a password missing.")
+               "when REDIS_CONSOLE_PASSWORD is set (docs/security.md). With --cluster ID "
+               "the users of that partition (gpusched-ID-service, ...), whose key patterns reach only "
+               "its keys; several --cluster options share one server, each partition's passwords read "
+               "from REDIS_<ROLE>_PASSWORD_<ID>. Exit 0, 2 a password missing or shared.")
+    acl.add_argument("--cluster", action="append", default=None, metavar="ID",
+                     help="the partition whose users to print (repeatable; default: GPUSCHED_CLUSTER)")
     acl.add_argument("--out", default=None, metavar="FILE",
                      help="write it here (mode 0644: it holds hashes, no password) instead of printing it")
     add_output_option(acl, "text")

@@ -95,10 +95,13 @@ def known_secrets() -> list[str]:
 
 
 def one_line(text: str) -> str:
-    """``text`` on one line, with every known password masked."""
+    """``text`` on one line, with every known password masked and input-derived text rendered
+    (:func:`scheduler_core.render_text`: a lone surrogate is shown as its escape)."""
+    from scheduler_core import render_text  # loaded only to print an error
+
     for secret in known_secrets():
         text = text.replace(secret, "***")
-    return " ".join(text.split()) or "error"
+    return " ".join(render_text(text).split()) or "error"
 
 
 def error_line(error: BaseException) -> str:

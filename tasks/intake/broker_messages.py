@@ -51,6 +51,7 @@ from kombu.serialization import loads as kombu_body_loads
 from kombu.utils.json import loads as kombu_json_loads
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from scheduler_core import EMPTY_KEY, render_text
 from tasks.intake.limits import MAX_JSON_DEPTH
 from tasks.intake.names import REQUEST_ID
 
@@ -187,7 +188,8 @@ def inspect_message(
     size = len(raw)
 
     def refuse(reason: str, detail: str, **extra: Any) -> Verdict:
-        return Verdict(reason, detail, excerpt_of(raw), size, **extra)
+        # the detail and the header fields quote the message: rendered to be written anywhere
+        return Verdict(reason, render_text(detail), excerpt_of(raw), size, **extra)
 
     if size > max_bytes:
         return refuse(TOO_LARGE, f"message is {size} bytes, above the limit of {max_bytes} bytes "
@@ -218,8 +220,8 @@ def _task_of(envelope: Any) -> dict[str, str]:
     headers = envelope.get("headers") if isinstance(envelope, dict) else None
     headers = headers if isinstance(headers, dict) else {}
     task, task_id = headers.get("task"), headers.get("id")
-    return {"task": task[:200] if isinstance(task, str) else "",
-            "task_id": task_id[:200] if isinstance(task_id, str) else ""}
+    return {"task": render_text(task[:200]) if isinstance(task, str) else "",
+            "task_id": render_text(task_id[:200]) if isinstance(task_id, str) else ""}
 
 
 def _envelope_problem(envelope: Any, tasks: frozenset[str], max_time_limit: float) -> tuple[str, str] | None:
@@ -354,8 +356,7 @@ def deep_request(body: str) -> DeepRequest | None:
         return None
     given = request.get("request_id")
     usable = isinstance(given, str) and given != marker and REQUEST_ID.fullmatch(given)
-    path = _path_of(request, marker) or "request"
-    parts = path.split(".")
+    parts = [render_text(str(part)) or EMPTY_KEY for part in _path_of(request, marker) or ["request"]]
     field = ".".join(parts[:2]) if parts[0] == "model" and len(parts) > 1 else parts[0]
     if usable and isinstance(given, str):
         return DeepRequest(given, field)
@@ -405,17 +406,17 @@ def _pruned(text: str, limit: int, replacement: str) -> str:
     return "".join(pieces)
 
 
-def _path_of(value: Any, marker: str) -> str | None:
-    """Dotted path of the first occurrence of ``marker`` (document order), None if absent."""
-    pending: list[tuple[Any, str]] = [(value, "")]
+def _path_of(value: Any, marker: str) -> list[Any] | None:
+    """The keys and indexes leading to the first ``marker`` (document order), None if absent."""
+    pending: list[tuple[Any, list[Any]]] = [(value, [])]
     while pending:
         item, path = pending.pop()
         if item == marker:
             return path
         if isinstance(item, Mapping):
-            children = [(v, f"{path}.{k}" if path else str(k)) for k, v in item.items()]
+            children = [(v, [*path, k]) for k, v in item.items()]
         elif isinstance(item, list):
-            children = [(v, f"{path}.{i}" if path else str(i)) for i, v in enumerate(item)]
+            children = [(v, [*path, i]) for i, v in enumerate(item)]
         else:
             continue
         pending.extend(reversed(children))

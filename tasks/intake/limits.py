@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from scheduler_core import encodable
+from scheduler_core import EMPTY_KEY, encodable, render_text
 
 #: Deepest nesting accepted in any document (the core's bound on free-form values);
 #: real requests, snapshots and events nest fewer than ten levels.
@@ -31,9 +31,14 @@ MAX_JSON_DEPTH = 64
 
 
 class InvalidField(ValueError):
-    """Input that validates field by field but is inconsistent; ``field`` names where."""
+    """Input that validates field by field but is inconsistent; ``field`` names where.
+
+    Both texts may quote input (a field named after a key), so both are rendered
+    (:func:`scheduler_core.render_text`): an ``InvalidField`` always encodes.
+    """
 
     def __init__(self, field: str, message: str) -> None:
+        field, message = render_text(field), render_text(message)
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
@@ -130,7 +135,9 @@ def _problems(value: Any, limit: int = MAX_JSON_DEPTH, *, unicode: bool = True) 
         for key, _ in children:
             if unicode and isinstance(key, str) and not encodable(key):
                 yield path, "has a key that is not valid Unicode (it holds a lone surrogate)"
-        pending.extend((child, _join(path, str(key)), depth + 1) for key, child in reversed(children))
+        pending.extend(
+            (child, _join(path, str(key) or EMPTY_KEY), depth + 1) for key, child in reversed(children)
+        )
 
 
 def _join(path: str, part: str) -> str:

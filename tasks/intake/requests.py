@@ -21,12 +21,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from scheduler_core import (
+    EMPTY_KEY,
     UNHASHABLE_REQUEST_ID,
     ErrorOut,
     ModelSpec,
     ScheduleRequest,
     ScheduleResult,
     canonical_json,
+    render_text,
     request_id_for,
     schedule,
 )
@@ -90,9 +92,9 @@ def normalize(raw: Any, limits: IntakeLimits | None = None) -> Normalized:
         return _rejected_non_object(raw, request_id)
     stripped = {k: v for k, v in raw.items() if k not in INLINE_CLUSTER_FIELDS}
     stripped["request_id"] = request_id
-    deep = nesting_path(stripped)
+    deep = deep_field(stripped)
     if deep is not None:
-        return _refused(request_id, _top_field(deep), f"nests more than {MAX_JSON_DEPTH} levels deep")
+        return _refused(request_id, deep, f"nests more than {MAX_JSON_DEPTH} levels deep")
     text = canonical_json(stripped)
     try:
         check_size(text, limits.max_request_bytes, field="request", setting="max_request_bytes")
@@ -146,11 +148,22 @@ def _refused(request_id: str, field: str, message: str) -> Normalized:
     return Normalized(request_id, text, sha256_hex(text), rejection, False)
 
 
-def _top_field(path: str) -> str:
-    """The field a nesting problem is reported on: the top-level field, or the model's
-    field (``model.hf_config``, as the core names it)."""
-    parts = path.split(".")
-    return ".".join(parts[:2]) if parts[0] == "model" and len(parts) > 1 else parts[0]
+def deep_field(request: Mapping[str, Any]) -> str | None:
+    """The field of a request that nests more than :data:`MAX_JSON_DEPTH` levels, None if none.
+
+    Named by structure, never by splitting a dotted path (a key may hold dots): the
+    top-level field, or the model's field (``model.hf_config``, as the core names it),
+    an empty key as :data:`scheduler_core.EMPTY_KEY`; rendered (:func:`render_text`).
+    """
+    for key, value in request.items():
+        name = render_text(str(key)) or EMPTY_KEY
+        if key == "model" and isinstance(value, Mapping):
+            for inner, item in value.items():
+                if nesting_path(item, MAX_JSON_DEPTH - 2) is not None:
+                    return f"model.{render_text(str(inner)) or EMPTY_KEY}"
+        elif nesting_path(value, MAX_JSON_DEPTH - 1) is not None:
+            return name
+    return None
 
 
 def service_rejection(request_id: str, field: str, message: str) -> ScheduleResult:

@@ -50,6 +50,7 @@ USERS: dict[str, str] = {
     "submit": "gpusched-submit",
     "console": "gpusched-console",
 }
+
 #: Roles ``gpusched acl`` writes only when their password is set (the others are required).
 OPTIONAL_ROLES = frozenset({"console"})
 
@@ -62,19 +63,50 @@ _CONSOLE_COMMANDS = (
 
 #: Service and control: every data command, on every key and channel; no administration, no flush.
 _FULL = ("~*", "&*", "+@all", "-@admin", "-flushall", "-flushdb")
+#: What a partition's service and control users may not run even on their own keys: listing
+#: key names (``KEYS``, ``SCAN``, ``RANDOMKEY`` see every partition's names).
+_NO_LISTING = ("-keys", "-scan", "-randomkey")
+
+
+def user_name(role: str, keys: Keys) -> str:
+    """The ACL user of ``role`` for a partition: ``gpusched-<role>``, with a cluster id
+    ``gpusched-<cluster>-<role>`` (ACL users are server-wide: each partition needs its own)."""
+    return USERS[role] if keys.cluster is None else f"gpusched-{keys.cluster}-{role}"
+
+
+def partition_patterns(keys: Keys) -> tuple[str, ...]:
+    """Every key and channel pattern a partition's workers use, and no other partition's.
+
+    The state keys (``gpusched:{c1}:*``, kombu's held messages included), the queues
+    (``gpusched.{c1}.*``, their priority lists too), kombu's binding tables of those
+    queues, and the event exchange's channels (``/<db>.gpusched.{c1}.events/...``). A
+    cluster id holds no brace (:data:`tasks.runtime.settings.CLUSTER_ID_PATTERN`) and no
+    other name of the service holds ``{<id>}``, so no pattern reaches another partition.
+    """
+    return (
+        f"~{keys.prefix}:*", f"~{keys.queue_prefix}.*",
+        f"~_kombu.binding.{keys.queue_prefix}.*", f"~_kombu.binding_permanent.{keys.queue_prefix}.*",
+        f"&*{keys.queue_prefix}.*",
+    )
 
 
 def role_rules(role: str, keys: Keys) -> tuple[str, ...]:
     """The ACL rules of ``role`` for one partition (without ``on`` and the password).
 
+    Unpartitioned, service and control reach every key of the database; with a
+    cluster id only the partition's (:func:`partition_patterns`): ACL rules are
+    server-wide and a database is no boundary, key patterns are.
+
     Raises:
         KeyError: unknown role.
     """
     if role in ("service", "control"):
-        return _FULL
+        if keys.cluster is None:
+            return _FULL
+        return ("resetkeys", "resetchannels", *partition_patterns(keys), *_FULL[2:], *_NO_LISTING)
     if role == "console":
         return ("resetkeys", "resetchannels", "-@all", *_CONSOLE_COMMANDS, f"%R~{keys.prefix}:*",
-                *(f"%R~{queue}" for queue in keys.queues), "%R~unacked")
+                *(f"%R~{queue}" for queue in keys.queues), f"%R~{keys.unacked}")
     if role != "submit":
         raise KeyError(role)
     return (
@@ -98,20 +130,31 @@ def role_rules(role: str, keys: Keys) -> tuple[str, ...]:
 def acl_line(role: str, password: str, keys: Keys) -> str:
     """One ``user`` line of an ACL file: the role's user, on, its password's SHA-256, its rules."""
     digest = hashlib.sha256(password.encode()).hexdigest()
-    return " ".join(("user", USERS[role], "reset", "on", f"#{digest}", *role_rules(role, keys)))
+    return " ".join(("user", user_name(role, keys), "reset", "on", f"#{digest}", *role_rules(role, keys)))
 
 
-def acl_file(passwords: Mapping[str, str], keys: Keys) -> str:
+def acl_file(passwords: Mapping[str, str], keys: Keys, *more: tuple[Mapping[str, str], Keys]) -> str:
     """The ACL file for ``redis-server --aclfile``: a user per role given a password, ``default`` off.
 
+    Args:
+        passwords, keys: the roles' passwords of one partition.
+        more: further ``(passwords, keys)`` partitions sharing the server (their users
+            cannot reach each other's keys).
+
     Raises:
-        ValueError: an empty password, or an unknown role.
+        ValueError: an empty password, an unknown role, or one password used by two users.
     """
     lines = ["user default off"]
-    for role, password in passwords.items():
-        if role not in USERS:
-            raise ValueError(f"unknown role {role!r}: one of {', '.join(USERS)}")
-        if not password:
-            raise ValueError(f"the password of {USERS[role]} is empty")
-        lines.append(acl_line(role, password, keys))
+    seen: dict[str, str] = {}
+    for partition_passwords, partition_keys in ((passwords, keys), *more):
+        for role, password in partition_passwords.items():
+            if role not in USERS:
+                raise ValueError(f"unknown role {role!r}: one of {', '.join(USERS)}")
+            name = user_name(role, partition_keys)
+            if not password:
+                raise ValueError(f"the password of {name} is empty")
+            if password in seen:  # a shared password would let either user be the other
+                raise ValueError(f"{name} and {seen[password]} have the same password")
+            seen[password] = name
+            lines.append(acl_line(role, password, partition_keys))
     return "\n".join(lines) + "\n"

@@ -127,7 +127,11 @@ def _guarded(inspect: Callable[[bytes], Verdict | None], original: Any) -> Calla
         verdict = inspect(_bytes(item))
         if verdict is None:
             return reply
-        dead_letter(verdict, _bytes(queue).decode("utf-8", "replace"))
+        try:
+            dead_letter(verdict, _bytes(queue).decode("utf-8", "replace"))
+        except Exception as error:  # the door never stops the consumer: say what was refused
+            log.error("dead_letter_failed", reason=verdict.reason, detail=verdict.detail,
+                      excerpt=verdict.excerpt, error=repr(error))
         return None
 
     return callback

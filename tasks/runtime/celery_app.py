@@ -11,6 +11,12 @@ Configuration choices (see ``docs/service.md``):
   whose deliveries keep dying, so a poison message cannot loop forever.
 * ``acks_on_timeout=False``: a hard time limit also requeues (and counts as
   a crash for the guard).
+* ``worker_cancel_long_running_tasks_on_connection_loss=False``: a lost broker
+  connection does not terminate the task in flight (Celery's default from 6.0
+  does): its state writes retry on their own connections, and a terminated
+  task looked like a crash to the redelivery guard, so a few connection resets
+  dead-lettered a valid request. The held message is handed out again at the
+  reconnect and its duplicate delivery finds the attempt decided.
 * The visibility timeout stays above the task time limit, and no countdown
   exceeds half of it (enforced by :class:`tasks.runtime.settings.Settings`);
   longer delays live in the ``outbox``/``timers`` sorted sets drained by
@@ -45,25 +51,36 @@ from __future__ import annotations
 
 import os
 import ssl
+import warnings
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import structlog
 from celery import Celery, signals  # type: ignore[import-untyped]
+from celery.exceptions import CPendingDeprecationWarning  # type: ignore[import-untyped]
 from kombu.entity import Exchange, Queue
 
 from tasks.runtime import logging as service_logging
-from tasks.runtime import metrics
+from tasks.runtime import metrics, preflight
 from tasks.runtime.broker import shutting_down
 from tasks.runtime.context import Runtime, get_runtime
 from tasks.runtime.middleware import NODE_STACK, request_logging
 from tasks.runtime.middleware.queue_guard import accepted_tasks
 from tasks.runtime.sentinel import broker_config, broker_transport_options
-from tasks.runtime.settings import Settings, get_settings
+from tasks.runtime.settings import Settings, SettingsError, get_settings
 from tasks.runtime.task_contract import CLUSTER_EVENT, DECIDE, RESUME
 from tasks.state.keys import Keys
 
 app = Celery("gpusched", include=["tasks.runtime.worker_tasks"])
+
+
+
+def _quiet_cancel_warning() -> None:
+    """Celery warns on every broker connection loss that it will cancel in-flight tasks by default
+    in 6.0; the service turns that off on purpose (``celery_config``), so the warning is noise.
+    Installed once the node is up (Celery's own log set-up turns its warnings to ``always``)."""
+    warnings.filterwarnings("ignore", message=r"\s*In Celery 5\.1 we introduced an optional breaking",
+                            category=CPendingDeprecationWarning)
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -93,9 +110,17 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             "socket_connect_timeout": settings.redis_socket_connect_timeout_s,
             "health_check_interval": settings.redis_health_check_interval_s,
             **(broker_transport_options(settings) if settings.redis_sentinels else {}),
+            # kombu's own keys carry the partition (docs/security.md: ACL key patterns per partition)
+            "unacked_key": keys.unacked,
+            "unacked_index_key": keys.unacked_index,
+            "unacked_mutex_key": keys.unacked_mutex,
         },
+        **partition_isolation(keys),
         "broker_connection_retry_on_startup": True,
-        "worker_cancel_long_running_tasks_on_connection_loss": True,
+        # a lost broker connection is no reason to kill the task in flight: its state writes
+        # retry on their own connections, and the redelivery guard must count only deliveries
+        # whose process died (a terminated task looked like a crash: docs/service.md)
+        "worker_cancel_long_running_tasks_on_connection_loss": False,
         "worker_hijack_root_logger": False,
         "worker_concurrency": settings.worker_concurrency,
         "broker_transport": "tasks.runtime.broker_door:Transport",
@@ -108,6 +133,20 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             task: {"queue": queue} for queue, names in accepted_tasks(keys).items() for task in sorted(names)
         },
     }
+
+
+def partition_isolation(keys: Keys) -> dict[str, Any]:
+    """Celery settings that keep a partition's broker traffic under its own names.
+
+    Unpartitioned: none (Celery's defaults). With a cluster id, the event exchange
+    carries the partition's tag, and remote control is off: its pidbox queues,
+    their binding tables and kombu's global ``_kombu.binding_deadlines`` (whose
+    sweep deletes other exchanges' tables) would be shared by every partition of
+    the database, which their ACL users must not reach (``docs/security.md``).
+    """
+    if keys.event_exchange is None:
+        return {}
+    return {"event_exchange": keys.event_exchange, "worker_enable_remote_control": False}
 
 
 def broker_tls(url: str) -> dict[str, Any]:
@@ -218,14 +257,20 @@ def _after_task(**_: Any) -> None:
 
 @signals.worker_init.connect  # type: ignore[untyped-decorator]
 def _worker_init(**_: Any) -> None:
+    settings = get_settings()
+    try:  # before anything is consumed: a chain the tasks cannot load stops the node (exit 2)
+        preflight.check_configuration(settings)
+    except SettingsError as error:
+        preflight.refuse_to_start(error)
     # before the pool forks: every pool process then counts into the node's metrics directory
-    if get_settings().metrics_port:
+    if settings.metrics_port:
         metrics.prepare_multiprocess()
 
 
 @signals.worker_ready.connect  # type: ignore[untyped-decorator]
 def _worker_ready(sender: Any = None, **_: Any) -> None:
     node = str(getattr(sender, "hostname", "") or f"pid-{os.getpid()}")
+    _quiet_cancel_warning()
     for middleware in NODE_STACK:
         middleware.after_worker_boot(node, worker_runtime)
 

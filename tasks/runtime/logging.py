@@ -12,10 +12,20 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import MutableMapping
 from typing import Any
 
 import structlog
 from structlog.typing import Processor
+
+from scheduler_core import render_value
+
+
+def render_fields(_logger: Any, _method: str, event: MutableMapping[str, Any]) -> dict[str, Any]:
+    """A processor: every text of the line passes :func:`scheduler_core.render_text`, so a
+    value quoting input (a field name, a message, an argument) never stops a log line."""
+    return {key: render_value(value) for key, value in event.items()}
+
 
 _SHARED: list[Processor] = [
     structlog.contextvars.merge_contextvars,
@@ -23,6 +33,7 @@ _SHARED: list[Processor] = [
     structlog.stdlib.add_logger_name,
     structlog.processors.TimeStamper(fmt="iso", utc=True),
     structlog.processors.StackInfoRenderer(),
+    render_fields,
 ]
 
 

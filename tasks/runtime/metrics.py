@@ -174,7 +174,7 @@ def state_families(rt: Runtime) -> Iterator[Metric]:
     pipe.zcard(k.outbox)
     pipe.exists(k.reschedule_suspended)
     pipe.exists(k.data_lost)
-    pipe.hlen(UNACKED_HASH)
+    pipe.hlen(k.unacked)
     for queue in k.queues:
         pipe.llen(queue)
     (parked, version, nodes, deadletters, workers, in_flight, suspended, lost, unacked,
@@ -196,10 +196,6 @@ def state_families(rt: Runtime) -> Iterator[Metric]:
     yield GaugeMetricFamily("gpusched_data_lost",
                             "1 while a detected data loss (wiped or rolled-back Redis) is not recovered",
                             value=1 if lost else 0)
-
-
-#: kombu's Redis transport keeps every delivered, unacknowledged message in this hash (whole database).
-UNACKED_HASH = "unacked"
 
 
 def _parked_families(parked: list[str]) -> Iterator[Metric]:
@@ -237,7 +233,7 @@ def _queue_families(depths: dict[str, int], in_flight: int, unacked: int) -> Ite
                             value=in_flight)
     yield GaugeMetricFamily("gpusched_queue_unacked_messages",
                             "Messages delivered to a worker and not yet acknowledged (kombu's unacked "
-                            "hash: every partition of the database)", value=unacked)
+                            "hash; unpartitioned it holds every partition of the database)", value=unacked)
 
 
 def _ledger_families(rows: list[dict[str, Any]], capacity: dict[str, int],

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tasks.decision.step import Step
+from tasks.intake.limits import InvalidField
+from tasks.intake.names import REQUEST_ID, check_name
 from tasks.intake.requests import request_id_of
 
 #: Task names (the wire contract).
@@ -35,6 +37,78 @@ DECIDE = "gpusched.decide"
 RESUME = "gpusched.resume"
 CLUSTER_EVENT = "gpusched.cluster_event"
 DRAIN_DELAYED = "gpusched.drain_delayed"
+
+
+#: Each task's parameters in order, and how many are required (the tasks' signatures as data).
+PARAMETERS: dict[str, tuple[tuple[str, ...], int]] = {
+    DECIDE: (("request", "seq", "attempt"), 1),
+    RESUME: (("step",), 1),
+    CLUSTER_EVENT: (("event",), 1),
+    DRAIN_DELAYED: ((), 0),
+}
+
+
+def argument_problem(task_name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
+    """What is wrong with a message's arguments for its task, None if the task can take them.
+
+    The binding Python would do (too many positional arguments, an unexpected or a
+    repeated keyword, a missing argument) and the wire types: ``decide``'s request is a
+    request id (its alphabet, :data:`tasks.intake.names.REQUEST_ID`) or a raw request
+    (an object, validated by the intake), ``seq`` and ``attempt`` integers ≥ 0;
+    ``resume``'s step a :class:`~tasks.decision.step.Step`. A message this refuses is the
+    message's fault, never its request's: it is dead-lettered alone.
+    """
+    names, required = PARAMETERS.get(task_name, ((), 0))
+    bound, problem = _bound(names, required, args, kwargs)
+    if problem is not None:
+        return problem
+    if task_name == DECIDE:
+        return _decide_problem(bound)
+    if task_name == RESUME:
+        return _step_problem(bound["step"])
+    return None
+
+
+def _bound(
+    names: tuple[str, ...], required: int, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> tuple[dict[str, Any], str | None]:
+    if len(args) > len(names):
+        return {}, f"takes at most {len(names)} positional arguments, got {len(args)}"
+    bound = dict(zip(names, args, strict=False))
+    for key, value in kwargs.items():
+        if key not in names:
+            return {}, f"unexpected keyword argument {key!r}"
+        if key in bound:
+            return {}, f"argument {key!r} given twice"
+        bound[key] = value
+    missing = [name for name in names[:required] if name not in bound]
+    return bound, f"missing argument {missing[0]!r}" if missing else None
+
+
+def _decide_problem(bound: Mapping[str, Any]) -> str | None:
+    request = bound["request"]
+    if not isinstance(request, str | Mapping):
+        return f"request must be a request id or a request object, not {type(request).__name__}"
+    if isinstance(request, str):
+        try:
+            check_name(request, REQUEST_ID, "request")
+        except InvalidField as error:
+            return str(error)
+    for name in ("seq", "attempt"):
+        value = bound.get(name, 0)
+        if type(value) is not int or value < 0:
+            return f"{name} must be an integer of 0 or more"
+    return None
+
+
+def _step_problem(step: Any) -> str | None:
+    if not isinstance(step, Mapping):
+        return f"step must be an object, not {type(step).__name__}"
+    try:
+        Step.from_dict(step)
+    except (TypeError, ValueError) as error:
+        return f"step is not a decision step: {type(error).__name__}"
+    return None
 
 
 @dataclass(frozen=True, slots=True)

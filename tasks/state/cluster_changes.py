@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from scheduler_core import Worker
+from scheduler_core import Worker, render_text, render_value
 from tasks.audit.events import append_event
 from tasks.intake.cluster_events import (
     KINDS,
@@ -38,7 +38,7 @@ from tasks.state.cancels import CANCELLED, RELEASED, cancel_request
 from tasks.state.cluster_store import RemovalRefused
 from tasks.state.followups import run_followup
 from tasks.state.notices import resume_if_recovered
-from tasks.state.parking import worker_changes
+from tasks.state.parking import snapshot_facts, worker_changes
 from tasks.state.rows import row_json
 
 #: Compare-and-set attempts for a worker update racing other updates of that worker.
@@ -87,9 +87,10 @@ def handle_cluster_event(rt: Runtime, raw: Any) -> dict[str, Any]:
 
 def _reject(rt: Runtime, raw: Any, error: Exception) -> dict[str, Any]:
     field, message = _describe_error(error)
+    echoed = render_value(raw) if isinstance(raw, dict) else repr(raw)  # the refused input, as data
     append_event(
         rt.client, rt.keys.events, "sched.cluster.event_rejected",
-        {"error": message, "field": field, "event": raw if isinstance(raw, dict) else repr(raw)},
+        {"error": message, "field": field, "event": echoed},
     )
     return {"kind": _kind(raw), "status": "rejected", "error": message, "field": field}
 
@@ -100,21 +101,25 @@ def _describe_error(error: Exception) -> tuple[str | None, str]:
         loc = [str(part) for part in first["loc"]]
         if loc and loc[0] in KINDS:
             loc = loc[1:]
-        return ".".join(loc) or None, str(first["msg"]).removeprefix("Value error, ")
+        field = ".".join(loc) or None
+        message = str(first["msg"]).removeprefix("Value error, ")
+        return None if field is None else render_text(field), render_text(message)
     if isinstance(error, InvalidField):
         return error.field, error.message
-    return None, str(error)
+    return None, render_text(str(error))
 
 
 def _kind(raw: Any) -> str:
-    return str(raw.get("kind")) if isinstance(raw, dict) else "?"
+    return render_text(str(raw.get("kind"))) if isinstance(raw, dict) else "?"
 
 
 # ------------------------------------------------------------------ changes
 def apply_snapshot(
     rt: Runtime, document: Mapping[str, Any] | SnapshotRows, *, allow_removal: bool = False
 ) -> dict[str, Any]:
-    """Replace the cluster, reschedule bookings whose workers vanished, wake everything parked.
+    """Replace the cluster, reschedule bookings whose workers vanished, wake what its changes
+    could unblock (the workers' changes against the stored rows, the capacity it frees: an
+    unchanged snapshot wakes nobody).
 
     Args:
         allow_removal: confirm a snapshot that removes more than
@@ -125,7 +130,10 @@ def apply_snapshot(
         tasks.state.cluster_store.RemovalRefused: too many workers would go (nothing changes).
     """
     meta = rt.partition.meta()
-    applied = rt.cluster.apply_snapshot(document, meta=meta, allow_removal=allow_removal)
+    rows = document if isinstance(document, SnapshotRows) else parse_snapshot(document)
+    version, stored = rt.cluster.worker_rows()
+    applied = rt.cluster.apply_snapshot(rows, meta=meta, allow_removal=allow_removal,
+                                        wake=snapshot_facts(stored, rows.workers), wake_version=version)
     done = run_followup(rt, meta.event_id)
     resume_if_recovered(rt)
     return {"kind": "snapshot", "status": "applied", "version": applied.version,

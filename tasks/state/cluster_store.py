@@ -152,12 +152,19 @@ class ClusterStore:
         taken_over: Sequence[str] = (),
         meta: EventMeta | None = None,
         allow_removal: bool = False,
+        wake: Sequence[Mapping[str, Any]] | None = None,
+        wake_version: int = 0,
     ) -> Applied:
         """Replace the cluster with a validated snapshot (see ``cluster_apply.lua``).
 
         Args:
             allow_removal: confirm a snapshot that removes more than
                 ``max_removed_fraction`` of the stored workers.
+            wake: the workers' wake facts (``[{kind, workers}]``,
+                :func:`tasks.state.parking.snapshot_facts`) derived from the rows stored at
+                cluster version ``wake_version``; the script adds the capacity it frees
+                and wakes only what those changes could unblock. None, or a version that
+                moved meanwhile: every parked request is woken.
 
         Raises:
             pydantic.ValidationError / tasks.intake.snapshots.InvalidField: invalid rows (nothing is written).
@@ -169,7 +176,8 @@ class ClusterStore:
         args: list[Any] = [
             *(meta or self._partition.meta()).argv(), digest, text, self._partition.settings.changes_maxlen,
             encode_keys(taken_over), *self._health_args(), self._partition.lease_deadline_ms(),
-            self._partition.settings.max_removed_fraction, "1" if allow_removal else "0", len(rows.workers),
+            self._partition.settings.max_removed_fraction, "1" if allow_removal else "0",
+            "" if wake is None else dumps(list(wake)), wake_version, len(rows.workers),
         ]
         for worker in rows.workers:
             args.extend([worker.id, row_json(worker), encode_amounts(worker_capacity(worker))])
@@ -395,6 +403,14 @@ class ClusterStore:
         if text is None:
             raise LookupError(f"snapshot {digest} is not stored")
         return parse_snapshot(json.loads(text))
+
+    def worker_rows(self) -> tuple[int, dict[str, str]]:
+        """(cluster version, worker rows by id), atomically."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.get(self.keys.version)
+        pipe.hgetall(self.keys.workers)
+        version, workers = pipe.execute()
+        return int(version or 0), dict(workers)
 
     def read_state(self) -> tuple[int, str, dict[str, str], dict[str, str], dict[str, str]]:
         """(version, last changes id, worker rows, instance rows, instance metas), atomically."""

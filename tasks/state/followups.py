@@ -41,7 +41,7 @@ from tasks.decision.enqueue import enqueue
 from tasks.runtime import metrics
 from tasks.runtime.context import Runtime
 from tasks.state.notices import announce_released, announce_suspension, rescheduling_suspended
-from tasks.state.parking import Change, describe, gpu_shares, wake_plan
+from tasks.state.parking import Change, describe, gpu_room, wake_plan
 from tasks.state.rows import Released, json_list, released_items
 from tasks.state.vanished import SNAPSHOT_GONE, outage_share, rebook_returned
 
@@ -161,8 +161,9 @@ def _change(fold: ClusterFold, fact: Any) -> Change:
         for wid in occupied_workers(instance):
             if wid in ids:
                 held[wid].append(instance)
-    shares = tuple(share for worker in workers for share in gpu_shares(worker, held[worker.id]))
-    return Change(kind, workers, version, shares)
+    room = [gpu for worker in workers for gpu in gpu_room(worker, held[worker.id])]
+    shares = tuple((gpu_type, share) for gpu_type, share, _ in room)
+    return Change(kind, workers, version, shares, tuple(free for _, _, free in room))
 
 
 def reschedule_released(rt: Runtime, released: Sequence[Released], reason: str) -> list[str]:

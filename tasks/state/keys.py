@@ -53,6 +53,29 @@ class Keys:
         """All queues a worker consumes, in the order it drains them."""
         return (self.cluster_queue, self.commits_queue, self.requests_queue)
 
+    # ------------------------------------------------------ kombu and Celery
+    @property
+    def unacked(self) -> str:
+        """kombu's hash of the messages workers hold (``unacked`` unpartitioned; per partition
+        ``gpusched:{c1}:kombu:unacked``, so one partition's ACL users cannot reach another's)."""
+        return f"{self.prefix}:kombu:unacked" if self.cluster else "unacked"
+
+    @property
+    def unacked_index(self) -> str:
+        """kombu's sorted set of held messages by delivery time (partitioned like :attr:`unacked`)."""
+        return f"{self.prefix}:kombu:unacked_index" if self.cluster else "unacked_index"
+
+    @property
+    def unacked_mutex(self) -> str:
+        """kombu's lock around restoring held messages (partitioned like :attr:`unacked`)."""
+        return f"{self.prefix}:kombu:unacked_mutex" if self.cluster else "unacked_mutex"
+
+    @property
+    def event_exchange(self) -> str | None:
+        """Celery's event exchange for a partition (its pub/sub channels carry the partition's
+        tag); None: Celery's default (``celeryev``)."""
+        return f"{self.queue_prefix}.events" if self.cluster else None
+
     # ---------------------------------------------------------------- streams
     @property
     def results(self) -> str:
@@ -244,7 +267,7 @@ class Keys:
         return f"{self.prefix}:nodes"
 
     def delivery(self, task_id: str) -> str:
-        """Counter of deliveries of one task message that never completed."""
+        """Set of the starts (one member each) of one task message's deliveries that never completed."""
         return f"{self.prefix}:delivery:{task_id}"
 
     def task_errors(self, task_id: str) -> str:

@@ -38,6 +38,7 @@ from scheduler_core import (
     worker_admits,
 )
 from tasks.state.ledger import worker_capacity
+from tasks.state.rows import row_json
 
 #: The service's reason for an overcommitted pick the ledger will not book.
 OVERCOMMIT_REASON = Reason.OVERCOMMIT.value
@@ -75,11 +76,14 @@ class ParkedEntry(BaseModel):
     #: Per GPU type, the allocatable share a GPU needs to be part of any candidate
     #: (:func:`scheduler_core.free_share_floor`); None: no such floor is known.
     floor: dict[str, float] | None = None
+    #: The allocatable bytes a GPU needs to be part of any candidate, whatever its type
+    #: (:func:`scheduler_core.free_bytes_floor`, ``policy: precise``); None: not known.
+    floor_bytes: int | None = None
 
     @classmethod
     def for_model(
         cls, model: ModelSpec, seq: int, reasons: Iterable[str], version: int, now_ms: int,
-        floor: dict[str, float] | None = None,
+        floor: dict[str, float] | None = None, floor_bytes: int | None = None,
     ) -> ParkedEntry:
         """The entry of a request for ``model`` blocked by ``reasons``."""
         return cls(
@@ -91,7 +95,13 @@ class ParkedEntry(BaseModel):
             decided_version=version,
             parked_ms=now_ms,
             floor=floor,
+            floor_bytes=floor_bytes,
         )
+
+    @property
+    def bytes_floor(self) -> int | None:
+        """:attr:`floor_bytes` when it rules anything out (a floor of 0 bytes does not)."""
+        return self.floor_bytes if self.floor_bytes else None
 
     def filtered_model(self) -> ModelSpec:
         """The model as far as the worker filters read it."""
@@ -112,12 +122,15 @@ class Change:
             decided at that version or later already saw the change.
         shares: for ``capacity_freed``, each concerned GPU's allocatable share after
             the change, as ``(gpu type, allocatable / total)``; None: not known.
+        frees: for ``capacity_freed``, each concerned GPU's allocatable bytes after the
+            change (the order of ``shares``); None: not known.
     """
 
     kind: str
     workers: tuple[Worker, ...] = ()
     version: int = 0
     shares: tuple[tuple[str | None, float], ...] | None = None
+    frees: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         ClusterChange(self.kind)  # a kind the plugins can declare (raises ValueError otherwise)
@@ -169,12 +182,17 @@ def woken_by(entry: ParkedEntry, change: Change, chain: Chain) -> bool:
 
 
 def fits_floor(entry: ParkedEntry, change: Change) -> bool:
-    """Whether a GPU the change freed reaches the entry's floor for its type.
+    """Whether a GPU the change freed reaches the entry's floor (its bytes, or its type's share).
 
     True whenever it cannot be ruled out: no floor recorded, no shares known,
     or a freed GPU of a type the floor does not name.
     """
-    if change.kind != ClusterChange.CAPACITY_FREED.value or entry.floor is None or change.shares is None:
+    if change.kind != ClusterChange.CAPACITY_FREED.value:
+        return True
+    least = entry.bytes_floor
+    if least is not None and change.frees is not None:
+        return any(free >= least for free in change.frees)
+    if entry.floor is None or change.shares is None:
         return True
     floor = entry.floor
     for gpu_type, share in change.shares:
@@ -185,27 +203,36 @@ def fits_floor(entry: ParkedEntry, change: Change) -> bool:
 
 
 def budgeted(entry: ParkedEntry, changes: Sequence[Change]) -> bool:
-    """Whether every freed GPU of ``changes`` is of a type the entry's floor names (so the
-    number of such requests the freed GPUs can take is bounded, see :func:`slots`), and
-    every change carries its version (so the requests left waiting are checked again)."""
-    if entry.floor is None or not changes:
+    """Whether the number of such requests the freed GPUs of ``changes`` can take is bounded
+    (see :func:`slots`) — the entry has a floor in bytes and every freed GPU's bytes are known,
+    or every freed GPU is of a type its share floor names — and every change carries its
+    version (so the requests left waiting are checked again)."""
+    if (entry.floor is None and entry.bytes_floor is None) or not changes:
         return False
     for change in changes:
         # without its version the change could not be checked again later: wake, do not defer
         if change.kind != ClusterChange.CAPACITY_FREED.value or change.shares is None or not change.version:
             return False
-        if any(gpu_type is None or gpu_type not in entry.floor for gpu_type, _ in change.shares):
+        if entry.bytes_floor is not None:
+            if change.frees is None:
+                return False
+        elif entry.floor is None or any(t is None or t not in entry.floor for t, _ in change.shares):
             return False
     return True
 
 
 def slots(entries: Sequence[ParkedEntry], changes: Sequence[Change]) -> int:
-    """How many of ``entries`` the freed GPUs could take at most.
+    """How many of ``entries`` (all with a floor in bytes, or all with share floors) the freed
+    GPUs could take at most.
 
-    Every candidate that the freed capacity makes possible uses, on some freed GPU of
-    type t, at least the smallest floor of t among the entries; so a GPU with share s
-    takes at most ``floor(s / smallest)`` of them.
+    Every candidate that the freed capacity makes possible uses, on some freed GPU, at
+    least the smallest floor among the entries (in bytes; or of that GPU's type, as a
+    share); so a GPU with ``b`` bytes (share ``s``) takes at most ``b // smallest``
+    (``floor(s / smallest)``) of them.
     """
+    in_bytes = [entry.bytes_floor for entry in entries]
+    if entries and all(in_bytes):
+        return _byte_slots(min(floor or 0 for floor in in_bytes), changes)
     smallest: dict[str, float] = {}
     for entry in entries:
         for gpu_type, needed in (entry.floor or {}).items():
@@ -217,6 +244,11 @@ def slots(entries: Sequence[ParkedEntry], changes: Sequence[Change]) -> int:
             if least:
                 total += int(share // least)
     return total
+
+
+def _byte_slots(least: int, changes: Sequence[Change]) -> int:
+    """Requests of at least ``least`` (> 0) bytes per GPU the freed GPUs hold."""
+    return sum(free // least for change in changes for free in change.frees or ())
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,11 +292,23 @@ def wake_plan(parked: Mapping[str, str], changes: Sequence[Change], chain: Chain
     bounded = [(rid, entry) for rid, entry in found if budgeted(entry, changes)]
     if not bounded:
         return WakePlan([(rid, entry.seq) for rid, entry in found])
-    room = slots([entry for _, entry in bounded], changes)
-    oldest = sorted(bounded, key=lambda item: (item[1].parked_ms, item[0]))
-    chosen = {rid for rid, _ in oldest[:room]}
+    chosen: set[str] = set()
+    deferred = 0
+    # floors in bytes (precise) and share floors (gpustack) are not comparable: each kind gets
+    # the slots the freed GPUs hold for it (an upper bound each, so nothing is left unwoken)
+    for group in _by_floor_kind(bounded):
+        room = slots([entry for _, entry in group], changes)
+        oldest = sorted(group, key=lambda item: (item[1].parked_ms, item[0]))
+        chosen.update(rid for rid, _ in oldest[:room])
+        deferred += max(len(group) - room, 0)
     targets = [(rid, entry.seq) for rid, entry in found if rid in chosen or not budgeted(entry, changes)]
-    return WakePlan(targets, max(len(bounded) - room, 0))
+    return WakePlan(targets, deferred)
+
+
+def _by_floor_kind(entries: list[tuple[str, ParkedEntry]]) -> list[list[tuple[str, ParkedEntry]]]:
+    in_bytes = [item for item in entries if item[1].bytes_floor is not None]
+    in_shares = [item for item in entries if item[1].bytes_floor is None]
+    return [group for group in (in_bytes, in_shares) if group]
 
 
 def _candidates(
@@ -280,10 +324,19 @@ def _candidates(
 
 def gpu_shares(worker: Worker, instances: Iterable[ModelInstance]) -> tuple[tuple[str | None, float], ...]:
     """Each GPU's allocatable share (allocatable / total) on ``worker`` under ``instances``'
-    claims, by GPU type: the ledger's capacity minus the claims the core counts
+    claims, by GPU type (:func:`gpu_room`)."""
+    return tuple((gpu_type, share) for gpu_type, share, _ in gpu_room(worker, instances))
+
+
+def gpu_room(
+    worker: Worker, instances: Iterable[ModelInstance]
+) -> tuple[tuple[str | None, float, int], ...]:
+    """Each GPU's ``(type, allocatable share, allocatable bytes)`` on ``worker`` under
+    ``instances``' claims: the ledger's capacity minus the claims the core counts
     (:func:`scheduler_core.gpu_capacity`, :func:`scheduler_core.instance_claims`).
 
-    A unified-memory worker (RAM caps GPU 0) reports every GPU at share 1: not ruled out.
+    A unified-memory worker (RAM caps GPU 0) reports every GPU at share 1 and its
+    whole total: not ruled out.
     """
     status = worker.status or {}
     totals = {(gpu.type, gpu.index): gpu.total for gpu in worker.gpus}
@@ -294,13 +347,13 @@ def gpu_shares(worker: Worker, instances: Iterable[ModelInstance]) -> tuple[tupl
         for key, amount in instance_claims(instance, types).items():
             if key[0] == worker.id:
                 claimed[key] = claimed.get(key, 0) + amount
-    shares: list[tuple[str | None, float]] = []
+    room: list[tuple[str | None, float, int]] = []
     for key, capacity in gpu_capacity(worker).items():
         total = totals.get((key[1], key[2]), 0)
         if total > 0:
-            share = 1.0 if unified else max(capacity - claimed.get(key, 0), 0) / total
-            shares.append((key[1], share))
-    return tuple(shares)
+            free = total if unified else max(capacity - claimed.get(key, 0), 0)
+            room.append((key[1], 1.0 if unified else free / total, free))
+    return tuple(room)
 
 
 def _capacity_grew(old: Mapping[str, int], new: Mapping[str, int]) -> bool:
@@ -323,6 +376,25 @@ def worker_changes(old: Worker | None, new: Worker) -> list[Change]:
     if _capacity_grew(worker_capacity(old), worker_capacity(new)):
         changes.append(Change(ClusterChange.CAPACITY_INCREASED, (new,)))
     return changes
+
+
+def snapshot_facts(stored: Mapping[str, str], workers: Sequence[Worker]) -> list[dict[str, Any]]:
+    """The wake facts of a snapshot's workers against the rows stored (``[{kind, workers}]``).
+
+    Per worker, :func:`worker_changes` of its stored row and its row in the snapshot (a
+    row stored byte for byte the same is skipped unparsed), merged by kind, workers
+    sorted. A worker the snapshot drops frees nothing and wakes nobody; capacity its
+    instances free is the apply script's to add (it sees the ledger before and after).
+    """
+    by_kind: dict[str, set[int]] = {}
+    for worker in workers:
+        old_json = stored.get(str(worker.id))
+        if old_json is not None and old_json == row_json(worker):
+            continue
+        old = Worker.model_validate_json(old_json) if old_json is not None else None
+        for change in worker_changes(old, worker):
+            by_kind.setdefault(change.kind, set()).add(worker.id)
+    return [{"kind": kind, "workers": sorted(ids)} for kind, ids in sorted(by_kind.items())]
 
 
 def describe(changes: Sequence[Change]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler_core import canonical_json
-from scheduler_core.limits import flat_canonical_json, too_deep
+from scheduler_core.limits import flat_canonical_json, render_text, render_value, too_deep
 
 _scalars = (
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True)
@@ -78,3 +78,37 @@ def test_a_value_that_contains_itself_is_refused_as_json_refuses_it() -> None:
         json.dumps(loop)
     shared = [1]
     assert flat_canonical_json([shared, shared]) == "[[1],[1]]"  # repeated, not circular
+
+
+# ------------------------------------------------------------- render_text
+_printable_ascii = st.characters(min_codepoint=0x20, max_codepoint=0x7E, exclude_characters='"\\')
+_surrogates = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=_printable_ascii | _surrogates, max_size=20))
+def test_render_text_writes_each_lone_surrogate_as_json_escapes_it(text: str) -> None:
+    """On ASCII plus lone surrogates, the rendering is exactly what the standard library's
+    JSON writer prints between the quotes (its own ``\\uXXXX`` escape, lower-case hex)."""
+    assert render_text(text) == json.dumps(text)[1:-1]
+    render_text(text).encode("utf-8")  # and it encodes (the codec's own check)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.characters(exclude_categories=["Cs"])))
+def test_render_text_leaves_valid_unicode_alone(text: str) -> None:
+    assert render_text(text) is text
+
+
+def test_render_value_renders_keys_and_strings_at_any_depth() -> None:
+    deep: Any = "\udfff"
+    for _ in range(5000):  # deeper than the interpreter's recursion
+        deep = [deep]
+    rendered = render_value({"\ud800": [{"k": "a\udc00"}], "deep": deep, "n": 1})
+    assert rendered["\\ud800"] == [{"k": "a\\udc00"}] and rendered["n"] == 1
+    leaf = rendered["deep"]
+    for _ in range(5000):
+        (leaf,) = leaf
+    assert leaf == "\\udfff"
+    valid = {"a": [1, "π"]}
+    assert render_value(valid) is valid  # nothing to render: no copy

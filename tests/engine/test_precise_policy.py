@@ -182,7 +182,23 @@ def test_rescheduling_does_not_compete_with_its_own_claim():
     held = [{**instance(7, 2, {0: 21 * GIB}), "name": "qwen-0"}]
     assert _precise(_qwen(), workers, held).status == "unschedulable"
     assert _precise(_qwen(), workers, held, replaces={"id": 7}).status == "scheduled"
-    assert _precise(_qwen(), workers, held, replaces={"id": 7, "name": "other"}).status == "unschedulable"
+
+
+
+def test_replaces_that_matches_no_instance_is_rejected_naming_it():
+    """Issue 17, item 7: an id no row has, or an id and a name of different rows, used to be
+    accepted silently (the claim meant to be left out was still counted)."""
+    workers = [uniform_worker(2, "rtx", 2, RTX_4090)]
+    held = [{**instance(7, 2, {0: 21 * GIB}), "name": "qwen-0"},
+            {**instance(8, 2, {1: 2 * GIB}), "name": "qwen-1"}]
+    for replaces, named in (({"id": 999}, "id 999"), ({"id": 7, "name": "qwen-1"}, "id 7 and name 'qwen-1'"),
+                            ({"name": "qwen-9"}, "name 'qwen-9'")):
+        result = _precise(_qwen(), workers, held, replaces=replaces)
+        error = result.error
+        assert (result.status, error.code, error.field) == ("rejected", "invalid_request", "replaces")
+        assert error.message == f"matches no instance ({named})"
+    assert _precise(_qwen(), workers, held, replaces={"id": 7, "name": "qwen-0"}).status == "scheduled"
+    assert _precise(_qwen(), workers, held, replaces={"name": "qwen-1"}).status == "scheduled"
 
 
 #: SGLang's activation and graph reserve for an 81,920 MiB GPU at tp 1, without the 10 GiB floor:

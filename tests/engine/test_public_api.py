@@ -8,6 +8,7 @@ import scheduler_core
 
 PUBLIC = [
     "DEFAULT_CHAIN",
+    "EMPTY_KEY",
     "FILTERS_BY_NAME",
     "MORE_CAPACITY",
     "STRATEGIES_BY_NAME",
@@ -36,11 +37,14 @@ PUBLIC = [
     "chain_of",
     "chain_wake_table",
     "encodable",
+    "free_bytes_floor",
     "free_share_floor",
     "gpu_capacity",
     "instance_claims",
     "occupied_workers",
     "parse_gpu_id",
+    "render_text",
+    "render_value",
     "request_id_for",
     "schedule",
     "selected_worker_names",

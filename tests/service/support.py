@@ -194,7 +194,7 @@ class Deployment:
     def idle(self) -> bool:
         """No queued, unacknowledged, delayed or retry-pending work left."""
         queued = sum(int(self.redis.llen(q)) for q in self.keys.queues)
-        unacked = int(self.redis.hlen("unacked"))
+        unacked = int(self.redis.hlen(self.keys.unacked))
         outbox = int(self.redis.zcard(self.keys.outbox))
         retries = [m for m in self.redis.zrange(self.keys.timers, 0, -1) if str(m).startswith("retry:")]
         return queued == 0 and unacked == 0 and outbox == 0 and not retries

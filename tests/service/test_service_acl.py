@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -92,3 +95,96 @@ def test_a_submitter_can_only_enqueue_requests_and_read_results(
     finally:
         submitter.close()
         d.stop()
+
+
+#: Two partitions on one server, each with its own three users (every password distinct).
+PARTITIONS = ("c1", "c2")
+
+
+def _password(role: str, cluster: str) -> str:
+    return f"{cluster}-{role}-secret"
+
+
+def _load_partition_users(server: RedisServer, tmp_path: Path) -> None:
+    """Apply what ``gpusched acl --cluster c1 --cluster c2`` prints (a real CLI process)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUSCHED_", "REDIS_"))}
+    env |= {f"REDIS_{role.upper()}_PASSWORD_{c.upper()}": _password(role, c)
+            for role in USERS for c in PARTITIONS}
+    printed = subprocess.run(
+        [sys.executable, "-m", "tasks.edges.cli", "acl", *(f"--cluster={c}" for c in PARTITIONS)],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True,
+    ).stdout
+    admin = redis.Redis.from_url(server.url)
+    lines = [line.split(" ") for line in printed.splitlines()]
+    assert lines[0] == ["user", "default", "off"] and len(lines) == 1 + 3 * len(PARTITIONS)
+    for _, name, *rules in [*lines[1:], lines[0]]:  # the admin's own user last
+        admin.execute_command("ACL", "SETUSER", name, *rules)
+    admin.close()
+
+
+def _partition(server: RedisServer, tmp_path: Path, cluster: str, role: str) -> Deployment:
+    credentials = {"cluster": cluster, "redis_username": f"gpusched-{cluster}-{role}",
+                   "redis_password": _password(role, cluster)}
+    (tmp_path / cluster).mkdir(exist_ok=True)
+    return Deployment(server.url, tmp_path / cluster, credentials)
+
+
+def _foreign_commands(theirs: Keys) -> list[tuple[str, ...]]:
+    """Commands on another partition's keys, queues and channels, and listing every key."""
+    return [
+        ("GET", theirs.generation), ("HGETALL", theirs.request("placed-c2")),
+        ("XRANGE", theirs.results, "-", "+"),
+        ("XADD", theirs.results, "*", "request_id", "x"), ("HSET", theirs.capacity, "1:cuda:0", "1"),
+        ("DEL", theirs.claims), ("LPUSH", theirs.requests_queue, "{}"), ("LPUSH", theirs.cluster_queue, "{}"),
+        ("RPOP", theirs.requests_queue), ("SMEMBERS", f"_kombu.binding.{theirs.requests_queue}"),
+        ("DEL", f"_kombu.binding_permanent.{theirs.requests_queue}"), ("HGETALL", theirs.unacked),
+        ("EVAL", "return redis.call('GET', KEYS[1])", "1", theirs.version),
+        ("PUBLISH", f"/0.{theirs.event_exchange}/worker.heartbeat", "{}"),
+        ("KEYS", "*"), ("SCAN", "0"), ("RANDOMKEY",),
+    ]
+
+
+def test_partitions_on_one_server_cannot_reach_each_other(tmp_path: Path) -> None:
+    """Issue 17, item 4: ACL rules are server-wide, so databases never isolated two deployments;
+    each partition's users (``gpusched acl --cluster``) reach only its key patterns. Both
+    partitions run real workers as their own service users; every user of c1 is refused
+    every command on c2's keys, queues and channels, and cannot list keys."""
+    require_redis_server()
+    server = start_redis(directory=tmp_path / "redis")
+    deployments: list[Deployment] = []
+    try:
+        _load_partition_users(server, tmp_path)
+        for name in PARTITIONS:
+            d = _partition(server, tmp_path, name, "service")
+            deployments.append(d)
+            d.start_workers(1)
+            d.client.apply_cluster(cluster(2, 2))
+            placed = d.client.submit(llm_request(f"placed-{name}"), wait=True, timeout=60)
+            assert placed["status"] == "scheduled", placed  # type: ignore[index]
+        control = _partition(server, tmp_path, "c1", "control")
+        deployments.append(control)
+        assert control.client.cancel("placed-c1")["status"] == "released"  # its own partition: allowed
+        theirs = Keys("c2")
+        for role in USERS:
+            user = redis.Redis(port=server.port, username=f"gpusched-c1-{role}",
+                               password=_password(role, "c1"), decode_responses=True)
+            for command in _foreign_commands(theirs):
+                with pytest.raises(redis.exceptions.NoPermissionError):
+                    user.execute_command(*command)
+            user.close()
+        intruder = ServiceClient(_as_partition("c2", "c1", server))  # c1's service user, aimed at c2
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            intruder.submit(llm_request("intruder"))
+        intruder.close()
+        c2 = deployments[1]
+        assert c2.outcomes()["placed-c2"] == {"terminal": 1, "scheduled": 1}
+        assert c2.client.rt.records.record("intruder") == {}
+    finally:
+        for d in deployments:
+            d.stop()
+        server.stop()
+
+
+def _as_partition(target: str, owner: str, server: RedisServer) -> Settings:
+    return Settings(redis_url=server.url, cluster=target, redis_username=f"gpusched-{owner}-service",
+                    redis_password=_password("service", owner), **FAST)  # type: ignore[arg-type]

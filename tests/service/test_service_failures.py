@@ -29,7 +29,7 @@ def _in_flight(d: Deployment) -> list[str]:
 
 def _deliveries(d: Deployment) -> set[int]:
     """Start counts of the messages in flight."""
-    return {int(d.redis.get(d.keys.delivery(task_id)) or 0) for task_id in _in_flight(d)}
+    return {int(d.redis.scard(d.keys.delivery(task_id))) for task_id in _in_flight(d)}
 
 
 def _kill_pool(worker: WorkerProcess) -> int:
@@ -42,6 +42,12 @@ def _kill_pool(worker: WorkerProcess) -> int:
             continue
         killed += 1
     return killed
+
+
+def _claimed(d: Deployment, request_id: str) -> bool:
+    """The request's attempt is being decided by a message now in flight (its decider)."""
+    state, decider = d.redis.hmget(d.keys.request(request_id), "state", "decider")
+    return state == "deciding" and decider in _in_flight(d)
 
 
 def _lost_pool_processes(d: Deployment) -> int:
@@ -88,8 +94,10 @@ def test_a_message_that_keeps_killing_workers_is_dead_lettered(
     d.client.apply_cluster(cluster(*SLOW_CLUSTER))
     (worker,) = d.start_workers(1)
     d.client.submit(llm_request("poison", tp=4))
-    for crash in (1, 2):  # the delivery counter says which start of the message is running
-        wait_until(lambda n=crash: n in _deliveries(d), 120, f"delivery {crash}", interval=0.002)
+    for crash in (1, 2):  # the delivery counter says which start of the message is running; it
+        # is killed once it claimed the attempt (the decider), the proof it drives the request
+        wait_until(lambda n=crash: n in _deliveries(d) and _claimed(d, "poison"), 120, f"delivery {crash}",
+                   interval=0.002)
         assert _kill_pool(worker) == 1
     result = d.client.wait("poison", timeout=120, terminal=True)
     assert result["status"] == "rejected" and result["error"]["code"] == "dead_lettered"

@@ -10,7 +10,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from service.raw_messages import envelope, nested, nested_text
+from fuzzing import base_request, cases, result_problems
+from service.fuzz_door import through_raw_door
+from service.raw_messages import EMBED, envelope, nested, nested_text
 from service.support import Deployment, cluster, llm_request, wait_until
 
 pytestmark = pytest.mark.service
@@ -116,3 +118,81 @@ def test_a_far_future_eta_is_dead_lettered_not_held_and_delivered_again(
     assert re.match(r"message headers: eta is 86[34]\d\d s ahead, more than \d+ s", fields["detail"])
     assert json.loads(fields["args"])["excerpt"].startswith("{")
     assert worker.process is not None and worker.process.poll() is None, worker.log_tail()
+
+
+def _poison(rid: str) -> dict[str, object]:
+    """Issue 17, item 1: an unknown key that is a lone surrogate, nesting 70 levels deep."""
+    request = llm_request(rid)
+    request["\ud800"] = nested(70)
+    return request
+
+
+def test_the_surrogate_poison_is_rejected_at_every_door_and_kills_no_worker(
+    deployment: Callable[..., Deployment],
+) -> None:
+    """Before: ``submit()`` raised PydanticSerializationError, and as a raw ``gpusched.decide``
+    message the request killed the worker node ("Unrecoverable error"), with no dead letter
+    and no result. Now each door rejects it, naming the key as its visible escape."""
+    d = deployment()
+    (worker,) = d.start_workers(1)
+    d.client.apply_cluster(cluster(1, 2))
+    submitted = d.client.submit(_poison("poison-client"), wait=True, timeout=30)
+    assert isinstance(submitted, dict) and submitted["status"] == "rejected"
+    assert submitted["error"] == {"code": "invalid_request", "message": "nests more than 64 levels deep",
+                                  "field": "\\ud800"}
+    for rid in ("poison-raw-1", "poison-raw-2", "poison-raw-3"):  # one node per message, before
+        d.redis.lpush(d.keys.requests_queue, envelope(args=[_poison(rid)]))
+    d.redis.lpush(d.keys.requests_queue, envelope(args=[llm_request("after-poison")]))
+
+    assert d.client.wait("after-poison", timeout=60)["status"] == "scheduled"
+    for rid in ("poison-raw-1", "poison-raw-2", "poison-raw-3"):
+        rejected = d.client.wait(rid, timeout=30)
+        assert rejected["error"]["field"] == "\\ud800" and result_problems(json.dumps(rejected)) == []
+    letters = d.redis.xrange(d.keys.deadletter)
+    assert [fields["reason"] for _, fields in letters] == ["too_deep"] * 3
+    assert all("(field \\ud800)" in fields["detail"] for _, fields in letters)
+    assert worker.process is not None and worker.process.poll() is None, worker.log_tail()
+    assert "Unrecoverable error" not in worker.log_path.read_text()
+
+
+def test_fuzzed_raw_requests_kill_no_worker_and_each_gets_an_answer(
+    deployment: Callable[..., Deployment],
+) -> None:
+    """A seeded sample of the fuzz (``bench/fuzz_doors.py`` runs 20,000): raw ``gpusched.decide``
+    messages with keys and values from the whole Unicode range, wrong types and deep nesting."""
+    d = deployment()
+    d.start_workers(1)
+    d.client.apply_cluster({"workers": base_request("-", cluster=True)["workers"], "model_instances": []})
+    report = through_raw_door(d, list(cases(31, 150, cluster=False)), timeout=240)
+    assert report.problems == []
+    assert report.results >= report.messages - 5  # a result each (a few ids may repeat)
+
+
+def test_a_forged_decide_for_a_request_in_flight_is_dead_lettered_alone(
+    deployment: Callable[..., Deployment],
+) -> None:
+    """Issue 17, item 2: a forged ``gpusched.decide`` naming another request's id, with the right
+    seq and attempt and an unexpected keyword argument, pushed while that request's own message
+    is deciding. Before: it raised three times, was dead-lettered as ``task_error`` and finished
+    the victim (terminal ``rejected``, ``dead_lettered``). Now it is dead-lettered at once as
+    ``invalid_arguments``, finishing nothing, and the victim is placed."""
+    d = deployment(decide_lock_wait_s=5)
+    d.start_workers(2)
+    d.client.apply_cluster(cluster(2, 2))
+    d.redis.set(d.keys.decide_lock, "someone-else", px=60_000)  # the victim's decision waits on it
+    d.client.submit(llm_request("victim"))
+    wait_until(lambda: d.redis.hget(d.keys.request("victim"), "state") == "deciding", 60,
+               "the victim's message to claim its attempt")
+    forged = json.dumps([["victim", 0, 0], {"bogus": 1}, EMBED])
+    d.redis.lpush(d.keys.requests_queue, envelope(body_text=forged))
+    (letter,) = wait_until(lambda: d.redis.xrange(d.keys.deadletter), 60, "the forged message's dead letter")
+    d.redis.delete(d.keys.decide_lock)
+
+    assert d.client.wait("victim", timeout=60, terminal=True)["status"] == "scheduled"
+    fields = letter[1]
+    assert (fields["reason"], fields["request_id"], fields["deliveries"]) == ("invalid_arguments", "", "1")
+    assert fields["detail"] == "gpusched.decide: unexpected keyword argument 'bogus'"
+    wait_until(d.idle, 30, "the pipeline to settle")
+    assert d.outcomes()["victim"] == {"terminal": 1, "scheduled": 1}
+    assert d.redis.xlen(d.keys.deadletter) == 1
+    assert not [e for e in d.events("sched.request.rejected") if e["request_id"] == "victim"]

@@ -30,6 +30,7 @@ from service.support import (
     wait_until,
     worker_row,
 )
+from service.tcp_proxy import TcpProxy
 
 from scheduler_core import Worker
 from tasks.audit.replay import replay
@@ -40,6 +41,7 @@ from tasks.runtime.task_contract import DECIDE
 from tasks.state.generation import DataLost
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]
+
 
 
 @pytest.fixture
@@ -166,7 +168,9 @@ def test_a_redis_stall_past_the_soft_time_limit_is_transient(
     each), which dead-lettered the request before.
     """
     assert private_redis.process is not None
-    d = Deployment(private_redis.url, tmp_path, {"decide_lock_wait_s": 5})
+    # no watchdog re-drive within the test: a second message would decide the request between
+    # two stalls, before the fourth one (flaky on a loaded machine, before issue 17 as after)
+    d = Deployment(private_redis.url, tmp_path, {"decide_lock_wait_s": 5, "stuck_after_s": 300})
     try:
         d.client.apply_cluster(cluster(4, 8))
         (worker,) = d.start_workers(1)
@@ -395,3 +399,71 @@ def test_the_loss_marker_and_its_event_are_written_in_one_transaction(
 def _monitoring(url: str) -> bool:
     clients = redis.Redis.from_url(url).client_list()
     return any(c.get("cmd") == "monitor" for c in clients)
+
+
+#: Resets, one per delivery in flight: more than ``max_crashes`` (3).
+RESETS = 4
+
+
+class DeliveryWatch:
+    """Notices each start of a delivery: its redelivery guard counter appears or grows."""
+
+    def __init__(self, d: Deployment) -> None:
+        self.d = d
+        self.last: dict[str, int] = {}
+
+    def new_start(self) -> bool:
+        prefix = self.d.keys.delivery("")
+        keys = list(self.d.redis.scan_iter(f"{prefix}*"))
+        now = {str(key)[len(prefix):]: self._starts(key) for key in keys}
+        started = any(count > self.last.get(task_id, 0) for task_id, count in now.items())
+        self.last = now
+        return started
+
+    def _starts(self, key: str) -> int:
+        """The guard's count: a set of starts (a counter before issue 17)."""
+        if self.d.redis.type(key) == "set":
+            return int(self.d.redis.scard(key))
+        return int(self.d.redis.get(key) or 0)
+
+
+def test_connection_resets_while_a_delivery_is_in_flight_do_not_reject_a_valid_request(
+    private_redis: RedisServer, tmp_path: Path
+) -> None:
+    """Issue 17, item 3: a localhost TCP proxy between the worker and Redis adds 150 ms of round
+    trip and resets every connection each time a delivery of the request starts, four times; a
+    foreign holder of the decide lease keeps each delivery in flight for ``decide_lock_wait_s``.
+    Before: Celery terminated the in-flight task on every broker connection loss
+    (``worker_cancel_long_running_tasks_on_connection_loss``), and a reset that lost the reply of
+    the guard's ``INCR`` had redis-py send it again (one start counted twice); the guard took
+    both for crashes and the tp2 request ended ``rejected``/``dead_lettered``
+    (``worker_lost_repeatedly``) although no worker died."""
+    proxy = TcpProxy(private_redis.port, delay_s=0.075)
+    # each delivery waits 3 s for the lease, then decides without it; with 150 ms of round trip and
+    # a reconnecting consumer that is more than FAST's 6 s soft limit: production's limits (100 s)
+    limits = {"task_soft_time_limit_s": 30, "task_time_limit_s": 40, "visibility_timeout_s": 60,
+              "stuck_after_s": 90}
+    d = Deployment(private_redis.url, tmp_path, {"decide_lock_wait_s": 3, **limits})
+    try:
+        d.client.apply_cluster(cluster(4, 8))
+        (worker,) = d.start_workers(1, env={"GPUSCHED_REDIS_URL": proxy.url()})
+        d.redis.set(d.keys.decide_lock, "someone-else", px=600_000)
+        watch = DeliveryWatch(d)
+        d.client.submit(llm_request("flaky", tp=2))
+        while proxy.resets < RESETS and not d.outcomes().get("flaky", {}).get("terminal"):
+            if watch.new_start():
+                assert proxy.reset_all() > 0
+            time.sleep(0.005)
+        result = d.client.wait("flaky", timeout=180, terminal=True)
+        d.redis.delete(d.keys.decide_lock)
+
+        assert proxy.resets >= 1
+        assert result["status"] == "scheduled", result
+        wait_until(d.idle, 120, "the pipeline to settle")
+        assert d.outcomes()["flaky"] == {"terminal": 1, "scheduled": 1}
+        assert d.redis.xlen(d.keys.deadletter) == 0
+        assert _alive(d) == ["w0"] and worker.pool_pids()
+        d.assert_ledger_consistent()
+    finally:
+        proxy.close()
+        d.stop()

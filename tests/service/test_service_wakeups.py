@@ -45,3 +45,49 @@ def test_a_release_wakes_only_the_waiters_its_gpus_hold(deployment: Callable[...
     d.assert_ledger_consistent()
     report = replay(d.redis, d.client.rt.cluster)
     assert (report.identical, report.differ, report.skipped) == (report.replayed, 0, [])
+
+
+def _precise(rid: str) -> dict[str, object]:
+    request = llm_request(rid)
+    request["model"]["backend_parameters"] = ["--tp-size", "1"]  # type: ignore[index]
+    return {**request, "policy": "precise"}
+
+
+def _decisions(d: Deployment) -> int:
+    return len(d.events("sched.decision.made"))
+
+
+def test_a_snapshot_wakes_only_what_it_changes_and_a_release_only_what_it_frees(
+    deployment: Callable[..., Deployment],
+) -> None:
+    """Issue 17, item 8: re-applying an identical snapshot re-decided every parked request, and one
+    release woke every parked ``precise`` request. Now the snapshot's real changes are derived
+    (none: nobody is woken, no decision runs, the wake epoch stays), and a release wakes, per
+    policy, as many as the freed GPU could hold (gpustack: its share floor; precise: bytes)."""
+    d = deployment(wake_recheck_s=0.5)
+    snapshot = cluster(2, 2)
+    d.client.apply_cluster(snapshot)
+    d.start_workers(2)
+    for n in range(4):
+        assert d.client.submit(llm_request(f"fill-{n}"), wait=True, timeout=60)["status"] == "scheduled"  # type: ignore[index]
+    waiters = [f"g-{n:02d}" for n in range(WAITERS)] + [f"p-{n:02d}" for n in range(WAITERS)]
+    for rid in waiters:
+        d.client.submit(llm_request(rid) if rid.startswith("g") else _precise(rid))
+    wait_until(lambda: len(d.client.rt.parked.entries()) == len(waiters) and d.idle(), 180,
+               "the waiters to park")
+    decisions, epoch = _decisions(d), d.redis.get(d.keys.epoch)
+
+    d.client.apply_cluster(snapshot)  # the same snapshot again
+    wait_until(lambda: d.idle() and d.redis.zcard(d.keys.followups) == 0, 60, "the snapshot's follow-up")
+    assert d.events("sched.request.woken") == []  # before: all 24
+    assert (_decisions(d), d.redis.get(d.keys.epoch)) == (decisions, epoch)
+
+    d.client.cluster_event({"kind": "instance_deleted", "request_id": "fill-0"})
+    wait_until(lambda: len(_scheduled(d)) == 5 and d.idle(), 120, "one waiter to take the freed GPU")
+    wait_until(lambda: d.redis.zcard(d.keys.followups) == 0, 60, "the follow-up's last check")
+    woken = {e["request_id"] for e in d.events("sched.request.woken")}
+    assert len(woken) <= 4 and {rid[0] for rid in woken} <= {"g", "p"}  # before: every precise waiter
+    assert len(d.client.rt.parked.entries()) == len(waiters) - 1
+    d.assert_ledger_consistent()
+    report = replay(d.redis, d.client.rt.cluster)
+    assert (report.identical, report.differ, report.skipped) == (report.replayed, 0, [])

@@ -9,6 +9,9 @@ Around every task message, outermost first (:data:`TASK_STACK`):
   dead-lettered, never run);
 * :mod:`~tasks.runtime.middleware.replica_ack` — what a task wrote is
   acknowledged once a replica holds it (with replicas required);
+* :mod:`~tasks.runtime.middleware.argument_guard` — a message whose
+  arguments its task cannot take (an unexpected keyword, a wrong type) is
+  dead-lettered alone, never retried, and finishes no request;
 * :mod:`~tasks.runtime.middleware.data_guard` — a Redis that lost the
   service's data (wiped, rolled back) runs nothing: messages are requeued
   until a recovery;
@@ -39,6 +42,7 @@ prerun signals in :mod:`tasks.runtime.celery_app`).
 
 from __future__ import annotations
 
+from tasks.runtime.middleware.argument_guard import WellFormedArguments
 from tasks.runtime.middleware.audit_retention import AuditRetention
 from tasks.runtime.middleware.base import Delivery, Middleware, run_task
 from tasks.runtime.middleware.data_guard import RefuseWithoutData
@@ -55,7 +59,8 @@ _GUARD = RedeliveryGuard()
 _DATA_GUARD = RefuseWithoutData()
 #: Around every task message, outermost first.
 TASK_STACK: tuple[Middleware, ...] = (
-    RequeueOnOutage(_GUARD.finished), OnlyItsOwnQueue(), AcknowledgeWrites(), _DATA_GUARD, _GUARD,
+    RequeueOnOutage(_GUARD.finished), OnlyItsOwnQueue(), WellFormedArguments(), AcknowledgeWrites(),
+    _DATA_GUARD, _GUARD,
     RetryTaskErrors(),
 )
 #: Boot and shutdown hooks of a worker node, in order.

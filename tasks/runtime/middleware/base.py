@@ -9,6 +9,7 @@ only the hooks it needs; the others pass through.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,7 @@ class Delivery:
             (whoever requeues it must uncount it).
         started: ``time.monotonic()`` when the delivery started (the time limits run from it).
         queue: the queue the message was taken from (None when run in process).
+        start: this delivery's own id (the redelivery guard counts each start once).
     """
 
     task_name: str
@@ -44,6 +46,7 @@ class Delivery:
     counted: bool = False
     started: float = field(default_factory=time.monotonic)
     queue: str | None = None
+    start: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
 class Middleware:

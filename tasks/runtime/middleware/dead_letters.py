@@ -21,17 +21,24 @@ from tasks.runtime.task_contract import DrivenRequest, driven_request
 log = get_logger(__name__)
 
 
-def give_up(delivery: Delivery, reason: str, detail: str, count: int) -> NoReturn:
-    """Dead-letter the message; finish its request if the message drives it (no validation).
+def give_up(delivery: Delivery, reason: str, detail: str, count: int, *, finish: bool = True) -> NoReturn:
+    """Dead-letter the message; finish its request if the message provably drives it.
 
     A booked request gets its recorded ``scheduled`` result, any other
     unfinished one a terminal ``rejected`` result (``error.code =
-    dead_lettered``); see ``dead_letter.lua``.
+    dead_lettered``) — only when ``dead_letter.lua`` finds that the message owns
+    the request's current step (it claimed the attempt, carries the recorded
+    decision, or accepted the raw request).
+
+    Args:
+        finish: False for a message that failed validation (its arguments): it is
+            dead-lettered alone and never finishes a request, whichever it names.
 
     Raises:
         celery.exceptions.Ignore: always (the message is acknowledged).
     """
-    driven = driven_request(delivery.task_name, delivery.args, delivery.kwargs) or DrivenRequest("")
+    driven = driven_request(delivery.task_name, delivery.args, delivery.kwargs) if finish else None
+    driven = driven or DrivenRequest("")
     rejection = ScheduleResult(
         request_id=driven.request_id or "-",
         status="rejected",
@@ -49,6 +56,7 @@ def give_up(delivery: Delivery, reason: str, detail: str, count: int) -> NoRetur
         seq=driven.seq, attempt=driven.attempt, result_digest=driven.result_digest,
         intake_task=delivery.task_id if raw else "",
         request_json=json.dumps(driven.raw, sort_keys=True, default=str) if raw else "",
+        finish=finish,
     )
     metrics.count_dead_letter(reason)
     log.error("dead_lettered", reason=reason, detail=detail, request_id=driven.request_id,

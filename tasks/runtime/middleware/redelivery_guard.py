@@ -1,7 +1,8 @@
 """The redelivery guard: a message whose deliveries keep dying is dead-lettered, not looped.
 
-Each start of a message is counted in ``gpusched:delivery:<task_id>`` and the
-count is cleared whenever a delivery ends without its process dying
+Each start of a message is counted in ``gpusched:delivery:<task_id>`` (once,
+however often Redis is asked: one member per start) and the count is cleared
+whenever a delivery ends without its process dying
 (success, ``Ignore``, ``Reject``, a requeue after a Redis/broker error), so
 the count is the number of starts that never finished — the pool process
 died (SIGKILL, OOM, hard time limit; ``task_reject_on_worker_lost`` put the
@@ -40,7 +41,7 @@ class RedeliveryGuard(Middleware):
         """Count the start, give up past the budget, clear the count when the delivery ends."""
         rt = delivery.rt
         self._clear_uncleared(rt)
-        crashes = rt.deliveries.count_delivery(delivery.task_id)
+        crashes = rt.deliveries.count_delivery(delivery.task_id, delivery.start)
         delivery.counted = True
         try:
             if crashes > rt.settings.max_crashes:

@@ -1,4 +1,8 @@
-"""Redis or broker outages: requeue the message after a short back-off, never count it as a failure.
+"""Redis or broker outages: requeue the message after a back-off, never count it as a failure.
+
+The back-off is ``transient_backoff_s``, doubled with each outage in a row of
+the same message, at most :data:`MAX_BACKOFF_FACTOR` times it
+(:class:`Backoff`); the message is requeued for as long as its request lives.
 
 What counts as an outage — Redis unreachable, out of memory, or stalled past
 the soft time limit — is :func:`tasks.runtime.outages.outage_of`. Out of
@@ -35,6 +39,33 @@ HARD_LIMIT_MARGIN_S = 0.5
 
 #: Uncounts a delivery's start, waiting at most the given seconds for Redis.
 Uncount = Callable[[Delivery, float], None]
+#: The back-off doubles with each outage in a row of one message, up to this many times the base.
+MAX_BACKOFF_FACTOR = 8
+#: Messages whose outages in a row this process remembers (the oldest is forgotten first).
+MAX_REMEMBERED = 1024
+
+
+class Backoff:
+    """How long to wait before requeueing a message after an outage: ``transient_backoff_s``,
+    doubled with each outage in a row of the same message (a broker that keeps failing is
+    not hammered), at most :data:`MAX_BACKOFF_FACTOR` times it. Never a count: the message is
+    requeued for as long as its request lives; a delivery that gets through resets it."""
+
+    def __init__(self) -> None:
+        self._outages: dict[str, int] = {}
+
+    def next_s(self, task_id: str, base_s: float) -> float:
+        """The wait before this requeue (and remember one more outage of ``task_id``)."""
+        outages = self._outages.pop(task_id, 0) + 1
+        self._outages[task_id] = outages
+        while len(self._outages) > MAX_REMEMBERED:
+            self._outages.pop(next(iter(self._outages)))
+        factor: int = min(2 ** (outages - 1), MAX_BACKOFF_FACTOR)
+        return base_s * factor
+
+    def got_through(self, task_id: str) -> None:
+        """The message's delivery ended without an outage."""
+        self._outages.pop(task_id, None)
 
 
 def clear_budget_s(delivery: Delivery, outage: str) -> float:
@@ -57,6 +88,7 @@ class RequeueOnOutage(Middleware):
 
     def __init__(self, uncount: Uncount) -> None:
         self._uncount = uncount
+        self._backoff = Backoff()
 
     def around_task(self, delivery: Delivery, proceed: Proceed) -> Any:
         """Run the rest of the stack; on an outage, back off and requeue."""
@@ -65,8 +97,10 @@ class RequeueOnOutage(Middleware):
         except Exception as error:
             outage = outage_of(error)
             if outage is None:
+                self._backoff.got_through(delivery.task_id)
                 raise
             self._requeue(delivery, outage, error)
+        self._backoff.got_through(delivery.task_id)
         WATCH.accepted()
         if WATCH.has_closed:
             report_outages(delivery.rt.client, delivery.rt.keys.events)
@@ -82,10 +116,17 @@ class RequeueOnOutage(Middleware):
             log.warning("transient_error_requeue", error=repr(error))
         try:
             if outage != "stalled":  # a stall already waited; the hard limit is near
-                time.sleep(delivery.rt.settings.transient_backoff_s)
+                time.sleep(self._wait_s(delivery))
             if delivery.counted:
                 self._uncount(delivery, clear_budget_s(delivery, outage))
         except SoftTimeLimitExceeded:  # fired during the back-off: requeue all the same
             pass
         raise Reject(error, requeue=True) from error
+
+    def _wait_s(self, delivery: Delivery) -> float:
+        """The back-off, ending before the soft time limit (a requeue must not be cut short)."""
+        settings = delivery.rt.settings
+        wait = self._backoff.next_s(delivery.task_id, settings.transient_backoff_s)
+        left = settings.task_soft_time_limit_s - (time.monotonic() - delivery.started) - MAX_CLEAR_S
+        return max(0.0, min(wait, left))
 

@@ -13,8 +13,17 @@
 -- down for unreachable_grace_s; a worker listed again is not vanished). The
 -- follow-up work (reschedule the dropped bookings — their rows and claims are
 -- kept in the job, so that a booking whose workers come back before its
--- rescheduling is booked again —, wake every parked request) is recorded in
--- the same step.
+-- rescheduling is booked again —, wake the parked requests the snapshot's real
+-- changes could unblock) is recorded in the same step.
+--
+-- The wake: the caller derives the workers' changes (added, ready, labels,
+-- cluster, renamed, capacity increased: ARGV[14]) from the stored rows it read
+-- at cluster version ARGV[15]; this script adds capacity_freed for every worker
+-- one of whose GPUs has less booked than before. Every fact carries the new
+-- version. A snapshot that changes nothing wake-relevant wakes nobody and does
+-- not bump the wake epoch. When the version moved since the caller's read (a
+-- change raced it), or ARGV[14] is "" (a recovery), every parked request is woken
+-- instead ({kind = snapshot}): woken in vain, never forgotten.
 --
 -- A snapshot that would remove more than ARGV[12] of the stored workers is
 -- refused, nothing written, unless ARGV[13] confirms the removal: a truncated
@@ -48,7 +57,9 @@
 -- ARGV[11] follow-up due time (ms)
 -- ARGV[12] largest fraction of the stored workers the snapshot may remove unconfirmed
 -- ARGV[13] "1" when the removal is confirmed (allow_removal), else "0"
--- ARGV[14..] number of workers W, then W triples: worker id, row JSON,
+-- ARGV[14] the workers' wake facts JSON [{kind, workers}] ("" = wake every parked request)
+-- ARGV[15] the cluster version those facts were derived at
+-- ARGV[16..] number of workers W, then W triples: worker id, row JSON,
 --          [["gpu_key", "capacity"], ...]; then number of instances I, then I
 --          quadruples: instance key, row JSON, meta JSON without order,
 --          [["gpu_key", "bytes"], ...] claims
@@ -85,7 +96,9 @@ local stable_ms = tonumber(ARGV[10])
 local followup_due_ms = ARGV[11]
 local max_removed_fraction = tonumber(ARGV[12])
 local removal_confirmed = ARGV[13] == '1'
-local first_row_arg = 14  -- ARGV[14..]: the worker count, worker triples, instance count, quadruples
+local worker_facts = ARGV[14]
+local facts_version = ARGV[15]
+local first_row_arg = 16  -- ARGV[16..]: the worker count, worker triples, instance count, quadruples
 
 local p = first_row_arg
 local n_workers = tonumber(ARGV[p]); p = p + 1
@@ -107,9 +120,9 @@ if not removal_confirmed and removed > max_removed_fraction * #stored_ids then
   return {'refused', removed, #stored_ids}
 end
 
+local exact = worker_facts ~= '' and (redis.call('GET', version_key) or '0') == facts_version
 local version = redis.call('INCR', version_key)
 local v = tostring(version)
-redis.call('INCR', epoch_key)
 redis.call('SET', snapshot_key, snapshot_json, 'NX')
 
 local taken = {}
@@ -152,6 +165,10 @@ end
 local old_rows = {}
 local stored = redis.call('HGETALL', workers_key)
 for i = 1, #stored, 2 do old_rows[stored[i]] = stored[i + 1] end
+
+local old_booked = {}
+local booked_before = redis.call('HGETALL', booked_key)
+for i = 1, #booked_before, 2 do old_booked[booked_before[i]] = tonumber(booked_before[i + 1]) end
 
 redis.call('DEL', workers_key, worker_gpus_key, capacity_key, booked_key)
 for _, w in ipairs(workers) do
@@ -218,7 +235,27 @@ for wid, _ in pairs(old_rows) do
 end
 for _, w in ipairs(workers) do redis.call('HDEL', vanished_key, w[1]) end
 
+-- the wake: the workers' facts, plus capacity freed on a GPU that is still there
+local wake = {}
+if exact then
+  wake = cjson.decode(worker_facts)
+  local freed, seen = {}, {}
+  for gk, before in pairs(old_booked) do
+    local wid = gk:match('^(%d+):')
+    local after = tonumber(redis.call('HGET', booked_key, gk) or '0')
+    if wid and redis.call('HEXISTS', capacity_key, gk) == 1 and after < before and not seen[wid] then
+      seen[wid] = true
+      freed[#freed + 1] = tonumber(wid)
+    end
+  end
+  table.sort(freed)
+  if #freed > 0 then wake[#wake + 1] = {kind = 'capacity_freed', workers = freed} end
+else
+  wake = {{kind = 'snapshot', workers = {}}}
+end
+for _, fact in ipairs(wake) do fact['version'] = version end
+if #wake > 0 then redis.call('INCR', epoch_key) end
+
 local job = follow_up({due = followups_key, jobs = followup_jobs_key}, followup_due_ms,
-  'worker_gone_in_snapshot', dropped, true, {{kind = 'snapshot', workers = {}}},
-  {removal_confirmed = removal_confirmed})
+  'worker_gone_in_snapshot', dropped, true, wake, {removal_confirmed = removal_confirmed})
 return {'applied', v, cjson.encode(dropped), job}

@@ -1,10 +1,13 @@
 -- dead_letter.lua — park a message the redelivery guard gave up on and, if
 -- that message was the one driving its request, finish the request.
 --
--- The request is finished only if the message concerns its current step:
--- same (seq, attempt), same decision (result digest) for a reserve/publish
--- step, same intake task for a raw request (a stray or malformed message
--- naming a request that another message drives changes nothing). A booked
+-- The request is finished only if the message provably drives its current
+-- step: same (seq, attempt), and for a decide message the record's decider is
+-- this message (it claimed the attempt in begin.lua), for a reserve/publish
+-- step the same decision (result digest), for a raw request the same intake
+-- task. A stray or forged message naming a request that another message
+-- drives changes nothing, and a message that failed validation (ARGV[21] "0")
+-- never finishes a request. A booked
 -- request gets its recorded "scheduled" result (the booking is valid; this is
 -- what the lost publish step would have published); any other unfinished one
 -- a terminal "rejected" result (error.code = dead_lettered).
@@ -30,6 +33,7 @@
 -- ARGV[18] result digest the message carries, "" for a decide message
 -- ARGV[19] intake task id when the message is a raw request (its own task id), else ""
 -- ARGV[20] request JSON of a raw request, stored when no record exists, else ""
+-- ARGV[21] "1" to finish the request the message drives, "0" to record the dead letter only
 --
 -- Returns {dead_letter_entry_id, results_entry_id or "", outcome} with
 -- outcome "rejected" | "scheduled" (a result was published), "finished"
@@ -60,6 +64,7 @@ local message_attempt = ARGV[17]
 local message_digest = ARGV[18]
 local intake_task = ARGV[19]
 local raw_request_json = ARGV[20]
+local may_finish = ARGV[21] == '1'
 
 local id = redis.call('XADD', deadletter_key, '*', 'request_id', rid, 'task', task_name,
   'task_id', task_id, 'reason', reason, 'detail', detail, 'deliveries', deliveries,
@@ -68,9 +73,10 @@ emit(events_key, 'sched.request.dead_lettered', rid, '', cjson.encode({
   task = task_name, task_id = task_id, reason = reason, detail = detail,
   deliveries = tonumber(deliveries), deadletter_id = id}), 0)
 if rid == '' then return {id, '', ''} end
+if not may_finish then return {id, '', 'other'} end
 
 local r = redis.call('HMGET', record_key, 'state', 'seq', 'attempt', 'result_digest',
-  'intake_task', 'result')
+  'intake_task', 'result', 'decider')
 local state = r[1]
 if not state then
   if raw_request_json == '' then return {id, '', 'other'} end
@@ -81,6 +87,8 @@ else
   if r[2] ~= message_seq or r[3] ~= message_attempt then return {id, '', 'other'} end
   if message_digest ~= '' and r[4] ~= message_digest then return {id, '', 'other'} end
   if intake_task ~= '' and r[5] ~= intake_task then return {id, '', 'other'} end
+  -- a decide message by id owns the attempt only if it claimed it (begin.lua set it decider)
+  if message_digest == '' and intake_task == '' and r[7] ~= task_id then return {id, '', 'other'} end
   if state == 'done' or state == 'parked' then return {id, '', 'finished'} end
 end
 

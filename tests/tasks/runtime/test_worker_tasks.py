@@ -27,7 +27,7 @@ def test_the_decide_task_finishes_its_request_without_a_resume_message(
         assert sent == []  # booked and published in its own message: nothing left to resume
         h.event({"kind": "instance_deleted", "request_id": rid})  # room for the next one
     assert [r["status"] for r in h.results() if r["terminal"] == "1"] == ["scheduled", "scheduled"]
-    assert h.rt.client.get(h.rt.keys.delivery("msg-first")) is None
+    assert h.rt.client.exists(h.rt.keys.delivery("msg-first")) == 0
 
 
 def test_a_leftover_step_goes_on_as_one_resume_message_that_finishes_it(

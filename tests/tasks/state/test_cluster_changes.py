@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections import deque
+from typing import Any
+
 import pytest
-from builders import GIB, H100
+from builders import GIB, H100, instance
 from service_builders import cluster_of, small_request, statuses, worker_row
 
-from tasks.state.parking import ParkedEntry
+from tasks.intake.snapshots import parse_snapshot
+from tasks.state.followups import run_followup
+from tasks.state.parking import ParkedEntry, snapshot_facts
 from tasks.testing import Harness
 
 #: A claim of 20 GiB: one per 4090, a second waits.
@@ -108,3 +113,85 @@ def test_a_snapshot_reports_gpus_booked_past_their_capacity() -> None:
         "worker_id": 1,
         "gpus": [{"gpu": "1:cuda:0", "booked": 30 * GIB, "capacity": 20 * GIB}],
     }
+
+
+def _parked_behind_a_control_plane_instance(h: Harness, waiters: int) -> dict[str, Any]:
+    """One 4090 held by a control-plane instance; ``waiters`` requests parked for it."""
+    snapshot = cluster_of(worker_row(1, "a", labels={"gpu": "4090"}), worker_row(2, "b", labels={"gpu": "x"}))
+    snapshot["model_instances"] = [instance(7, 1, {0: 20 * GIB})]
+    h.apply(snapshot)
+    for n in range(waiters):
+        h.submit(small_request(f"w-{n}", env=TWENTY_GIB, worker_selector={"gpu": "4090"}))
+    h.pump()
+    assert len(h.rt.parked.entries()) == waiters
+    return snapshot
+
+
+def test_an_identical_snapshot_wakes_nobody_and_leaves_the_wake_epoch() -> None:
+    """Issue 17, item 8: every snapshot woke every parked request (20,000 parked: 17,546
+    decisions); now its real changes are derived: the same snapshot changes nothing."""
+    h = Harness()
+    snapshot = _parked_behind_a_control_plane_instance(h, 5)
+    epoch = h.rt.client.get(h.rt.keys.epoch)
+    summary = h.apply(snapshot)
+    assert summary["woken"] == [] and h.queue == deque()
+    assert h.rt.client.get(h.rt.keys.epoch) == epoch
+    assert len(h.rt.parked.entries()) == 5 and not h.events(["sched.request.woken"])
+
+
+def test_a_snapshot_wakes_for_the_capacity_it_frees_as_many_as_the_gpu_holds() -> None:
+    """The control plane's instance is gone from the snapshot: capacity freed on worker 1, whose
+    one 4090 takes one of the waiters (the oldest parked), not all five."""
+    h = Harness()
+    snapshot = _parked_behind_a_control_plane_instance(h, 5)
+    summary = h.apply({**snapshot, "model_instances": []})
+    assert summary["woken"] == ["w-0"]
+    (woken,) = h.events(["sched.request.woken"])
+    assert woken.data["by"] == [{"kind": "capacity_freed", "workers": [1]}]
+
+
+def test_a_snapshot_wakes_for_the_workers_it_changes() -> None:
+    """A label a waiter selects appears on worker 2: labels_changed on 2 wakes that waiter only."""
+    h = Harness()
+    h.apply(cluster_of(worker_row(1, "a"), worker_row(2, "b", labels={"gpu": "x"})))
+    h.submit(small_request("wants-y", worker_selector={"gpu": "y"}))
+    h.submit(small_request("wants-z", worker_selector={"gpu": "z"}))
+    h.pump()
+    summary = h.apply(cluster_of(worker_row(1, "a"), worker_row(2, "b", labels={"gpu": "y"})))
+    assert summary["woken"] == ["wants-y"]
+    (woken,) = h.events(["sched.request.woken"])
+    assert woken.data["by"] == [{"kind": "labels_changed", "workers": [2]}]
+
+
+def test_a_snapshot_that_raced_another_change_wakes_everyone() -> None:
+    """Facts derived from rows another change overtook could miss a wake: the script sees the
+    version moved and wakes every parked request instead (woken in vain, never forgotten)."""
+    h = Harness()
+    snapshot = _parked_behind_a_control_plane_instance(h, 3)
+    version, stored = h.rt.cluster.worker_rows()
+    h.event({"kind": "worker_labels", "worker_id": 2, "labels": {"gpu": "x", "new": "1"}})  # the race
+    rows = parse_snapshot(snapshot)
+    facts = snapshot_facts(stored, rows.workers)
+    applied = h.rt.cluster.apply_snapshot(rows, wake=facts, wake_version=version)
+    done = run_followup(h.rt, applied.followup)
+    assert done["woken"] == ["w-0", "w-1", "w-2"]
+
+
+def test_a_release_wakes_only_the_precise_requests_its_freed_gpu_could_hold() -> None:
+    """Issue 17, item 8: one release woke every parked precise request (they had no floor); each
+    now parks with the bytes a GPU must free for it (SGLang's 0.5 GiB context + a quarter of the
+    weights per rank, scheduler_core.precise.wake): a 4090 freed whole (24 GiB) offers
+    24 GiB // (0.5 GiB + 15.2 GB / 4) = 5 such slots, so five of six are woken."""
+    h = Harness()
+    h.apply(cluster_of(worker_row(1, "a", labels={"gpu": "4090"})))
+    h.submit(small_request("holder", env=TWENTY_GIB))
+    for n in range(6):
+        request = small_request(f"p-{n}", backend_parameters=["--tp-size", "1"], env={},
+                                weight_bytes=15_231_233_024)
+        h.submit({**request, "policy": "precise"})
+    h.pump()
+    parked = {rid: ParkedEntry.model_validate_json(raw) for rid, raw in h.rt.parked.entries().items()}
+    assert sorted(parked) == [f"p-{n}" for n in range(6)]
+    assert {entry.floor_bytes for entry in parked.values()} == {GIB // 2 + 15_231_233_024 // 4}
+    summary = h.event({"kind": "instance_deleted", "request_id": "holder"})
+    assert summary["woken"] == [f"p-{n}" for n in range(5)]

@@ -9,6 +9,7 @@ from tasks.testing import Harness
 
 def test_dead_letter_rejects_an_unfinished_request_once(h: Harness) -> None:
     accept(h)
+    h.rt.partition.call(h.rt.records.begin_call("r1", 0, 0, "t"))  # message t claimed the attempt
     kwargs = dict(
         task_name="gpusched.decide",
         task_id="t",
@@ -44,10 +45,17 @@ def test_dead_letter_without_a_request_only_records_the_message(h: Harness) -> N
 
 
 def test_delivery_counter_counts_and_clears(h: Harness) -> None:
-    assert [h.rt.deliveries.count_delivery("t") for _ in range(3)] == [1, 2, 3]
+    assert [h.rt.deliveries.count_delivery("t", start) for start in ("a", "b", "c")] == [1, 2, 3]
     assert h.rt.client.ttl(h.rt.keys.delivery("t")) > 0
     h.rt.deliveries.clear_delivery("t")
-    assert h.rt.deliveries.count_delivery("t") == 1
+    assert h.rt.deliveries.count_delivery("t", "d") == 1
+
+
+def test_a_start_counted_twice_is_one_start(h: Harness) -> None:
+    """Issue 17, item 3: redis-py retries a transaction whose reply a connection reset lost; the
+    same start must not count twice (an INCR did: one reset per delivery looked like two deaths)."""
+    assert [h.rt.deliveries.count_delivery("t", "same") for _ in range(3)] == [1, 1, 1]
+    assert h.rt.deliveries.count_delivery("t", "next") == 2
 
 
 def test_dead_lettering_a_booked_request_publishes_its_booking(h: Harness) -> None:
@@ -96,3 +104,19 @@ def test_dead_lettering_a_message_that_no_longer_drives_its_request_changes_noth
     _, result_id = h.rt.deliveries.dead_letter(**base, result_digest="d")
     assert result_id and h.results()[0]["status"] == "rejected"
     assert h.events(["sched.result.published"])[0].data["result_digest"]  # the rejection's digest
+
+
+def test_only_the_decide_message_that_claimed_the_attempt_finishes_it(h: Harness) -> None:
+    """Issue 17, item 2: a decide message naming a request (right seq and attempt) finishes it
+    only if it is the record's decider; a message that failed validation never does."""
+    accept(h)
+    h.rt.partition.call(h.rt.records.begin_call("r1", 0, 0, "real"))
+    base = dict(request_id="r1", task_name="gpusched.decide", reason="task_error", detail="x",
+                deliveries=3, args_json='["r1", 0, 0]', rejected_json='{"status":"rejected"}')
+    assert h.rt.deliveries.dead_letter(**base, task_id="forged")[1] == ""  # type: ignore[arg-type]
+    assert h.rt.deliveries.dead_letter(**base, task_id="real", finish=False)[1] == ""  # type: ignore[arg-type]
+    assert h.results() == [] and h.record("r1")["state"] == "deciding"
+    letters = h.rt.client.xrange(h.rt.keys.deadletter)
+    assert [fields["task_id"] for _, fields in letters] == ["forged", "real"]
+    assert h.rt.deliveries.dead_letter(**base, task_id="real")[1]  # type: ignore[arg-type]
+    assert [r["status"] for r in h.results()] == ["rejected"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from builders import RTX_4090, instance
+from builders import GIB, RTX_4090, instance
 from service_builders import worker_row
 
 from scheduler_core import DEFAULT_CHAIN, ModelInstance, ScheduleResult, Worker
@@ -158,3 +158,32 @@ def test_freed_slots_go_to_the_requests_parked_first_and_the_rest_wait() -> None
     assert (every.targets, every.deferred) == ([("a", 0), ("b", 0), ("c", 0), ("d", 0)], 0)
     unversioned = wake_plan(waiting, [_freed(("cuda", 1.0))], DEFAULT_CHAIN)  # could not be re-checked
     assert (unversioned.targets, unversioned.deferred) == ([("a", 0), ("b", 0), ("c", 0), ("d", 0)], 0)
+
+
+# ------------------------------------------------- freed capacity: floors in bytes (precise)
+def _freed_bytes(*frees: int, version: int = 9) -> Change:
+    return Change("capacity_freed", (_w(),), version, tuple(("cuda", 1.0) for _ in frees), frees)
+
+
+def test_a_floor_in_bytes_wakes_only_for_a_gpu_that_frees_that_much_whatever_its_type() -> None:
+    """Issue 17, item 8: one release woke all 1,000 parked precise requests (no floor was known);
+    a precise request records the bytes a GPU needs (scheduler_core.free_bytes_floor)."""
+    entry = _entry(["weights_do_not_fit"], floor_bytes=20 * GIB)
+    assert not woken_by(entry, _freed_bytes(19 * GIB, 4 * GIB))
+    assert woken_by(entry, _freed_bytes(19 * GIB, 20 * GIB))
+    assert woken_by(entry, Change("capacity_freed", (_w(),), 9, (("cuda", 1.0),)))  # bytes unknown
+    assert woken_by(_entry(["weights_do_not_fit"], floor_bytes=0), _freed_bytes(0))  # 0 rules nothing out
+
+
+def test_freed_bytes_hold_as_many_precise_requests_as_the_smallest_floor_fits() -> None:
+    def parked(ms: int, **kw: Any) -> str:
+        return parked_json(_entry(["weights_do_not_fit"], parked_ms=ms, **kw))
+
+    waiting = {f"p{n}": parked(n, floor_bytes=20 * GIB) for n in range(10)}
+    waiting |= {"g": parked(100, floor={"cuda": 0.8}), "h": parked(101, floor={"cuda": 0.8})}
+    plan = wake_plan(waiting, [_freed_bytes(24 * GIB, 41 * GIB)], DEFAULT_CHAIN)
+    # 24 GiB holds one 20 GiB rank and 41 GiB two: the three oldest precise requests; each GPU's
+    # full share holds one 0.8-share request: both gpustack requests (their own slots)
+    assert plan.targets == [("g", 0), ("h", 0), ("p0", 0), ("p1", 0), ("p2", 0)]
+    assert plan.deferred == 7
+    assert slots([_entry([], floor_bytes=20 * GIB)], [_freed_bytes(24 * GIB, 41 * GIB)]) == 3

@@ -22,7 +22,7 @@ def test_a_wiped_redis_requeues_every_message_and_decides_nothing(h: Harness) ->
             deliver(worker_tasks.decide, "msg-1", "r", 0, 0)
         assert requeued.value.requeue and isinstance(requeued.value.reason, DataLost)
     assert h.record("r")["state"] == "queued"  # not begun
-    assert h.rt.client.get(h.rt.keys.delivery("msg-1")) is None  # never counted
+    assert h.rt.client.exists(h.rt.keys.delivery("msg-1")) == 0  # never counted
     assert h.results() == [] and h.rt.client.xlen(h.rt.keys.deadletter) == 0
     assert [e.data["verdict"] for e in h.events(["sched.data.lost"])] == ["wiped"]
 

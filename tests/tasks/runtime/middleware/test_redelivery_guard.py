@@ -27,13 +27,13 @@ def test_a_clear_that_failed_during_an_outage_is_done_before_the_next_task(
     monkeypatch.setattr(h.rt.deliveries, "clear_delivery", raising(redis.ConnectionError("still down")))
     with pytest.raises(Reject):
         deliver(worker_tasks.decide, "msg-1", "r", 0, 0)
-    assert h.rt.client.get(h.rt.keys.delivery("msg-1")) == "1"
+    assert h.rt.client.scard(h.rt.keys.delivery("msg-1")) == 1
     monkeypatch.undo()
     monkeypatch.setattr(worker_tasks, "runtime", lambda: h.rt)
     monkeypatch.setattr(decide_stage, "decide_and_finish", raising(redis.ConnectionError("down")))
     with pytest.raises(Reject):
         deliver(worker_tasks.decide, "msg-2", "r", 0, 0)  # any next task of this process
-    assert h.rt.client.get(h.rt.keys.delivery("msg-1")) is None
+    assert h.rt.client.exists(h.rt.keys.delivery("msg-1")) == 0
 
 
 class _Killed(BaseException):
@@ -44,7 +44,7 @@ def test_the_guard_dead_letters_a_raw_request_without_validating_it(
     h: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     raw = {"request_id": "poison", "model": model(env=SMALL)}
-    h.rt.client.set(h.rt.keys.delivery("msg-1"), h.settings.max_crashes)  # every delivery died
+    h.rt.client.sadd(h.rt.keys.delivery("msg-1"), *range(h.settings.max_crashes))  # every delivery died
 
     class Deadly:
         @staticmethod
@@ -65,7 +65,7 @@ def test_a_message_that_keeps_dying_after_booking_publishes_the_booking(h: Harne
     item = h.queue.popleft()
     step = decide(h.rt, item.request_id, item.seq, item.attempt, "t")
     assert step is not None
-    h.rt.client.set(h.rt.keys.delivery("msg-p"), h.settings.max_crashes)
+    h.rt.client.sadd(h.rt.keys.delivery("msg-p"), *range(h.settings.max_crashes))
     with pytest.raises(Ignore):
         deliver(worker_tasks.resume, "msg-p", step.to_dict())
     assert [(r["status"], r["terminal"]) for r in h.results()] == [("scheduled", "1")]

@@ -11,6 +11,7 @@ from task_delivery import deliver, raising
 
 from tasks.decision import decide as decide_stage
 from tasks.runtime import worker_tasks
+from tasks.runtime.middleware.transient import Backoff
 from tasks.runtime.oom_watch import WATCH
 from tasks.testing import Harness
 
@@ -23,7 +24,7 @@ def test_redis_errors_requeue_without_counting_as_crashes(
     for _ in range(h.settings.max_crashes + 3):
         with pytest.raises(Reject):
             deliver(worker_tasks.decide, "msg-1", "r", 0, 0)
-    assert h.rt.client.get(h.rt.keys.delivery("msg-1")) is None
+    assert h.rt.client.exists(h.rt.keys.delivery("msg-1")) == 0
     assert h.rt.client.xlen(h.rt.keys.deadletter) == 0 and h.results() == []
 
 
@@ -73,7 +74,7 @@ def test_a_soft_time_limit_while_waiting_on_redis_requeues_without_counting(
         with pytest.raises(Reject) as requeued:
             deliver(worker_tasks.decide, "msg-1", "r", 0, 0)
         assert requeued.value.requeue
-    assert h.rt.client.get(h.rt.keys.delivery("msg-1")) is None
+    assert h.rt.client.exists(h.rt.keys.delivery("msg-1")) == 0
     assert h.rt.client.get(h.rt.keys.task_errors("msg-1")) is None
     assert h.rt.client.xlen(h.rt.keys.deadletter) == 0 and h.results() == []
 
@@ -86,3 +87,12 @@ def test_a_soft_time_limit_in_the_tasks_own_work_is_a_task_error(
     with pytest.raises(Reject):
         deliver(worker_tasks.decide, "msg-1", "r", 0, 0)
     assert h.rt.client.get(h.rt.keys.task_errors("msg-1")) == "1"
+
+
+def test_the_back_off_doubles_with_each_outage_in_a_row_and_resets_once_through() -> None:
+    """Issue 17, item 3: a broker that keeps failing is retried ever more gently, never given up on."""
+    backoff = Backoff()
+    assert [backoff.next_s("m", 0.5) for _ in range(6)] == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
+    assert backoff.next_s("other", 0.5) == 0.5  # per message
+    backoff.got_through("m")
+    assert backoff.next_s("m", 0.5) == 0.5
