@@ -39,11 +39,12 @@ def _parked(params: list[str], workers: list[dict[str, object]], **model_fields:
         ([], None, 8),  # automatic across workers: 2 nodes × 4 GPUs
     ],
 )
-def test_the_floor_is_the_context_plus_a_quarter_of_the_weights_over_the_most_ranks(params, across, ranks) -> None:
+def test_the_floor_is_the_context_plus_a_quarter_of_the_weights_per_rank(params, across, ranks) -> None:
     workers = [uniform_worker(1, "a", 4, 4 * GIB), uniform_worker(2, "b", 2, 4 * GIB)]
     row, result, rows = _parked(params, workers, distributed_inference_across_workers=across)
     assert result.status == "unschedulable"
-    assert free_bytes_floor(model_of(row), result, PRECISE_CHAIN, rows) == CONTEXT + -(-WEIGHTS // (4 * ranks))
+    floor = free_bytes_floor(model_of(row), result, PRECISE_CHAIN, rows)
+    assert floor == CONTEXT + -(-WEIGHTS // (4 * ranks))
     gpustack = schedule(request(row, workers))  # another policy's result: no floor in bytes
     assert free_bytes_floor(model_of(row), gpustack, DEFAULT_CHAIN, rows) is None
 

@@ -74,7 +74,8 @@ def test_a_partitions_service_and_control_users_reach_only_its_names() -> None:
         "gpusched-c1-service", "gpusched-c1-control", "gpusched-c1-submit", "gpusched-c1-console"]
     console = role_rules("console", Keys("c1"))  # read only, the partition's keys and kombu's hash
     assert [rule for rule in console if rule.startswith("%")] == [
-        "%R~gpusched:{c1}:*", *(f"%R~{queue}" for queue in Keys("c1").queues), "%R~gpusched:{c1}:kombu:unacked"]
+        "%R~gpusched:{c1}:*", *(f"%R~{queue}" for queue in Keys("c1").queues),
+        "%R~gpusched:{c1}:kombu:unacked"]
 
 
 def test_the_file_of_several_partitions_names_each_user_once_with_its_own_password() -> None:
