@@ -48,8 +48,10 @@ def _service_errors() -> Iterator[None]:
         raise CliError(str(error), EXIT_FAILURE) from None
     except NotReplicated as error:  # before ConnectionError, its base: Redis answered
         raise CliError(f"not acknowledged: {error}", EXIT_FAILURE) from None
-    except (redis.exceptions.OutOfMemoryError, OperationalError) as error:
+    except (redis.exceptions.OutOfMemoryError, redis.exceptions.ExecAbortError, OperationalError) as error:
         oom = _out_of_memory(error)
+        if oom is None and isinstance(error, redis.exceptions.ExecAbortError):
+            raise  # a transaction discarded for another reason: not an outage
         if oom is None:  # kombu's error for a broker it cannot reach
             where = redis_location(get_settings())
             raise CliError(f"cannot reach {where}: {error}", EXIT_FAILURE) from None
@@ -84,11 +86,11 @@ def _permission_hint(error: Exception) -> str:
 def _out_of_memory(error: BaseException) -> BaseException | None:
     """Redis's out-of-memory refusal behind ``error``: itself, or the cause kombu wrapped in its
     ``OperationalError`` when a send (``cluster event``) was refused; None if there is none."""
-    import redis
+    from tasks.runtime.outages import is_out_of_memory
 
     seen: BaseException | None = error
     for _ in range(8):  # a short chain: kombu wraps once
-        if seen is None or isinstance(seen, redis.exceptions.OutOfMemoryError):
+        if seen is None or is_out_of_memory(seen):
             return seen
         seen = seen.__cause__ or seen.__context__
     return None

@@ -16,15 +16,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
 from tasks.audit.digests import sha256_hex
 from tasks.decision.enqueue import enqueue
 from tasks.intake.limits import IntakeLimits
 from tasks.intake.requests import Normalized, error_of, normalize
 from tasks.runtime.context import Runtime
 from tasks.runtime.logging import get_logger
-from tasks.runtime.outages import RedisOutOfMemory
+from tasks.runtime.outages import OUT_OF_MEMORY_CANDIDATES, RedisOutOfMemory, is_out_of_memory
 
 log = get_logger(__name__)
 
@@ -88,7 +86,9 @@ def submit_request(rt: Runtime, request: Any) -> Submission:
     normalized = normalize(request, IntakeLimits.of(rt.settings))
     try:
         return _record(rt, normalized)
-    except redis.exceptions.OutOfMemoryError:
+    except OUT_OF_MEMORY_CANDIDATES as error:
+        if not is_out_of_memory(error):
+            raise
         raise RedisOutOfMemory(f"request {normalized.request_id!r}") from None
 
 

@@ -33,9 +33,9 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from kombu.transport import redis as kombu_redis
-from redis.exceptions import OutOfMemoryError
 
 from tasks.runtime.oom_watch import WATCH
+from tasks.runtime.outages import OUT_OF_MEMORY_CANDIDATES, is_out_of_memory
 
 T = TypeVar("T")
 
@@ -72,7 +72,9 @@ def ride_out(
     while True:
         try:
             value = action()
-        except OutOfMemoryError as error:
+        except OUT_OF_MEMORY_CANDIDATES as error:
+            if not is_out_of_memory(error):
+                raise
             WATCH.refused(where, error)
             if stop.is_set():
                 raise
@@ -104,7 +106,9 @@ class RideOutQoS(kombu_redis.QoS):
         """Restore messages held past the visibility timeout; skipped while Redis refuses writes."""
         try:
             super().restore_visible(*args, **kwargs)  # type: ignore[no-untyped-call]
-        except OutOfMemoryError as error:
+        except OUT_OF_MEMORY_CANDIDATES as error:
+            if not is_out_of_memory(error):
+                raise
             WATCH.refused("broker restore", error)
 
 

@@ -7,7 +7,9 @@ Three kinds, told apart by :func:`outage_of`:
   answering ``READONLY``, a master refusing writes with ``NOREPLICAS``
   (``min-replicas-to-write``), or no replica acknowledging in time
   (:class:`tasks.state.replication.NotReplicated`, a connection error);
-* ``out_of_memory`` — Redis at ``maxmemory`` refuses writes (``OOM``);
+* ``out_of_memory`` — Redis at ``maxmemory`` refuses writes (``OOM``; inside a
+  ``MULTI`` that crossed the limit after its commands were queued, ``EXEC``
+  answers ``EXECABORT ... OOM``: :func:`is_out_of_memory`);
 * ``stalled`` — Celery's soft time limit fired while the task waited on Redis
   or the broker (a stopped or frozen server: the socket stays open and quiet,
   so no socket timeout fires first). A soft limit anywhere else is the task's
@@ -37,6 +39,20 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
 )
 #: The error prefix of a master refusing writes for lack of replicas (``min-replicas-to-write``).
 NO_REPLICAS = "NOREPLICAS"
+#: What ``except`` catches to ask :func:`is_out_of_memory`: Redis's ``OOM`` and a transaction
+#: discarded at ``EXEC`` (``EXECABORT``, which redis-py raises when no queued command failed).
+OUT_OF_MEMORY_CANDIDATES: tuple[type[BaseException], ...] = (
+    redis.exceptions.OutOfMemoryError, redis.exceptions.ExecAbortError,
+)
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is Redis refusing writes at ``maxmemory``: an ``OOM`` reply, or ``EXEC``
+    discarding a transaction for it (``EXECABORT Transaction discarded because of: OOM ...``,
+    when memory crossed the limit between queuing the commands and ``EXEC``). Nothing was written."""
+    if isinstance(error, redis.exceptions.OutOfMemoryError):
+        return True
+    return isinstance(error, redis.exceptions.ExecAbortError) and "OOM" in str(error)
 
 class RedisOutOfMemory(redis.exceptions.OutOfMemoryError):
     """Redis refused to record something new: it is at ``maxmemory``. Nothing was written.
@@ -61,7 +77,7 @@ SIGNAL_HANDLER_MODULES = ("billiard.", "celery.")
 
 def outage_of(error: BaseException) -> str | None:
     """``unreachable``, ``out_of_memory``, ``stalled``, or None (not an outage: the task's own error)."""
-    if isinstance(error, redis.exceptions.OutOfMemoryError):
+    if is_out_of_memory(error):
         return "out_of_memory"
     if isinstance(error, TRANSIENT_ERRORS):
         return "unreachable"

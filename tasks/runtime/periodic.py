@@ -6,10 +6,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from redis.exceptions import OutOfMemoryError
-
 from tasks.runtime.logging import get_logger
 from tasks.runtime.oom_watch import WATCH
+from tasks.runtime.outages import is_out_of_memory
 
 log = get_logger(__name__)
 
@@ -28,9 +27,10 @@ class PeriodicThread(threading.Thread):
         while not self._stopped.wait(self.interval):
             try:
                 self.work()
-            except OutOfMemoryError as error:  # alerted once per outage, not on every pass
-                WATCH.refused(self.name, error)
             except Exception as error:  # a Redis outage must not kill the thread
+                if is_out_of_memory(error):  # alerted once per outage, not on every pass
+                    WATCH.refused(self.name, error)
+                    continue
                 log.warning("periodic_work_failed", thread=self.name, error=repr(error))
 
     def stop(self) -> None:
