@@ -116,7 +116,7 @@ def _load_partition_users(server: RedisServer, tmp_path: Path) -> None:
     ).stdout
     admin = redis.Redis.from_url(server.url)
     lines = [line.split(" ") for line in printed.splitlines()]
-    assert lines[0] == ["user", "default", "off"] and len(lines) == 1 + 3 * len(PARTITIONS)
+    assert lines[0] == ["user", "default", "off"] and len(lines) == 1 + len(USERS) * len(PARTITIONS)
     for _, name, *rules in [*lines[1:], lines[0]]:  # the admin's own user last
         admin.execute_command("ACL", "SETUSER", name, *rules)
     admin.close()

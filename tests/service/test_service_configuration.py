@@ -27,8 +27,8 @@ BROKEN = {
     "not-json": ('{"filters": [', "Expecting value"),
     "unknown-plugin": (json.dumps({"strategies": [{"name": "single_worker_magic"}]}),
                        "strategies.0: unknown plugin 'single_worker_magic'"),
-    "bad-precise": (json.dumps({"precise": {"free_margin": -1}}),
-                    "precise.free_margin: Input should be greater than or equal to 0"),
+    "bad-precise": (json.dumps({"precise": {"admission_margin": -1}}),
+                    "precise.admission_margin: Input should be greater than or equal to 0"),
     "unknown-precise-knob": (json.dumps({"precise": {"gpu_share": True}}),
                              "precise.gpu_share: Extra inputs are not permitted"),
 }
