@@ -88,7 +88,8 @@ def _browser_times(url: str, workers: int, repeat: int) -> list[float] | None:
         return None
     if not Path(CHROMIUM).exists():
         return None
-    times = []
+    times: list[float] = []
+    phases: dict[str, list[float]] = {label: [] for label, _, _ in _PHASES}
     with sync_playwright() as playwright, tempfile.TemporaryDirectory() as profile:
         context = playwright.chromium.launch_persistent_context(profile, executable_path=CHROMIUM,
                                                                  headless=True, args=FLAGS)
@@ -98,8 +99,34 @@ def _browser_times(url: str, workers: int, repeat: int) -> list[float] | None:
             page.goto(url, wait_until="domcontentloaded")
             page.wait_for_selector(f'#map[data-rendered="{workers}"]', timeout=120_000, state="attached")
             times.append((time.perf_counter() - started) * 1000)
+            marks = {"navigation": 0.0, **page.evaluate(_MARKS)}
+            for label, start, end in _PHASES:
+                phases[label].append(marks[end] - marks[start])
         context.close()
+    for label, values in phases.items():
+        print(f"       {label + ':':<46} {_median(values)}")
     return times
+
+
+#: Where the browser's time goes: (label, from mark, to mark), marks of :data:`_MARKS`.
+_PHASES = (
+    ("navigation → page received", "navigation", "page"),
+    ("→ script asked for /api/map", "page", "requested"),
+    ("waiting for a connection", "requested", "sent"),
+    ("its answer", "sent", "answered"),
+    ("JSON parsed", "answered", "map-data"),
+    ("DOM built", "map-data", "map-built"),
+    ("styled, laid out, painted", "map-built", "map-drawn"),
+)
+#: The console's own performance marks (console.js) and the resource timings, in ms since navigation.
+_MARKS = """(() => {
+  const marks = Object.fromEntries(['map-data', 'map-built', 'map-drawn'].map(
+    (n) => [n, performance.getEntriesByName(n).at(-1).startTime]));
+  const fetched = performance.getEntriesByType('resource').filter((e) => e.name.endsWith('/api/map')).at(-1);
+  const nav = performance.getEntriesByType('navigation')[0];
+  return {...marks, requested: fetched.startTime, answered: fetched.responseEnd,
+          page: nav.responseEnd, sent: fetched.requestStart};
+})()"""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -151,7 +151,7 @@ class Pages:
         return self.c.page(request, "map")
 
     async def map_api(self, request: Request) -> Response:
-        return JSONResponse(await _off_loop(self.c.map.get, self.c.rt))
+        return Response(await _off_loop(self.c.map.encoded, self.c.rt), media_type="application/json")
 
     async def worker_page(self, request: Request) -> Response:
         name = request.path_params["worker"]

@@ -86,3 +86,21 @@ def test_the_map_is_rebuilt_only_when_the_cluster_version_moved() -> None:
     assert fresh["version"] > first["version"]
     assert {holder["label"] for holder in fresh["holders"]} == {"placed", "later"}
     assert fresh["parked"][0]["reason"] == "label_mismatch"  # read at every call, never cached
+
+
+def test_the_maps_bytes_are_the_map_and_its_live_parts_read_now() -> None:
+    """``/api/map`` sends :meth:`MapCache.encoded`: the build encoded once, spliced with the parked
+    queue read at the call — the same JSON as encoding :meth:`MapCache.get` whole."""
+    import json
+
+    from tasks.edges.console import data
+
+    h = _harness()
+    cache = data.MapCache()
+    whole = cache.get(h.rt)
+    assert json.loads(cache.encoded(h.rt)) == whole
+    h.submit(small_request("waits", worker_selector={"gpu": "none"}))
+    h.pump()  # parked: no new cluster version, a new parked entry
+    spliced = json.loads(cache.encoded(h.rt))
+    assert spliced == cache.get(h.rt) and spliced["workers"] == whole["workers"]
+    assert sum(p["count"] for p in spliced["parked"]) == sum(p["count"] for p in whole["parked"]) + 1

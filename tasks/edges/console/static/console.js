@@ -101,6 +101,7 @@
   }
 
   function renderMap(data) {
+    performance.mark("map-data");  // bench/bench_console.py reads the marks: fetched, built, drawn
     mapData = data;
     for (const holder of data.holders) holder.color = `hsl(${hue(holder.label)} 60% 48%)`;
     const map = document.getElementById("map");
@@ -108,6 +109,7 @@
     const frag = document.createDocumentFragment();
     for (const worker of data.workers) frag.append(workerElement(worker, vanished));
     map.replaceChildren(frag);
+    performance.mark("map-built");
     const s = data.summary;
     document.getElementById("map-summary").textContent =
       `version ${data.version} · ${s.workers} workers (${s.ready} ready, ${s.not_ready} not ready) · ${s.gpus} GPUs · ` +
@@ -132,8 +134,12 @@
     }
     if (!data.parked.length) parked.textContent = "nothing parked";
     applyFilters();
-    document.getElementById("map").dataset.rendered = String(data.workers.length);
-    document.getElementById("map").dataset.version = String(data.version);
+    // "rendered" once the browser has laid out and painted the new map (the frame after it)
+    requestAnimationFrame(() => setTimeout(() => {
+      performance.mark("map-drawn");
+      map.dataset.rendered = String(data.workers.length);
+      map.dataset.version = String(data.version);
+    }, 0));
     // the server rebuilds the map at most twice a second: ask again while the feed saw newer versions
     if (data.version < wantedVersion) setTimeout(loadMap, 300);
   }
