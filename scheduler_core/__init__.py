@@ -29,6 +29,7 @@ from scheduler_core._schemas import (
     Worker,
 )
 from scheduler_core.accounting import gpu_capacity, instance_claims, occupied_workers
+from scheduler_core.arguments import evaluated_gpus_per_replica
 from scheduler_core.caching import SnapshotMemo
 from scheduler_core.decision import EMPTY_KEY, UNHASHABLE_REQUEST_ID, canonical_json, request_id_for, schedule
 from scheduler_core.diffusion import TuneRequest, TuneResult, tune
@@ -79,6 +80,7 @@ __all__ = [
     "chain_of",
     "chain_wake_table",
     "encodable",
+    "evaluated_gpus_per_replica",
     "free_bytes_floor",
     "free_share_floor",
     "gpu_capacity",

@@ -103,6 +103,33 @@ def world_size(params: BackendParameters) -> tuple[int | None, list[str]]:
     return (size, strategies) if strategies else (None, [])
 
 
+def evaluated_gpus_per_replica(model: ModelSpec) -> int | None:
+    """What GPUStack's model evaluation writes to an empty ``gpu_selector.gpus_per_replica``
+    (``scheduler/scheduler.py: set_model_gpus_per_replica``); None when it writes nothing.
+
+    A manual selection (``gpu_ids``) without a positive ``gpus_per_replica`` gets: the
+    selected GPUs divided by the replicas under ``GPUSTACK_SKIP_GPU_COUNT_CHECK``; else the
+    world size of the backend parameters (``get_world_size_from_backend_parameters``: the
+    truthy ones of tp, pp and dp multiplied, dp left out under ``--enable-dp-attention``)
+    when it is positive; else the largest power of two at most that share (0 below 1).
+    """
+    selector = model.gpu_selector
+    if selector is None or not selector.gpu_ids or (selector.gpus_per_replica or 0) > 0:
+        return None
+    share = len(selector.gpu_ids) // max(model.replicas, 1)
+    if _skip_gpu_count_check(model):
+        return share
+    params = BackendParameters(model.backend_parameters)
+    sizes = [params.find_int(_TP), params.find_int(_PP)]
+    if not params.find_bool(["enable-dp-attention"]):
+        sizes.append(params.find_int(_DP))
+    chosen = [size for size in sizes if size]  # GPUStack multiplies the truthy ones
+    world = math.prod(chosen) if chosen else 0
+    if world > 0:
+        return world
+    return 1 << (share.bit_length() - 1) if share >= 1 else 0
+
+
 def _manual_selection(model: ModelSpec) -> tuple[ManualSelection, tuple[str, ...]]:
     """``utils/gpu.py: group_gpu_indexes_by_gpu_type_and_worker`` plus the selected workers."""
     selector = model.gpu_selector

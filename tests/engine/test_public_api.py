@@ -37,6 +37,7 @@ PUBLIC = [
     "chain_of",
     "chain_wake_table",
     "encodable",
+    "evaluated_gpus_per_replica",
     "free_bytes_floor",
     "free_share_floor",
     "gpu_capacity",

@@ -1,4 +1,5 @@
-"""The model categories GPUStack's scheduler would have set (``scheduler.py: _evaluate``).
+"""What GPUStack's model evaluation would have set (``scheduler.py: _evaluate``): the model
+categories, and a manual selection's ``gpu_selector.gpus_per_replica``.
 
 GPUStack evaluates a model before it places its first instance and fills ``categories``
 when they are empty; with its scheduler switched off nobody does, so the bridge does it
@@ -14,6 +15,10 @@ inside ``model_roots``. The rule (``evaluate_pretrained_config``, ``set_model_ca
    the model anyway).
 
 The architecture lists are GPUStack's, carried as data in ``configs/gpustack_model_types.json``.
+
+``gpus_per_replica`` (``set_model_gpus_per_replica``) is the core's
+:func:`scheduler_core.evaluated_gpus_per_replica`. :func:`evaluation` gives both as the
+fields to change.
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ import os
 from functools import lru_cache
 from typing import Any
 
-from scheduler_core import ModelSpec
+from pydantic import ValidationError
+
+from scheduler_core import ModelSpec, evaluated_gpus_per_replica
 from tasks.intake.requests import local_path_problem
 from tasks.runtime.settings import config_dir
 
@@ -85,3 +92,21 @@ def categories_for(model: dict[str, Any], roots: tuple[str, ...]) -> list[str] |
         # version is set (then the architecture is unknown: LLM)
         return ["llm"] if model.get("backend_version") else None
     return [detect_category(architectures)]
+
+
+def evaluation(model: dict[str, Any], roots: tuple[str, ...]) -> dict[str, Any]:
+    """The fields GPUStack's evaluation would change on ``model`` (a Contract 1 model dict):
+    ``categories`` and ``gpu_selector`` (its ``gpus_per_replica`` filled), each only when it
+    would change; empty when nothing would (or the row is not a valid model: the decision
+    rejects it, naming the field)."""
+    changes: dict[str, Any] = {}
+    categories = categories_for(model, roots)
+    if categories is not None:
+        changes["categories"] = categories
+    try:
+        per_replica = evaluated_gpus_per_replica(ModelSpec.model_validate(model))
+    except ValidationError:
+        per_replica = None
+    if per_replica is not None:
+        changes["gpu_selector"] = {**model["gpu_selector"], "gpus_per_replica": per_replica}
+    return changes

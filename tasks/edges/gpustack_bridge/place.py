@@ -32,7 +32,7 @@ import structlog
 
 from tasks.edges.gpustack_bridge import metrics, writeback
 from tasks.edges.gpustack_bridge.api import GpustackApi, HttpStatus
-from tasks.edges.gpustack_bridge.evaluate import categories_for
+from tasks.edges.gpustack_bridge.evaluate import evaluation
 from tasks.edges.gpustack_bridge.gpusched_side import Desired, GpuschedSide
 from tasks.edges.gpustack_bridge.ids import request_id
 from tasks.edges.gpustack_bridge.keys import BridgeKeys
@@ -53,7 +53,7 @@ class Placer:
     cluster_id: int
     keys: BridgeKeys
     model_roots: tuple[str, ...]
-    categorised: set[int] = field(default_factory=set)
+    evaluated: set[int] = field(default_factory=set)
 
     # ------------------------------------------------------------------ entry points
     def reconcile(self, instance_id: int) -> None:
@@ -102,29 +102,28 @@ class Placer:
         model = self.model(row.get("model_id"))
         if model is None:
             return  # the model row arrives on its own stream; the next reconcile submits
-        categories = categories_for(model, self.model_roots)
-        if categories is not None:
-            model = {**model, "categories": categories}
-            self._write_categories(model)
+        changes = evaluation(model, self.model_roots)
+        if changes:
+            model = {**model, **changes}
+            self._write_evaluation(model["id"], changes)
         status = self.side.submit({"request_id": rid, "policy": "gpustack", "model": model})
         metrics.SUBMITTED.inc()
         log.info("gpustack.submitted", instance=row["id"], request_id=rid, status=status)
 
-    def _write_categories(self, model: Row) -> None:
-        """GPUStack's evaluation writes the categories it found to the model row: so do we, once."""
-        if model["id"] in self.categorised:
+    def _write_evaluation(self, model_id: int, changes: Row) -> None:
+        """GPUStack's evaluation writes what it found to the model row: so do we, once per model,
+        each field only while GPUStack's row still lacks it."""
+        if model_id in self.evaluated:
             return
-        current = self.api.get_row("models", model["id"])
+        current = self.api.get_row("models", model_id)
         if current is None:
             return
-        if not current.get("categories"):
-            body = {
-                **{k: current[k] for k in writeback.IDENTITY_FIELDS if current.get(k) is not None},
-                "categories": model["categories"],
-            }
-            self.api.put_row("models", model["id"], body)
-            metrics.WRITES.labels("categories").inc()
-        self.categorised.add(model["id"])
+        body = {key: value for key, value in changes.items() if not _evaluated(current, key)}
+        if body:
+            identity = {k: current[k] for k in writeback.IDENTITY_FIELDS if current.get(k) is not None}
+            self.api.put_row("models", model_id, {**identity, **body})
+            metrics.WRITES.labels("evaluation").inc()
+        self.evaluated.add(model_id)
 
     # ------------------------------------------------------------------ converge
     def _converge(self, row: Row, desired: Desired) -> None:
@@ -212,3 +211,10 @@ def _created(row: Row) -> float | None:
         return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
+
+
+def _evaluated(row: Row, key: str) -> bool:
+    """Whether GPUStack's model row already holds ``key``'s evaluated value."""
+    if key == "gpu_selector":
+        return bool(((row.get("gpu_selector") or {}).get("gpus_per_replica") or 0) > 0)
+    return bool(row.get(key))
