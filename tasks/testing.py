@@ -21,19 +21,19 @@ from typing import Any
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from scheduler_core import CandidateOut
-from tasks.audit.events import Event
-from tasks.audit.streams import iter_stream
+from tasks.base.events import Event
+from tasks.base.rows import booked_instance_key
+from tasks.base.settings import Settings
+from tasks.base.step import Step
 from tasks.decision import decide
 from tasks.decision.booking import candidate_instance
-from tasks.decision.chain_config import ChainSpec, LoadedChain, build_chain
-from tasks.decision.step import Step
-from tasks.intake.submit import Submission, submit_request
-from tasks.runtime.context import Runtime, build_runtime
+from tasks.flows.cluster_changes import apply_snapshot, handle_cluster_event
+from tasks.flows.submit import Submission, submit_request
+from tasks.intake.chain_config import ChainSpec, LoadedChain, build_chain
 from tasks.runtime.drainer import drain_once
-from tasks.runtime.settings import Settings
-from tasks.state.cluster_changes import apply_snapshot, handle_cluster_event
+from tasks.state.context import Runtime, build_runtime
 from tasks.state.ledger import instance_claims
-from tasks.state.rows import booked_instance_key
+from tasks.state.streams import iter_stream
 
 
 class _IsolatedSettings(Settings):

@@ -22,10 +22,10 @@ from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from tasks.audit.streams import iter_stream
+from tasks.base.rows import booked_instance_key
 from tasks.edges.text_table import clip, table
-from tasks.runtime.context import Runtime
-from tasks.state.rows import booked_instance_key
+from tasks.state.context import Runtime
+from tasks.state.streams import iter_stream
 
 GIB = 1 << 30
 #: Audit entries read before the timeline gives up (about 5 MB of reading).

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from tasks.runtime.context import Runtime
+from tasks.base.rows import booked_instance_key
+from tasks.state.context import Runtime
 from tasks.state.ledger import decode_amounts
-from tasks.state.rows import booked_instance_key
 
 #: The states a request is listed under, in the summary's order.
 STATES = ("queued", "deciding", "parked", "placed", "released", "moved", "rejected", "cancelled", "expired")

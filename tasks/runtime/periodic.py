@@ -8,7 +8,7 @@ from typing import Any
 
 from redis.exceptions import OutOfMemoryError
 
-from tasks.runtime.logging import get_logger
+from tasks.base.logging import get_logger
 from tasks.runtime.oom_watch import WATCH
 
 log = get_logger(__name__)

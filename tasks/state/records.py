@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tasks.audit.events import dumps, embedded_json
+from tasks.base.events import dumps, embedded_json
 from tasks.state.partition import Partition
 from tasks.state.scripts import ScriptCall
 

@@ -2,7 +2,7 @@
 -- booking was released (instance deleted, worker lost or removed, snapshot,
 -- cancel), once per booking.
 --
--- Written by the release's follow-up (tasks.state.followups), before any
+-- Written by the release's follow-up (tasks.flows.followups), before any
 -- rescheduling it does, so a control plane reading only the results stream
 -- sees the old placement's "released" before its replacement's result (which
 -- carries reschedule_of). Only a placement whose "scheduled" result was

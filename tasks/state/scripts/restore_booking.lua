@@ -1,6 +1,6 @@
 -- restore_booking.lua — re-create one of gpusched's bookings during a recovery.
 --
--- After Redis lost its data (tasks.state.recovery), the bookings gpusched had
+-- After Redis lost its data (tasks.flows.recovery), the bookings gpusched had
 -- made are re-created from an export (or the control plane's records): the
 -- request record (done, scheduled, with the request so the booking can be
 -- moved or released later), the instance row, its meta and claims, and the

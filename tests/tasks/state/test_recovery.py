@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from service_builders import small_request, uniform_cluster
 
+from tasks.flows.recovery import export_state, recover
 from tasks.intake.snapshots import InvalidField
-from tasks.state.recovery import export_state, recover
 from tasks.testing import Harness, booking_violations
 
 

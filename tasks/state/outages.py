@@ -41,7 +41,7 @@ NO_REPLICAS = "NOREPLICAS"
 class RedisOutOfMemory(redis.exceptions.OutOfMemoryError):
     """Redis refused to record something new: it is at ``maxmemory``. Nothing was written.
 
-    Raised by :func:`tasks.intake.submit.submit_request` (``submit()``) with a
+    Raised by :func:`tasks.flows.submit.submit_request` (``submit()``) with a
     message naming the request; an ``OutOfMemoryError`` (and a ``RedisError``)
     for existing handlers.
     """
