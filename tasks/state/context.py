@@ -122,12 +122,10 @@ class Runtime:
     """Everything a stage needs, for one thread and one cluster partition.
 
     One state object per concern (:mod:`tasks.state`), all on the same
-    :class:`~tasks.state.partition.Partition`.
+    :class:`~tasks.state.partition.Partition`, which owns the settings, the
+    key names and the client; the runtime reads them through it.
     """
 
-    settings: Settings
-    keys: Keys
-    client: redis.Redis
     partition: Partition
     records: RequestRecords
     results: PublishedResults
@@ -145,6 +143,21 @@ class Runtime:
     replication: Replication
     #: Per-worker allocatable state the core reuses across this thread's decisions.
     memo: SnapshotMemo = field(default_factory=SnapshotMemo)
+
+    @property
+    def settings(self) -> Settings:
+        """The partition's settings."""
+        return self.partition.settings
+
+    @property
+    def keys(self) -> Keys:
+        """The partition's key names."""
+        return self.partition.keys
+
+    @property
+    def client(self) -> redis.Redis:
+        """The partition's Redis client."""
+        return self.partition.client
 
 
 def check_data_generation(rt: Runtime) -> GenerationStatus:
@@ -181,9 +194,6 @@ def build_runtime(
     cluster = ClusterStore(partition)
     replication = Replication(partition)
     return Runtime(
-        settings=settings,
-        keys=keys,
-        client=client,
         partition=partition,
         records=RequestRecords(partition),
         results=PublishedResults(partition),
