@@ -22,6 +22,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from scheduler_core import CandidateOut
 from tasks.base.events import Event
+from tasks.base.lifecycle import RecordState
 from tasks.base.rows import booked_instance_key
 from tasks.base.settings import Settings
 from tasks.base.step import Step
@@ -97,7 +98,7 @@ def booking_violations(rt: Runtime) -> list[str]:
                 shown = published_claims(json.loads(record["result"]), types)
                 if shown != claims.get(key):
                     problems.append(f"{rid}: restored with {shown}, booked {claims.get(key)}")
-            elif record.get("state") == "done" and record.get("restored") != "1":
+            elif record.get("state") == RecordState.DONE and record.get("restored") != "1":
                 problems.append(f"{rid}: booked {key} but never published")
     return problems
 

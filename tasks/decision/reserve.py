@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 
 from tasks.base.events import dumps
+from tasks.base.lifecycle import RecordState
 from tasks.base.step import PARK, PUBLISH, RESERVE, Step
 from tasks.decision.notices import exhausted_notice
 from tasks.flows import metrics
@@ -57,7 +58,7 @@ def reserve_call(rt: Runtime, step: Step) -> ScriptCall[Reserved]:
 
 def after_reserve(rt: Runtime, step: Step, outcome: Reserved) -> Step | None:
     """The step after a reservation's reply (see :func:`reserve`)."""
-    if outcome.status in ("booked", "duplicate"):
+    if outcome.status in (RecordState.BOOKED, "duplicate"):
         step.action = PUBLISH
         return step
     if outcome.status in ("conflict", "exhausted"):

@@ -23,6 +23,7 @@ import redis
 from pydantic import ValidationError
 
 from scheduler_core import Worker
+from tasks.base.lifecycle import RecordState
 from tasks.base.settings import Settings, get_settings
 from tasks.flows.cancels import cancel_request
 from tasks.flows.cluster_changes import apply_snapshot, handle_cluster_event
@@ -146,7 +147,7 @@ class ServiceClient:
             return Submission(normalized.request_id, "conflict", state=stored.get("state", ""),
                               digest=normalized.digest, stored_digest=stored["digest"])
         self._sender.submit(request)
-        return Submission(normalized.request_id, "queued")
+        return Submission(normalized.request_id, RecordState.QUEUED)
 
     # -------------------------------------------------------------------- wait
     def _last_result_id(self) -> str:
@@ -172,7 +173,8 @@ class ServiceClient:
         never a decision that is recorded but not published.
         """
         record = self.rt.records.record(request_id)
-        if record.get("state") == "done" and record.get("result") and self._readable(record.get("result_id")):
+        finished = record.get("state") == RecordState.DONE
+        if finished and record.get("result") and self._readable(record.get("result_id")):
             text = record["result"]
         elif not terminal and record.get("notice") and self._readable(record.get("notice_id")):
             text = record["notice"]

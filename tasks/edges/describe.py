@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from tasks.base.lifecycle import RecordState
 from tasks.base.rows import booked_instance_key
 from tasks.edges.text_table import clip, table
 from tasks.state.context import Runtime
@@ -42,7 +43,7 @@ def describe_request(rt: Runtime, request_id: str) -> dict[str, Any] | None:
     result = _result(record)
     parked_raw = rt.client.hget(rt.keys.parked, request_id)
     events, truncated = request_timeline(rt, request_id, int(record.get("created_ms") or 0))
-    status = record.get("status") if record.get("state") == "done" else None
+    status = record.get("status") if record.get("state") == RecordState.DONE else None
     return {
         "request_id": request_id,
         "state": record.get("state", ""),

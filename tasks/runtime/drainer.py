@@ -35,6 +35,7 @@ idempotent and timers re-check state.
 
 from __future__ import annotations
 
+from tasks.base.lifecycle import RecordState
 from tasks.base.logging import get_logger
 from tasks.base.step import resumed_step
 from tasks.flows.followups import run_followup
@@ -86,7 +87,7 @@ def drive(rt: Runtime, member: str, lease: int) -> int:
     if action == "gone":
         return 0
     if action == "publish":  # booked, but the publish step never ran
-        step = resumed_step("booked", detail, seq, attempt)
+        step = resumed_step(RecordState.BOOKED, detail, seq, attempt)
         if step is None:
             return 0
         rt.resume(step.to_dict())

@@ -23,6 +23,7 @@ from typing import Any, cast
 from scheduler_core import Worker, canonical_json
 from tasks.base.digests import sha256_hex
 from tasks.base.events import EventMeta, dumps
+from tasks.base.lifecycle import RecordState
 from tasks.base.rows import InstanceMeta, Released, parse_meta, released_items, row_dict, row_json
 from tasks.intake.snapshots import InvalidField, SnapshotRows, parse_snapshot
 from tasks.state.ledger import (
@@ -428,7 +429,7 @@ class ClusterStore:
 
 def _reserved(reply: Any) -> Reserved:
     status = reply[0]
-    if status == "booked":
+    if status == RecordState.BOOKED:
         return Reserved(status, version=int(reply[1]))
     if status == "conflict":
         return Reserved(status, detail=reply[1], next_attempt=int(reply[2]))

@@ -32,7 +32,7 @@ local rescheduling = ARGV[5] == '1'
 local results_maxlen = ARGV[6]
 
 local r = redis.call('HMGET', record_key, 'state', 'status', 'released', 'seq')
-if r[1] ~= 'done' or r[2] ~= 'scheduled' or r[3] == marker then return '' end
+if r[1] ~= STATE.DONE or r[2] ~= 'scheduled' or r[3] == marker then return '' end
 redis.call('HSET', record_key, 'released', marker)
 local notice = cjson.encode({request_id = rid, status = 'released', instance_key = instance_key,
   reason = reason, rescheduling = rescheduling})

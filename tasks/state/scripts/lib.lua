@@ -75,7 +75,7 @@ end
 local function finish(k, rid, status, result, digest, seq, attempt, maxlen, ttl, now, n)
   local id = redis.call('XADD', k.results, 'MAXLEN', '~', maxlen, '*',
     unpack(result_fields(k.record, rid, result, status, '1', seq)))
-  redis.call('HSET', k.record, 'state', 'done', 'status', status, 'result', result,
+  redis.call('HSET', k.record, 'state', STATE.DONE, 'status', status, 'result', result,
     'result_id', id, 'result_digest', digest, 'seq', seq, 'updated_ms', now)
   if status ~= 'scheduled' then redis.call('EXPIRE', k.record, ttl) end
   redis.call('HDEL', k.parked, rid)

@@ -86,7 +86,7 @@ if #over > 0 then
     gpus = over}), 1)
 end
 redis.call('DEL', record_key)
-redis.call('HSET', record_key, 'state', 'done', 'status', 'scheduled', 'seq', '0', 'attempt', '0',
+redis.call('HSET', record_key, 'state', STATE.DONE, 'status', 'scheduled', 'seq', '0', 'attempt', '0',
   'request', request_json, 'digest', request_digest, 'intake_task', '', 'pinned', meta['pin'] and '1' or '0',
   'instance', instance_key, 'booked_version', v, 'restored', '1', 'created_ms', now_ms,
   'updated_ms', now_ms)
