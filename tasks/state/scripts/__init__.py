@@ -3,7 +3,7 @@
 Every script is loaded with the record states (``STATE.QUEUED`` ...,
 generated from :class:`tasks.base.lifecycle.RecordState`) and ``lib.lua``
 (the functions the scripts share: ``emit``, ``release_instance``,
-``finish``, ``track_health``, ``follow_up``) prepended, so
+``overbooked``, ``finish``, ``track_health``, ``follow_up``) prepended, so
 each runs as one chunk with those as local functions. Loaded
 once per client with ``register_script`` (EVALSHA, falling back to SCRIPT LOAD
 after a server restart).

@@ -60,16 +60,12 @@ local now_ms = ARGV[14]
 
 if redis.call('HEXISTS', instances_key, instance_key) == 1 then return {'present', instance_key} end
 
-local over = {}
+local gpu_keys = {}
 for _, pair in ipairs(decode_list(claims)) do
-  local gk, amount = pair[1], pair[2]
-  local booked = amount ~= '0' and redis.call('HINCRBY', booked_key, gk, amount)
-    or tonumber(redis.call('HGET', booked_key, gk) or '0')
-  local cap = redis.call('HGET', capacity_key, gk)
-  if not cap or tonumber(booked) > tonumber(cap) then
-    over[#over + 1] = {gpu = gk, booked = tonumber(booked), capacity = cap and tonumber(cap) or cjson.null}
-  end
+  if pair[2] ~= '0' then redis.call('HINCRBY', booked_key, pair[1], pair[2]) end
+  gpu_keys[#gpu_keys + 1] = pair[1]
 end
+local over = overbooked(booked_key, capacity_key, gpu_keys)
 local version = redis.call('INCR', version_key)
 local v = tostring(version)
 local meta = cjson.decode(instance_meta)
