@@ -10,5 +10,6 @@ that every import goes to the same room or a lower one).
 * :mod:`~tasks.base.events` — the audit event envelope and types;
 * :mod:`~tasks.base.digests` — request, result and inputs digests;
 * :mod:`~tasks.base.rows` — how cluster rows are stored: row JSON, instance keys, metadata;
-* :mod:`~tasks.base.liveness` — when each periodic job of this process last finished a pass.
+* :mod:`~tasks.base.liveness` — when each periodic job of this process last finished a pass;
+* :mod:`~tasks.base.lifecycle` — the request record's states and their legal transitions.
 """
