@@ -71,8 +71,8 @@ def _fetch(url: str) -> bytes:
 
 
 def _populate(url: str, workers: int, gpus: int, instances: int) -> Any:
+    from tasks.base.settings import Settings
     from tasks.edges.client import ServiceClient
-    from tasks.runtime.settings import Settings
 
     client = ServiceClient(Settings(redis_url=url))
     snapshot = cluster(workers, gpus)

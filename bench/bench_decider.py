@@ -33,7 +33,7 @@ from bench_service import MIXES, ROOT, cluster, percentile, plan, running_instan
 
 from scheduler_core import ModelInstance, ScheduleRequest, SnapshotMemo, Worker, schedule
 from tasks.decision.booking import candidate_instance
-from tasks.decision.chain_config import load_chain
+from tasks.intake.chain_config import load_chain
 
 
 def decide_all(args: argparse.Namespace) -> dict[str, list[float]]:

@@ -37,7 +37,7 @@ from gpustack_timer import ROOT, gpustack_times, oracle_python, pick_of
 from timing import median_cpu_ms, warm_median_ms
 
 from scheduler_core import Chain, ScheduleRequest, schedule
-from tasks.decision.chain_config import load_chain
+from tasks.intake.chain_config import load_chain
 
 #: Sizes swept by default (workers × 8 GPUs).
 SIZES = (100, 200, 500, 1000, 2000, 5000, 10000)

@@ -153,7 +153,7 @@ class ResultReader(threading.Thread):
         self.changed = threading.Condition()
 
     def run(self) -> None:
-        from tasks.audit.streams import read_new
+        from tasks.state.streams import read_new
 
         while not self.done.is_set():
             for entry_id, fields in read_new(self.client, self.stream, self.cursor, count=1000, block_ms=200):
@@ -186,10 +186,10 @@ def run_round(
     workers). Latency: one request outstanding at a time (no queueing), which
     is what a request sees on an idle-to-moderately loaded deployment.
     """
+    from tasks.base.settings import Settings, reset_settings
     from tasks.edges.client import ServiceClient
     from tasks.edges.localrun import WorkerProcess
-    from tasks.runtime.context import redis_client
-    from tasks.runtime.settings import Settings, reset_settings
+    from tasks.state.context import redis_client
 
     os.environ["GPUSCHED_REDIS_URL"] = url
     reset_settings()
@@ -296,7 +296,7 @@ def _drive(client: Any, reader: ResultReader, requests: list[dict[str, Any]], in
 
 
 def _core_ms(client: Any, request_ids: set[str]) -> list[float]:
-    from tasks.audit.streams import iter_stream
+    from tasks.state.streams import iter_stream
 
     values = []
     for _, fields in iter_stream(client.rt.client, client.rt.keys.events):

@@ -12,10 +12,11 @@ Public API (for control planes and operators)::
 
 The names are loaded on first use, so ``gpusched schedule`` (no Redis, no
 Celery) imports neither. Everything else is internal; the code is organised
-in rooms: :mod:`tasks.intake`, :mod:`tasks.decision`, :mod:`tasks.state`,
-:mod:`tasks.audit`, :mod:`tasks.runtime`, :mod:`tasks.edges` (see
-``docs/architecture.md``). :mod:`tasks.testing` is the test harness for code
-built on the service.
+in rooms that are floors, lowest first: :mod:`tasks.base`, :mod:`tasks.intake`,
+:mod:`tasks.state`, :mod:`tasks.audit`, :mod:`tasks.flows`,
+:mod:`tasks.decision`, :mod:`tasks.runtime`, :mod:`tasks.edges`; a module
+imports from its own room or a lower one (see ``docs/architecture.md``).
+:mod:`tasks.testing` is the test harness for code built on the service.
 """
 
 from __future__ import annotations
@@ -24,40 +25,40 @@ import importlib as _importlib
 import typing as _typing
 
 if _typing.TYPE_CHECKING:  # the real definitions, for type checkers (nothing is imported at run time)
-    from tasks.audit.events import Event
-    from tasks.audit.replay import ReplayReport, format_report, replay
-    from tasks.audit.streams import ack, claim_stale, ensure_group, read_group, read_new
+    from tasks.base.events import Event
+    from tasks.base.keys import Keys
+    from tasks.base.settings import Settings, get_settings
+    from tasks.decision.replay import ReplayReport, format_report, replay
     from tasks.edges.client import ServiceClient, WaitTimeout, default_client, submit
-    from tasks.intake.submit import Submission
-    from tasks.runtime.context import redis_client
-    from tasks.runtime.outages import RedisOutOfMemory
-    from tasks.runtime.settings import Settings, get_settings
+    from tasks.flows.submit import Submission
+    from tasks.state.context import redis_client
     from tasks.state.generation import DataLost
-    from tasks.state.keys import Keys
+    from tasks.state.outages import RedisOutOfMemory
     from tasks.state.replication import NotReplicated
+    from tasks.state.streams import ack, claim_stale, ensure_group, read_group, read_new
 
 #: Public name → the module that defines it.
 _EXPORTS = {
     "DataLost": "tasks.state.generation",
-    "Event": "tasks.audit.events",
-    "Keys": "tasks.state.keys",
+    "Event": "tasks.base.events",
+    "Keys": "tasks.base.keys",
     "NotReplicated": "tasks.state.replication",
-    "RedisOutOfMemory": "tasks.runtime.outages",
-    "ReplayReport": "tasks.audit.replay",
+    "RedisOutOfMemory": "tasks.state.outages",
+    "ReplayReport": "tasks.decision.replay",
     "ServiceClient": "tasks.edges.client",
-    "Settings": "tasks.runtime.settings",
-    "Submission": "tasks.intake.submit",
+    "Settings": "tasks.base.settings",
+    "Submission": "tasks.flows.submit",
     "WaitTimeout": "tasks.edges.client",
-    "ack": "tasks.audit.streams",
-    "claim_stale": "tasks.audit.streams",
+    "ack": "tasks.state.streams",
+    "claim_stale": "tasks.state.streams",
     "default_client": "tasks.edges.client",
-    "ensure_group": "tasks.audit.streams",
-    "format_report": "tasks.audit.replay",
-    "get_settings": "tasks.runtime.settings",
-    "read_group": "tasks.audit.streams",
-    "read_new": "tasks.audit.streams",
-    "redis_client": "tasks.runtime.context",
-    "replay": "tasks.audit.replay",
+    "ensure_group": "tasks.state.streams",
+    "format_report": "tasks.decision.replay",
+    "get_settings": "tasks.base.settings",
+    "read_group": "tasks.state.streams",
+    "read_new": "tasks.state.streams",
+    "redis_client": "tasks.state.context",
+    "replay": "tasks.decision.replay",
     "submit": "tasks.edges.client",
 }
 

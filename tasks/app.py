@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from tasks.runtime.settings import SettingsError
+from tasks.base.settings import SettingsError
 
 try:
     from tasks.runtime.celery_app import app

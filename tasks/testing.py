@@ -21,19 +21,20 @@ from typing import Any
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 from scheduler_core import CandidateOut
-from tasks.audit.events import Event
-from tasks.audit.streams import iter_stream
+from tasks.base.events import Event
+from tasks.base.lifecycle import RecordState
+from tasks.base.rows import booked_instance_key
+from tasks.base.settings import Settings
+from tasks.base.step import Step
 from tasks.decision import decide
 from tasks.decision.booking import candidate_instance
-from tasks.decision.chain_config import ChainSpec, LoadedChain, build_chain
-from tasks.decision.step import Step
-from tasks.intake.submit import Submission, submit_request
-from tasks.runtime.context import Runtime, build_runtime
+from tasks.flows.cluster_changes import apply_snapshot, handle_cluster_event
+from tasks.flows.submit import Submission, submit_request
+from tasks.intake.chain_config import ChainSpec, LoadedChain, build_chain
 from tasks.runtime.drainer import drain_once
-from tasks.runtime.settings import Settings
-from tasks.state.cluster_changes import apply_snapshot, handle_cluster_event
+from tasks.state.context import Runtime, build_runtime
 from tasks.state.ledger import instance_claims
-from tasks.state.rows import booked_instance_key
+from tasks.state.streams import iter_stream
 
 
 class _IsolatedSettings(Settings):
@@ -97,7 +98,7 @@ def booking_violations(rt: Runtime) -> list[str]:
                 shown = published_claims(json.loads(record["result"]), types)
                 if shown != claims.get(key):
                     problems.append(f"{rid}: restored with {shown}, booked {claims.get(key)}")
-            elif record.get("state") == "done" and record.get("restored") != "1":
+            elif record.get("state") == RecordState.DONE and record.get("restored") != "1":
                 problems.append(f"{rid}: booked {key} but never published")
     return problems
 

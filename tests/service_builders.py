@@ -10,8 +10,8 @@ from typing import Any
 
 from builders import GIB, H100, RTX_4090, instance, model, uniform_worker
 
+from tasks.base.step import Step
 from tasks.decision.decide import decide
-from tasks.decision.step import Step
 from tasks.testing import Harness
 
 #: A 7B model's claim on one GPU of any size (keeps the scenarios about capacity, not estimates).

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from service_builders import cluster_of, small_request, worker_row
 
-from tasks.runtime import metrics
+from tasks.flows import metrics
 from tasks.testing import Harness
 
 ROOT = Path(__file__).resolve().parents[1]

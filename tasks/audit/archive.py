@@ -25,19 +25,13 @@ from typing import Any
 
 import redis
 
-from tasks.audit.events import dumps
-from tasks.audit.streams import read_range
+from tasks.base.events import dumps
+from tasks.state.streams import read_range, stream_id_key
 
 #: Events read per round trip.
 PAGE = 1000
 
 Entry = tuple[str, dict[str, str]]
-
-
-def stream_id_key(entry_id: str) -> tuple[int, int]:
-    """A stream id as a sortable pair (``ms-seq``)."""
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
 
 
 def entries_before(client: redis.Redis, stream: str, before: str) -> Iterator[Entry]:

@@ -1,6 +1,6 @@
 """Audit checkpoints: the cluster folded at one version, stored once, where replay can start.
 
-A checkpoint is what the fold of the log (:class:`~tasks.audit.fold.ClusterFold`)
+A checkpoint is what the fold of the log (:class:`~tasks.state.fold.ClusterFold`)
 holds at version ``v`` — every worker row and every instance row with its
 meta — plus the request bodies of the requests not finished then, read in one
 atomic step (``checkpoint.lua``) that also appends ``sched.audit.checkpointed``
@@ -34,11 +34,11 @@ from typing import Any
 import redis
 
 from scheduler_core import ModelInstance, Worker, canonical_json
-from tasks.audit.fold import ClusterFold
+from tasks.base.keys import Keys
+from tasks.base.rows import parse_meta
 from tasks.state.delays import parse_outbox_member
-from tasks.state.keys import Keys
+from tasks.state.fold import ClusterFold
 from tasks.state.partition import Partition
-from tasks.state.rows import parse_meta
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 The event references its inputs instead of copying them: the request by its
 digest (the request itself is in its ``sched.request.received`` event), the
 cluster by its version (rebuilt by folding the change events,
-:mod:`tasks.audit.fold`) and the chain by its spec and digest. Its
+:mod:`tasks.state.fold`) and the chain by its spec and digest. Its
 ``outcome`` summary is what ``gpusched replay`` diffs when a replay differs.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler_core import ScheduleResult
-from tasks.audit.digests import inputs_digest
-from tasks.decision.step import Step
+from tasks.base.digests import inputs_digest
+from tasks.base.step import Step
 from tasks.intake.requests import error_of
 
 

@@ -28,13 +28,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tasks.audit.archive import entries_before, stream_id_key, write_archive
+from tasks.audit.archive import entries_before, write_archive
 from tasks.audit.checkpoints import checkpoint_positions, take_checkpoint
-from tasks.audit.events import dumps
-from tasks.audit.fold import CLUSTER_APPLIED
-from tasks.audit.streams import read_range
-from tasks.runtime.context import Runtime
+from tasks.base.events import dumps
+from tasks.state.context import Runtime
+from tasks.state.fold import CLUSTER_APPLIED
 from tasks.state.scripts import ScriptCall
+from tasks.state.streams import read_range, stream_id_key
 
 #: Events read per round trip while scanning or archiving.
 PAGE = 1000

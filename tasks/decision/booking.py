@@ -6,12 +6,12 @@ import json
 from typing import Any
 
 from scheduler_core import CandidateOut, ModelInstance, ModelSpec
-from tasks.audit.events import dumps
-from tasks.audit.fold import ClusterFold
+from tasks.base.events import dumps
+from tasks.base.rows import InstanceMeta, booked_instance_key, row_json
 from tasks.intake.requests import is_pinned
 from tasks.state.cluster_store import Booking
+from tasks.state.fold import ClusterFold
 from tasks.state.ledger import encode_amounts, instance_claims, occupied_workers
-from tasks.state.rows import InstanceMeta, booked_instance_key, row_json
 
 
 def candidate_instance(chosen: CandidateOut, **fields: Any) -> ModelInstance:

@@ -11,9 +11,9 @@ import json
 from pydantic import ValidationError
 
 from scheduler_core import ScheduleRequest, ScheduleResult, SnapshotMemo, schedule
-from tasks.audit.fold import ClusterFold
-from tasks.decision.chain_config import LoadedChain
+from tasks.intake.chain_config import LoadedChain
 from tasks.intake.requests import local_path_problem, service_rejection, with_request_id
+from tasks.state.fold import ClusterFold
 
 
 def run_core(

@@ -35,20 +35,20 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tasks.audit.decision_event import decision_event_data
-from tasks.audit.digests import result_digest, sha256_hex
-from tasks.audit.events import dumps
+from tasks.base.digests import result_digest, sha256_hex
+from tasks.base.events import dumps
+from tasks.base.step import PUBLISH, RESERVE, Step, resumed_step
 from tasks.decision.core_call import run_core
 from tasks.decision.lease import DecideLease
 from tasks.decision.next_step import next_step
 from tasks.decision.publish import after_final, final_call, publish
 from tasks.decision.reserve import after_reserve, reserve, reserve_call
-from tasks.decision.step import PUBLISH, RESERVE, Step, resumed_step
+from tasks.flows import metrics
+from tasks.flows.submit import accept_raw
 from tasks.intake.requests import names_local_paths
-from tasks.intake.submit import accept_raw
-from tasks.runtime import metrics
-from tasks.runtime.context import Runtime
-from tasks.runtime.outages import outage_of
+from tasks.state.context import Runtime
 from tasks.state.mirror import Changes
+from tasks.state.outages import outage_of
 from tasks.state.records import Begun, Recorded, RecordOutcome
 from tasks.state.scripts import ScriptCall
 

@@ -25,8 +25,8 @@ import uuid
 
 import redis
 
-from tasks.runtime.settings import Settings
-from tasks.state.keys import Keys
+from tasks.base.keys import Keys
+from tasks.base.settings import Settings
 from tasks.state.scripts import Batch, Pending, ScriptCall
 
 #: Longest block on the wake list before trying the lease again (an expired lease

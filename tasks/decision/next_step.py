@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from scheduler_core import Chain, ModelSpec, ScheduleResult, free_bytes_floor, free_share_floor
-from tasks.audit.fold import ClusterFold
+from tasks.base.step import PARK, PUBLISH, RESERVE, Step
 from tasks.decision.booking import booking_for
 from tasks.decision.notices import overcommit_notice
-from tasks.decision.step import PARK, PUBLISH, RESERVE, Step
 from tasks.intake.requests import error_of
+from tasks.state.fold import ClusterFold
 from tasks.state.parking import ParkedEntry, blocking_reasons
 
 

@@ -9,11 +9,11 @@ immediate requeue.
 
 from __future__ import annotations
 
-from tasks.audit.events import dumps
-from tasks.decision.enqueue import enqueue
-from tasks.decision.step import PARK, PUBLISH, Step
-from tasks.runtime import metrics
-from tasks.runtime.context import Runtime
+from tasks.base.events import dumps
+from tasks.base.step import PARK, PUBLISH, Step
+from tasks.flows import metrics
+from tasks.flows.enqueue import enqueue
+from tasks.state.context import Runtime
 from tasks.state.parking import CONFLICT_REASON, ParkedEntry, parked_json
 from tasks.state.partition import OutcomeReply
 from tasks.state.scripts import ScriptCall

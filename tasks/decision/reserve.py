@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import random
 
-from tasks.audit.events import dumps
-from tasks.decision.enqueue import enqueue
+from tasks.base.events import dumps
+from tasks.base.lifecycle import RecordState
+from tasks.base.step import PARK, PUBLISH, RESERVE, Step
 from tasks.decision.notices import exhausted_notice
-from tasks.decision.step import PARK, PUBLISH, RESERVE, Step
-from tasks.runtime import metrics
-from tasks.runtime.context import Runtime
+from tasks.flows import metrics
+from tasks.flows.enqueue import enqueue
 from tasks.state.cluster_store import Booking, Reserved
+from tasks.state.context import Runtime
 from tasks.state.parking import CONFLICT_REASON
 from tasks.state.scripts import ScriptCall
 
@@ -57,7 +58,7 @@ def reserve_call(rt: Runtime, step: Step) -> ScriptCall[Reserved]:
 
 def after_reserve(rt: Runtime, step: Step, outcome: Reserved) -> Step | None:
     """The step after a reservation's reply (see :func:`reserve`)."""
-    if outcome.status in ("booked", "duplicate"):
+    if outcome.status in (RecordState.BOOKED, "duplicate"):
         step.action = PUBLISH
         return step
     if outcome.status in ("conflict", "exhausted"):

@@ -48,9 +48,9 @@ def check_settings() -> None:
     Celery or Redis.
 
     Raises:
-        tasks.runtime.settings.SettingsError: one line naming the setting (exit 2).
+        tasks.base.settings.SettingsError: one line naming the setting (exit 2).
     """
-    from tasks.runtime.settings import get_settings
+    from tasks.base.settings import get_settings
 
     get_settings()
 
@@ -103,8 +103,8 @@ def _silence_stdout() -> None:
 
 
 def _is_settings_error(error: Exception) -> bool:
-    """A :class:`tasks.runtime.settings.SettingsError` (only possible once that module is loaded)."""
-    settings = sys.modules.get("tasks.runtime.settings")
+    """A :class:`tasks.base.settings.SettingsError` (only possible once that module is loaded)."""
+    settings = sys.modules.get("tasks.base.settings")
     return settings is not None and isinstance(error, settings.SettingsError)
 
 

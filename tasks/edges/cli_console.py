@@ -39,10 +39,10 @@ def _loopback(host: str) -> bool:
 def _console(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from tasks.base.logging import configure_logging
+    from tasks.base.settings import get_settings
     from tasks.edges.cli_service import preflight, service_errors
     from tasks.edges.console.app import create_app
-    from tasks.runtime.logging import configure_logging
-    from tasks.runtime.settings import get_settings
 
     settings = get_settings()
     configure_logging(settings.log_format, settings.log_level)

@@ -33,7 +33,7 @@ WORKER_ORDERS = ("id", "name", "free", "booked", "state")
 
 # -------------------------------------------------------------------- cancel
 def _cancel(args: argparse.Namespace) -> int:
-    from tasks.state.cancels import UNKNOWN
+    from tasks.flows.cancels import UNKNOWN
 
     with service_errors():
         outcome = service_client().cancel(args.request_id)

@@ -37,9 +37,9 @@ def _service_errors() -> Iterator[None]:
     import redis
     from kombu.exceptions import OperationalError
 
-    from tasks.runtime.outages import RedisOutOfMemory
-    from tasks.runtime.settings import get_settings
+    from tasks.base.settings import get_settings
     from tasks.state.generation import DataLost
+    from tasks.state.outages import RedisOutOfMemory
     from tasks.state.replication import NotReplicated
 
     try:
@@ -70,7 +70,7 @@ def _permission_hint(error: Exception) -> str:
     """What to do when the ACL user may not run the service's scripts (the submitter's user)."""
     import redis
 
-    from tasks.runtime.settings import get_settings
+    from tasks.base.settings import get_settings
 
     if not isinstance(error, redis.exceptions.NoPermissionError):
         return ""
@@ -86,7 +86,7 @@ def _permission_hint(error: Exception) -> str:
 def _out_of_memory(error: BaseException) -> BaseException | None:
     """Redis's out-of-memory refusal behind ``error``: itself, or the cause kombu wrapped in its
     ``OperationalError`` when a send (``cluster event``) was refused; None if there is none."""
-    from tasks.runtime.outages import is_out_of_memory
+    from tasks.state.outages import is_out_of_memory
 
     seen: BaseException | None = error
     for _ in range(8):  # a short chain: kombu wraps once
@@ -104,9 +104,9 @@ def _preflight() -> None:
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
-    from tasks.runtime.context import redis_credentials
-    from tasks.runtime.sentinel import master_client
-    from tasks.runtime.settings import get_settings
+    from tasks.base.settings import get_settings
+    from tasks.state.context import redis_credentials
+    from tasks.state.sentinel import master_client
 
     settings = get_settings()
     timeout = settings.redis_socket_connect_timeout_s
@@ -140,15 +140,15 @@ def _client(check: bool = True, intact: bool = True) -> Any:
             own ``cluster apply --recover`` and ``health`` skip it.
 
     Raises:
-        tasks.runtime.settings.SettingsError: invalid settings (one line; exit 2).
+        tasks.base.settings.SettingsError: invalid settings (one line; exit 2).
         CliError / redis.RedisError: Redis unreachable or refusing (exit 1 under
             :func:`_service_errors`).
         tasks.state.generation.DataLost: ``intact`` and a data loss is not recovered
             (exit 1 under :func:`_service_errors`).
     """
+    from tasks.base.logging import configure_logging
+    from tasks.base.settings import get_settings
     from tasks.edges.client import ServiceClient
-    from tasks.runtime.logging import configure_logging
-    from tasks.runtime.settings import get_settings
 
     settings = get_settings()
     # the service's log lines (a recovery's data_recovered, export's booking_not_exported...)
@@ -245,10 +245,10 @@ def _rejection_line(value: dict[str, Any]) -> list[str]:
 
 # -------------------------------------------------------------------- worker
 def _worker(args: argparse.Namespace) -> int:
+    from tasks.base.keys import Keys
+    from tasks.base.settings import get_settings
     from tasks.runtime.celery_app import app
     from tasks.runtime.preflight import check_configuration
-    from tasks.runtime.settings import get_settings
-    from tasks.state.keys import Keys
 
     settings = get_settings()
     check_configuration(settings)  # a broken chain.json: one line, exit 2, nothing started
@@ -334,8 +334,8 @@ def acl_password_variable(role: str, cluster: str | None, several: bool) -> str:
 def _acl_partitions(clusters: list[str | None]) -> list[tuple[dict[str, str], Any]]:
     import os
 
+    from tasks.base.keys import Keys
     from tasks.runtime.acl import OPTIONAL_ROLES
-    from tasks.state.keys import Keys
 
     several = len(clusters) > 1
     partitions = []
@@ -353,8 +353,8 @@ def _acl_partitions(clusters: list[str | None]) -> list[tuple[dict[str, str], An
 def _acl(args: argparse.Namespace) -> int:
     import os
 
+    from tasks.base.settings import CLUSTER_ID_PATTERN, get_settings
     from tasks.runtime.acl import acl_file
-    from tasks.runtime.settings import CLUSTER_ID_PATTERN, get_settings
 
     clusters: list[str | None] = list(args.cluster or [get_settings().cluster])
     for cluster in clusters:
@@ -413,7 +413,7 @@ def _replay(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from tasks.audit.archive import archive_files
-    from tasks.audit.replay import ReplayError, format_report, replay
+    from tasks.decision.replay import ReplayError, format_report, replay
 
     def progress(phase: str, done: int) -> None:
         what = "events read" if phase == "read" else "decisions replayed"

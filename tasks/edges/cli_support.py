@@ -85,7 +85,7 @@ def known_secrets() -> list[str]:
     passwords = [os.environ.get(name) for name in PASSWORD_ENV]
     urls = [os.environ.get(REDIS_URL_ENV)]
     try:
-        from tasks.runtime.settings import config_dir
+        from tasks.base.settings import config_dir
 
         document = json.loads((config_dir() / "service.json").read_text(encoding="utf-8"))
         urls.append(document.get("redis_url") if isinstance(document, dict) else None)

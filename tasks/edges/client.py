@@ -7,7 +7,7 @@ A request is validated here, at the edge: an invalid one gets its terminal
 ``rejected`` result (naming the field) at once, without a worker. A valid one
 is recorded (idempotent on ``request_id``: the same id submitted twice yields
 one decision) together with an outbox entry, then its ``gpusched.decide``
-message is sent to ``gpusched.requests`` (:mod:`tasks.intake.submit`); if
+message is sent to ``gpusched.requests`` (:mod:`tasks.flows.submit`); if
 this process dies in between, or sending fails (broker unreachable), a
 worker's drainer sends it after ``outbox_lease_s``: once a request is
 accepted it is driven to its result.
@@ -23,22 +23,23 @@ import redis
 from pydantic import ValidationError
 
 from scheduler_core import Worker
-from tasks.audit.streams import read_new
+from tasks.base.lifecycle import RecordState
+from tasks.base.settings import Settings, get_settings
+from tasks.flows.cancels import cancel_request
+from tasks.flows.cluster_changes import apply_snapshot, handle_cluster_event
+from tasks.flows.recovery import export_state
+from tasks.flows.recovery import recover as recover_partition
+from tasks.flows.snapshot_diff import diff_snapshot
+from tasks.flows.submit import Submission, submit_request
 from tasks.intake.cluster_events import SnapshotEvent, check_against_worker, event_worker_id, parse_event
 from tasks.intake.limits import IntakeLimits, InvalidField
 from tasks.intake.requests import normalize
 from tasks.intake.snapshots import SnapshotRows, check_snapshot_size, parse_snapshot
-from tasks.intake.submit import Submission, submit_request
 from tasks.runtime.celery_app import TaskSender, client_app
-from tasks.runtime.context import Runtime, build_runtime, redis_client
 from tasks.runtime.middleware.node_heartbeat import HEARTBEAT_DRAIN_PASSES
-from tasks.runtime.settings import Settings, get_settings
-from tasks.state.cancels import cancel_request
-from tasks.state.cluster_changes import apply_snapshot, handle_cluster_event
 from tasks.state.cluster_store import removal_refusal
-from tasks.state.recovery import export_state
-from tasks.state.recovery import recover as recover_partition
-from tasks.state.snapshot_diff import diff_snapshot
+from tasks.state.context import Runtime, build_runtime, redis_client
+from tasks.state.streams import read_new
 
 #: Longest block of one blocking read in :meth:`ServiceClient.wait` (its socket timeout follows).
 WAIT_BLOCK_MS = 1000
@@ -98,7 +99,7 @@ class ServiceClient:
                 rolled back) and no recovery ran: nothing is accepted or decided
                 (docs/service.md, *Recovery*).
             redis.RedisError: Redis failed while the request was being recorded
-                (see :func:`tasks.intake.submit.submit_request`: resubmitting is safe). Once it is
+                (see :func:`tasks.flows.submit.submit_request`: resubmitting is safe). Once it is
                 recorded, a failure to send the decision does not raise: the
                 outbox watchdog sends it.
         """
@@ -146,7 +147,7 @@ class ServiceClient:
             return Submission(normalized.request_id, "conflict", state=stored.get("state", ""),
                               digest=normalized.digest, stored_digest=stored["digest"])
         self._sender.submit(request)
-        return Submission(normalized.request_id, "queued")
+        return Submission(normalized.request_id, RecordState.QUEUED)
 
     # -------------------------------------------------------------------- wait
     def _last_result_id(self) -> str:
@@ -172,7 +173,8 @@ class ServiceClient:
         never a decision that is recorded but not published.
         """
         record = self.rt.records.record(request_id)
-        if record.get("state") == "done" and record.get("result") and self._readable(record.get("result_id")):
+        finished = record.get("state") == RecordState.DONE
+        if finished and record.get("result") and self._readable(record.get("result_id")):
             text = record["result"]
         elif not terminal and record.get("notice") and self._readable(record.get("notice_id")):
             text = record["notice"]
@@ -267,7 +269,7 @@ class ServiceClient:
         books; a booking its decision made meanwhile is released. A request
         whose placement was published has its booking released (a ``released``
         notice on the results stream). A booking moved to ``<id>~<n>`` is
-        followed. Idempotent (see :func:`tasks.state.cancels.cancel_request`).
+        followed. Idempotent (see :func:`tasks.flows.cancels.cancel_request`).
 
         Returns:
             ``{"request_id", "status", ...}``; ``status`` is ``cancelled``,
@@ -288,11 +290,11 @@ class ServiceClient:
                 ``max_removed_fraction`` of the workers (refused otherwise,
                 :class:`tasks.state.cluster_store.RemovalRefused`).
             dry_run: change nothing; return what applying it would change
-                (:func:`tasks.state.snapshot_diff.diff_snapshot`).
+                (:func:`tasks.flows.snapshot_diff.diff_snapshot`).
             recover: rebuild a partition whose data Redis lost: the document may
                 carry gpusched's ``bookings`` (what :meth:`export_cluster`
                 writes), which are re-created; a new data generation resumes the
-                workers (:func:`tasks.state.recovery.recover`).
+                workers (:func:`tasks.flows.recovery.recover`).
 
         Raises:
             pydantic.ValidationError / ValueError: invalid rows, or larger than

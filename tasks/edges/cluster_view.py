@@ -30,7 +30,7 @@ from typing import Any
 
 from tasks.edges.holders import Holder, gpu_holders
 from tasks.edges.text_table import clip, table
-from tasks.runtime.context import Runtime
+from tasks.state.context import Runtime
 from tasks.state.ledger import gpu_key
 
 GIB = 1 << 30

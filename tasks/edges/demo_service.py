@@ -139,9 +139,9 @@ def describe_event(fields: dict[str, str], names: Mapping[int, str] | None = Non
 
 class _Demo:
     def __init__(self, url: str, partition: str | None, logs: Path) -> None:
+        from tasks.base.settings import Settings
         from tasks.edges.client import ServiceClient
         from tasks.edges.localrun import WorkerProcess
-        from tasks.runtime.settings import Settings
 
         env = {**DEMO_ENV, "GPUSCHED_REDIS_URL": url}
         if partition:
@@ -167,8 +167,8 @@ class _Demo:
         return value
 
     def run(self) -> int:
-        from tasks.audit.replay import format_report, replay
-        from tasks.audit.streams import iter_stream
+        from tasks.decision.replay import format_report, replay
+        from tasks.state.streams import iter_stream
 
         cluster = json.loads((EXAMPLES / "cluster.json").read_text())
         worker_names = {int(w["id"]): str(w["name"]) for w in cluster["workers"]}
@@ -198,8 +198,8 @@ class _Demo:
 
 
 def _forget_partition(url: str, partition: str) -> None:
+    from tasks.base.keys import Keys
     from tasks.edges.localrun import reachable
-    from tasks.state.keys import Keys
 
     if not reachable(url):
         return

@@ -22,10 +22,11 @@ from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from tasks.audit.streams import iter_stream
+from tasks.base.lifecycle import RecordState
+from tasks.base.rows import booked_instance_key
 from tasks.edges.text_table import clip, table
-from tasks.runtime.context import Runtime
-from tasks.state.rows import booked_instance_key
+from tasks.state.context import Runtime
+from tasks.state.streams import iter_stream
 
 GIB = 1 << 30
 #: Audit entries read before the timeline gives up (about 5 MB of reading).
@@ -42,7 +43,7 @@ def describe_request(rt: Runtime, request_id: str) -> dict[str, Any] | None:
     result = _result(record)
     parked_raw = rt.client.hget(rt.keys.parked, request_id)
     events, truncated = request_timeline(rt, request_id, int(record.get("created_ms") or 0))
-    status = record.get("status") if record.get("state") == "done" else None
+    status = record.get("status") if record.get("state") == RecordState.DONE else None
     return {
         "request_id": request_id,
         "state": record.get("state", ""),

@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from tasks.runtime.context import Runtime
+from tasks.state.context import Runtime
 from tasks.state.ledger import decode_amounts
 
 

@@ -167,8 +167,8 @@ CONNECTION_SETTINGS = (
 def state_client(env: dict[str, str]) -> redis.Redis:
     """A client of the Redis that the ``GPUSCHED_*`` variables in ``env`` name (through Sentinel
     when they list Sentinels), as the service's own clients reach it."""
-    from tasks.runtime.context import redis_client
-    from tasks.runtime.settings import Settings
+    from tasks.base.settings import Settings
+    from tasks.state.context import redis_client
 
     values = {name: env[f"GPUSCHED_{name.upper()}"] for name in CONNECTION_SETTINGS
               if env.get(f"GPUSCHED_{name.upper()}")}
@@ -195,7 +195,7 @@ class WorkerProcess:
 
     def start(self) -> WorkerProcess:
         """Launch the worker (returns at once; see :meth:`wait_ready`)."""
-        from tasks.state.keys import Keys
+        from tasks.base.keys import Keys
 
         partition = Keys(self.env.get("GPUSCHED_CLUSTER") or None)
         queues = self.queues if self.queues is not None else partition.queues
@@ -220,7 +220,7 @@ class WorkerProcess:
         Raises:
             RuntimeError: the worker exited or did not become ready in time.
         """
-        from tasks.state.keys import Keys
+        from tasks.base.keys import Keys
 
         key = Keys(self.env.get("GPUSCHED_CLUSTER") or None).nodes
         client = state_client(self.env)

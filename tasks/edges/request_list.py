@@ -26,15 +26,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from tasks.runtime.context import Runtime
+from tasks.base.lifecycle import RecordState
+from tasks.base.rows import booked_instance_key
+from tasks.state.context import Runtime
 from tasks.state.ledger import decode_amounts
-from tasks.state.rows import booked_instance_key
 
 #: The states a request is listed under, in the summary's order.
 STATES = ("queued", "deciding", "parked", "placed", "released", "moved", "rejected", "cancelled", "expired")
-#: Record states (``tasks/state/records.py``) of a request waiting for or in a decision.
-_QUEUED = frozenset({"queued", "woken"})
-_DECIDING = frozenset({"deciding", "decided", "booked", "retrying"})
+#: Record states (:class:`~tasks.base.lifecycle.RecordState`) of a request waiting for or in a decision.
+_QUEUED = frozenset({RecordState.QUEUED, RecordState.WOKEN})
+_DECIDING = frozenset({RecordState.DECIDING, RecordState.DECIDED, RecordState.BOOKED, RecordState.RETRYING})
 #: Most outbox members read (each is an unfinished decision; a burst can queue tens of thousands).
 MAX_IN_FLIGHT = 10_000
 #: Most results-stream entries read per listing (each holds a whole result: ~1.5 KB and up).
@@ -75,7 +76,7 @@ def category(record: Mapping[str, str]) -> str:
         return "queued"
     if state in _DECIDING:
         return "deciding"
-    if state != "done":
+    if state != RecordState.DONE:
         return state or "unknown"
     status = record.get("status") or ""
     if status == "scheduled":

@@ -1,9 +1,7 @@
-"""Intake: what arrives from outside, validated before anything is written.
+"""Intake: what arrives from outside, checked before anything is written (pure: no Redis, no ``Runtime``).
 
 * :mod:`~tasks.intake.requests` — a scheduling request: its id (the
   request-id rule), its canonical form, its ``rejected`` result;
-* :mod:`~tasks.intake.submit` — taking a request in: record it once and queue
-  its decision, or publish its rejection;
 * :mod:`~tasks.intake.snapshots` — a control-plane snapshot of workers and
   instances;
 * :mod:`~tasks.intake.cluster_events` — the cluster events
@@ -11,5 +9,6 @@
 * :mod:`~tasks.intake.limits` — sizes, nesting and Unicode of every document taken in;
 * :mod:`~tasks.intake.names` — the alphabets of identifiers that become keys or Lua-parsed lists;
 * :mod:`~tasks.intake.broker_messages` — a raw broker message, checked before kombu or
-  Celery parse it.
+  Celery parse it;
+* :mod:`~tasks.intake.chain_config` — the plugin chain from ``configs/chain.json``.
 """

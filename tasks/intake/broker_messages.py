@@ -11,7 +11,7 @@ checks, on the raw bytes, everything those steps rely on, in the order they
 rely on it, with bounded work:
 
 1. size: at most ``max_bytes`` (the largest document limit, base64-encoded,
-   plus room for headers: :attr:`tasks.runtime.settings.Settings.max_message_bytes`);
+   plus room for headers: :attr:`tasks.base.settings.Settings.max_message_bytes`);
 2. UTF-8 text, nested at most :data:`ENVELOPE_DEPTH` levels (counted on the
    text, without parsing), and JSON for kombu's own decoder
    (:func:`kombu.utils.json.loads`, type markers included);

@@ -1,6 +1,6 @@
 """The cluster events ``gpusched.cluster_event`` accepts (validated, discriminated by ``kind``).
 
-How each is applied: :mod:`tasks.state.cluster_changes`.
+How each is applied: :mod:`tasks.flows.cluster_changes`.
 
 ==================== ====================================================
 kind                 payload
@@ -36,9 +36,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from scheduler_core import WORKER_STATES, Worker
+from tasks.base.rows import booked_instance_key
 from tasks.intake.limits import IntakeLimits, InvalidField, check_document, check_size
 from tasks.intake.names import GPU_TYPE, REQUEST_ID, check_name, check_worker_row
-from tasks.state.rows import booked_instance_key
 
 #: Every ``kind`` value.
 KINDS = frozenset(
@@ -163,7 +163,7 @@ ClusterEvent = Annotated[
 EVENT_ADAPTER: TypeAdapter[ClusterEvent] = TypeAdapter(ClusterEvent)
 
 
-#: Instance keys an ``instance_deleted`` event may name (see :mod:`tasks.state.rows`).
+#: Instance keys an ``instance_deleted`` event may name (see :mod:`tasks.base.rows`).
 INSTANCE_KEY = re.compile(r"(?:id|pos):-?[0-9]{1,19}|name:.{1,255}|req:.{1,200}", re.DOTALL)
 
 

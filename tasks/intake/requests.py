@@ -32,7 +32,7 @@ from scheduler_core import (
     request_id_for,
     schedule,
 )
-from tasks.audit.digests import sha256_hex
+from tasks.base.digests import sha256_hex
 from tasks.intake.limits import (
     MAX_JSON_DEPTH,
     IntakeLimits,

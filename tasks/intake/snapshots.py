@@ -18,9 +18,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from scheduler_core import ModelInstance, Worker
+from tasks.base.rows import snapshot_instance_key
 from tasks.intake.limits import InvalidField, check_document, check_size
 from tasks.intake.names import check_instance_row, check_worker_row
-from tasks.state.rows import snapshot_instance_key
 
 __all__ = ["InvalidField", "SnapshotRows", "check_snapshot_size", "parse_snapshot"]
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 
-from tasks.state.keys import Keys
+from tasks.base.keys import Keys
 
 #: The ACL user name of each role.
 USERS: dict[str, str] = {
@@ -80,7 +80,7 @@ def partition_patterns(keys: Keys) -> tuple[str, ...]:
     The state keys (``gpusched:{c1}:*``, kombu's held messages included), the queues
     (``gpusched.{c1}.*``, their priority lists too), kombu's binding tables of those
     queues, and the event exchange's channels (``/<db>.gpusched.{c1}.events/...``). A
-    cluster id holds no brace (:data:`tasks.runtime.settings.CLUSTER_ID_PATTERN`) and no
+    cluster id holds no brace (:data:`tasks.base.settings.CLUSTER_ID_PATTERN`) and no
     other name of the service holds ``{<id>}``, so no pattern reaches another partition.
     """
     return (

@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 from kombu.transport import redis as kombu_redis
 
 from tasks.runtime.oom_watch import WATCH
-from tasks.runtime.outages import OUT_OF_MEMORY_CANDIDATES, is_out_of_memory
+from tasks.state.outages import OUT_OF_MEMORY_CANDIDATES, is_out_of_memory
 
 T = TypeVar("T")
 

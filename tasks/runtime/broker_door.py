@@ -43,16 +43,16 @@ import redis
 from celery.worker.consumer import Consumer  # type: ignore[import-untyped]
 from kombu.transport import redis as kombu_redis
 
+from tasks.base.logging import get_logger
+from tasks.base.settings import get_settings
+from tasks.flows import metrics
 from tasks.intake.broker_messages import Verdict, excerpt_of, inspect_message
 from tasks.intake.limits import MAX_JSON_DEPTH
 from tasks.intake.requests import service_rejection
-from tasks.runtime import metrics
 from tasks.runtime.broker import RideOutChannel
 from tasks.runtime.celery_app import worker_runtime
-from tasks.runtime.logging import get_logger
-from tasks.runtime.outages import TRANSIENT_ERRORS
-from tasks.runtime.settings import get_settings
 from tasks.runtime.task_contract import CLUSTER_EVENT, DECIDE, DRAIN_DELAYED, RESUME
+from tasks.state.outages import TRANSIENT_ERRORS
 
 log = get_logger(__name__)
 #: kombu's ``reject_log_error`` logs through a standard logger (positional arguments).
@@ -177,7 +177,7 @@ class Transport(kombu_redis.Transport):
 
 class GuardedSentinelChannel(GuardedChannel, kombu_redis.SentinelChannel):
     """:class:`GuardedChannel` on kombu's Sentinel channel: the same door, the master found
-    through Sentinel (``master_name``, ``sentinel_kwargs``; :mod:`tasks.runtime.sentinel`)."""
+    through Sentinel (``master_name``, ``sentinel_kwargs``; :mod:`tasks.state.sentinel`)."""
 
 
 class SentinelTransport(kombu_redis.SentinelTransport):

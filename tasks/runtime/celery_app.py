@@ -18,7 +18,7 @@ Configuration choices (see ``docs/service.md``):
   dead-lettered a valid request. The held message is handed out again at the
   reconnect and its duplicate delivery finds the attempt decided.
 * The visibility timeout stays above the task time limit, and no countdown
-  exceeds half of it (enforced by :class:`tasks.runtime.settings.Settings`);
+  exceeds half of it (enforced by :class:`tasks.base.settings.Settings`);
   longer delays live in the ``outbox``/``timers`` sorted sets drained by
   :mod:`tasks.runtime.drainer`.
 * Queues are drained in name order (``queue_order_strategy="sorted"``):
@@ -36,7 +36,7 @@ Configuration choices (see ``docs/service.md``):
   clients; ``?ssl_cert_reqs=none`` in the URL opts out).
 * Through Sentinel (``redis_sentinels``) the broker URL lists the Sentinels
   and the transport is the door's Sentinel variant, which follows the master
-  across a failover (:mod:`tasks.runtime.sentinel`).
+  across a failover (:mod:`tasks.state.sentinel`).
 * Every queue is declared in the configuration (``task_queues``), so a plain
   ``celery -A tasks.app worker`` (no ``-Q``) consumes the same three queues
   as ``gpusched worker``.
@@ -60,16 +60,17 @@ from celery import Celery, signals  # type: ignore[import-untyped]
 from celery.exceptions import CPendingDeprecationWarning  # type: ignore[import-untyped]
 from kombu.entity import Exchange, Queue
 
-from tasks.runtime import logging as service_logging
-from tasks.runtime import metrics, preflight
+from tasks.base import logging as service_logging
+from tasks.base.keys import Keys
+from tasks.base.settings import Settings, SettingsError, get_settings
+from tasks.flows import metrics
+from tasks.runtime import preflight
 from tasks.runtime.broker import shutting_down
-from tasks.runtime.context import Runtime, get_runtime
 from tasks.runtime.middleware import NODE_STACK, request_logging
 from tasks.runtime.middleware.queue_guard import accepted_tasks
-from tasks.runtime.sentinel import broker_config, broker_transport_options
-from tasks.runtime.settings import Settings, SettingsError, get_settings
 from tasks.runtime.task_contract import CLUSTER_EVENT, DECIDE, RESUME
-from tasks.state.keys import Keys
+from tasks.state.context import Runtime, get_runtime
+from tasks.state.sentinel import broker_config, broker_transport_options
 
 app = Celery("gpusched", include=["tasks.runtime.worker_tasks"])
 

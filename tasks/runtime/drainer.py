@@ -20,9 +20,9 @@ scored by its due time (ms):
   recorded per attempt; the others continue with it).
 * ``gpusched:timers`` — ``grace:<worker>`` / ``stable:<worker>`` (the
   rescheduling hysteresis clocks) and ``retry:<request>|<seq>`` (conflict
-  back-offs) of :mod:`tasks.state.timers`.
+  back-offs) of :mod:`tasks.flows.timers`.
 * ``gpusched:followups`` — cluster changes whose follow-up work (reschedule,
-  expire, wake) the caller did not finish (:func:`tasks.state.followups.run_followup`).
+  expire, wake) the caller did not finish (:func:`tasks.flows.followups.run_followup`).
 
 Each worker node runs :func:`drain_once` on a thread in its main process
 (:mod:`tasks.runtime.middleware.delay_drainer`, started on ``worker_ready``: no
@@ -35,14 +35,15 @@ idempotent and timers re-check state.
 
 from __future__ import annotations
 
-from tasks.decision.step import resumed_step
-from tasks.runtime.context import Runtime
-from tasks.runtime.context import check_data_generation as checked
-from tasks.runtime.logging import get_logger
+from tasks.base.lifecycle import RecordState
+from tasks.base.logging import get_logger
+from tasks.base.step import resumed_step
+from tasks.flows.followups import run_followup
+from tasks.flows.timers import fire_timer
 from tasks.runtime.oom_watch import WATCH, report_outages
+from tasks.state.context import Runtime
+from tasks.state.context import check_data_generation as checked
 from tasks.state.delays import parse_outbox_member
-from tasks.state.followups import run_followup
-from tasks.state.timers import fire_timer
 
 log = get_logger(__name__)
 
@@ -86,7 +87,7 @@ def drive(rt: Runtime, member: str, lease: int) -> int:
     if action == "gone":
         return 0
     if action == "publish":  # booked, but the publish step never ran
-        step = resumed_step("booked", detail, seq, attempt)
+        step = resumed_step(RecordState.BOOKED, detail, seq, attempt)
         if step is None:
             return 0
         rt.resume(step.to_dict())

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import redis
 
-from tasks.runtime import liveness
-from tasks.runtime.context import Runtime
+from tasks.base import liveness
+from tasks.state.context import Runtime
 
 #: When this process's node booted (a drainer gets ``health_stale_after_s`` to finish its first pass).
 BOOTED = "node_boot"

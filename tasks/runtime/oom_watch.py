@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 import redis
 
-from tasks.audit.events import append_event
-from tasks.runtime.logging import get_logger
+from tasks.base.events import append_event
+from tasks.base.logging import get_logger
 
 log = get_logger(__name__)
 

@@ -6,9 +6,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from tasks.runtime.logging import get_logger
+from tasks.base.logging import get_logger
 from tasks.runtime.oom_watch import WATCH
-from tasks.runtime.outages import is_out_of_memory
+from tasks.state.outages import is_out_of_memory
 
 log = get_logger(__name__)
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 import sys
 from typing import NoReturn
 
-from tasks.decision.chain_config import load_chain
-from tasks.runtime.settings import Settings, SettingsError
+from tasks.base.settings import Settings, SettingsError
+from tasks.intake.chain_config import load_chain
 
 #: The exit code of a worker that refuses to start (the CLI's "invalid input or settings").
 EXIT_INVALID_CONFIGURATION = 2
@@ -27,8 +27,8 @@ def check_configuration(settings: Settings) -> None:
     """Read what the worker's tasks will need and fail now if it is unusable.
 
     Raises:
-        tasks.runtime.settings.SettingsError: one line naming the file or setting and the
-            problem (:class:`~tasks.decision.chain_config.ChainConfigError` for the chain).
+        tasks.base.settings.SettingsError: one line naming the file or setting and the
+            problem (:class:`~tasks.intake.chain_config.ChainConfigError` for the chain).
     """
     load_chain(settings.chain_path)
 

@@ -7,7 +7,7 @@ Four tasks (names are the wire contract with control planes and workers):
   ``gpusched.decide(raw_request)`` (any Celery-protocol client) first accepts
   the request, under the intake's id rule
   (:func:`tasks.intake.requests.request_id_of`), at seq 0, attempt 0;
-* ``gpusched.resume(step)`` finishes a leftover :class:`~tasks.decision.step.Step`
+* ``gpusched.resume(step)`` finishes a leftover :class:`~tasks.base.step.Step`
   (a decision another delivery recorded first, or a booked request whose
   publish was lost): book it if needed, then publish or park;
 * ``gpusched.cluster_event(event)`` applies one cluster event;
@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tasks.decision.step import Step
+from tasks.base.step import Step
 from tasks.intake.limits import InvalidField
 from tasks.intake.names import REQUEST_ID, check_name
 from tasks.intake.requests import request_id_of
@@ -55,7 +55,7 @@ def argument_problem(task_name: str, args: Sequence[Any], kwargs: Mapping[str, A
     repeated keyword, a missing argument) and the wire types: ``decide``'s request is a
     request id (its alphabet, :data:`tasks.intake.names.REQUEST_ID`) or a raw request
     (an object, validated by the intake), ``seq`` and ``attempt`` integers ≥ 0;
-    ``resume``'s step a :class:`~tasks.decision.step.Step`. A message this refuses is the
+    ``resume``'s step a :class:`~tasks.base.step.Step`. A message this refuses is the
     message's fault, never its request's: it is dead-lettered alone.
     """
     names, required = PARAMETERS.get(task_name, ((), 0))

@@ -7,7 +7,7 @@
 * ``gpusched.resume`` → :func:`tasks.decision.decide.resume`: finish a
   leftover step (also what the watchdog sends for a booked request whose
   publish was lost).
-* ``gpusched.cluster_event`` → :func:`tasks.state.cluster_changes.handle_cluster_event`.
+* ``gpusched.cluster_event`` → :func:`tasks.flows.cluster_changes.handle_cluster_event`.
 * ``gpusched.drain_delayed`` → :func:`tasks.runtime.drainer.drain_once`.
 
 Every delivery runs through the middleware stack
@@ -23,16 +23,16 @@ from typing import Any
 from celery import Task  # type: ignore[import-untyped]
 from celery.exceptions import Ignore  # type: ignore[import-untyped]
 
+from tasks.base.logging import get_logger
+from tasks.base.step import Step
 from tasks.decision import decide as decision
-from tasks.decision.step import Step
-from tasks.runtime import metrics
+from tasks.flows import metrics
+from tasks.flows.cluster_changes import handle_cluster_event
 from tasks.runtime.celery_app import app, worker_runtime
-from tasks.runtime.context import Runtime
 from tasks.runtime.drainer import drain_once
-from tasks.runtime.logging import get_logger
 from tasks.runtime.middleware import TASK_STACK, Delivery, run_task
 from tasks.runtime.task_contract import CLUSTER_EVENT, DECIDE, DRAIN_DELAYED, RESUME
-from tasks.state.cluster_changes import handle_cluster_event
+from tasks.state.context import Runtime
 
 log = get_logger(__name__)
 
@@ -83,7 +83,7 @@ def resume(self: MiddlewareTask, step: dict[str, Any]) -> str:
 
 @app.task(name=CLUSTER_EVENT, base=MiddlewareTask, bind=True)  # type: ignore[untyped-decorator]
 def cluster_event(self: MiddlewareTask, event: Any) -> dict[str, Any]:
-    """Apply one cluster event (see :mod:`tasks.state.cluster_changes`)."""
+    """Apply one cluster event (see :mod:`tasks.flows.cluster_changes`)."""
     summary = handle_cluster_event(runtime(), event)
     log.info("cluster_event", summary=summary)
     return summary

@@ -4,8 +4,8 @@ Each mutation is one Lua script that applies the change, bumps the cluster
 version (and the wake epoch when the change can unblock parked requests),
 appends the change to both the audit stream and the compact changes stream,
 updates the workers' outage clocks, and records the change's follow-up work
-(reschedule, expire, wake; see :mod:`tasks.state.followups`) in the same
-atomic step, so folding the log (:mod:`tasks.audit.fold`) reproduces the
+(reschedule, expire, wake; see :mod:`tasks.flows.followups`) in the same
+atomic step, so folding the log (:mod:`tasks.state.fold`) reproduces the
 state at every version and no follow-up is lost with the caller. The
 follow-up id is the event id of the ``meta`` the caller passes. A booking
 (``reserve.lua``) is the one cluster change a decision makes: it is guarded
@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from scheduler_core import Worker, canonical_json
-from tasks.audit.digests import sha256_hex
-from tasks.audit.events import EventMeta, dumps
+from tasks.base.digests import sha256_hex
+from tasks.base.events import EventMeta, dumps
+from tasks.base.lifecycle import RecordState
+from tasks.base.rows import InstanceMeta, Released, parse_meta, released_items, row_dict, row_json
 from tasks.intake.snapshots import InvalidField, SnapshotRows, parse_snapshot
 from tasks.state.ledger import (
     decode_amounts,
@@ -34,7 +36,6 @@ from tasks.state.ledger import (
     worker_gpu_types,
 )
 from tasks.state.partition import Partition
-from tasks.state.rows import InstanceMeta, Released, parse_meta, released_items, row_dict, row_json
 from tasks.state.scripts import ScriptCall
 
 
@@ -247,7 +248,7 @@ class ClusterStore:
         """Remove a worker and release its instances; (None, ()) when it was unknown.
 
         The released bookings' rescheduling is recorded as the follow-up of
-        ``meta``'s event id (see :func:`tasks.state.followups.run_followup`).
+        ``meta``'s event id (see :func:`tasks.flows.followups.run_followup`).
         """
         k = self.keys
         reply = self._partition.run(
@@ -428,7 +429,7 @@ class ClusterStore:
 
 def _reserved(reply: Any) -> Reserved:
     status = reply[0]
-    if status == "booked":
+    if status == RecordState.BOOKED:
         return Reserved(status, version=int(reply[1]))
     if status == "conflict":
         return Reserved(status, detail=reply[1], next_attempt=int(reply[2]))

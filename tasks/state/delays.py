@@ -4,9 +4,9 @@
   of every request in flight (written by the Lua step that makes a request
   need a decision, removed by the step that finishes or parks it);
 * ``gpusched:timers`` — ``grace:<worker>``, ``stable:<worker>``,
-  ``retry:<request>|<seq>`` (:mod:`tasks.state.timers`);
+  ``retry:<request>|<seq>`` (:mod:`tasks.flows.timers`);
 * ``gpusched:followups`` — cluster changes' unfinished follow-ups
-  (:mod:`tasks.state.followups`).
+  (:mod:`tasks.flows.followups`).
 
 Members are leased, not popped (``claim_due.lua``): a drainer that dies
 mid-pass loses nothing. Celery countdowns are never used for these delays:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import redis
 
 from scheduler_core import render_text
-from tasks.audit.digests import sha256_hex
+from tasks.base.digests import sha256_hex
 from tasks.state.partition import Partition
 
 

@@ -8,7 +8,7 @@ place. So every process remembers what it saw:
 
 * the **generation**: ``gpusched:generation``, an id written once (``SET NX``)
   by the first process that finds none and knows none, and replaced only by a
-  recovery (:mod:`tasks.state.recovery`), whose record lists the generations it
+  recovery (:mod:`tasks.flows.recovery`), whose record lists the generations it
   supersedes;
 * the highest **cluster version** it read (the version only grows).
 
@@ -65,8 +65,8 @@ from typing import Any, Literal
 
 from redis.client import Pipeline
 
-from tasks.audit.events import event_fields, utc_now_iso
-from tasks.runtime.logging import get_logger
+from tasks.base.events import event_fields, utc_now_iso
+from tasks.base.logging import get_logger
 from tasks.state.partition import Partition
 from tasks.state.replication import Position, Replication
 

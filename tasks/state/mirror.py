@@ -4,7 +4,7 @@ A decision needs every worker and instance as pydantic objects; re-reading and
 re-validating a 2,000-worker cluster per decision would dominate the cost. The
 mirror reads the full state once (atomically, with the version and the
 position in the changes stream), then applies only the changes recorded
-since, through the same :class:`~tasks.audit.fold.ClusterFold` the replay uses. A
+since, through the same :class:`~tasks.state.fold.ClusterFold` the replay uses. A
 gap in the changes stream (trimmed, or a version that does not follow) falls
 back to a full read. After :meth:`ClusterMirror.sync` the fold is a
 consistent snapshot at ``fold.version``.
@@ -16,11 +16,11 @@ import json
 from typing import Any
 
 from scheduler_core import ModelInstance, Worker
-from tasks.audit.fold import ClusterFold, decode_data
-from tasks.audit.streams import read_range
+from tasks.base.rows import parse_meta
 from tasks.state.cluster_store import ClusterStore
-from tasks.state.rows import parse_meta
+from tasks.state.fold import ClusterFold, decode_data
 from tasks.state.scripts import Batch, Pending
+from tasks.state.streams import read_range
 
 #: Changes read per round trip while catching up.
 PAGE = 500

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tasks.audit.events import dumps
+from tasks.base.events import dumps
 from tasks.state.partition import OutcomeReply, Partition, outcome_reply
 from tasks.state.scripts import ScriptCall
 

@@ -37,8 +37,8 @@ from scheduler_core import (
     instance_claims,
     worker_admits,
 )
+from tasks.base.rows import row_json
 from tasks.state.ledger import worker_capacity
-from tasks.state.rows import row_json
 
 #: The service's reason for an overcommitted pick the ledger will not book.
 OVERCOMMIT_REASON = Reason.OVERCOMMIT.value

@@ -18,9 +18,9 @@ from typing import Any
 
 import redis
 
-from tasks.audit.events import EventMeta, default_source
-from tasks.runtime.settings import Settings
-from tasks.state.keys import Keys
+from tasks.base.events import EventMeta, default_source
+from tasks.base.keys import Keys
+from tasks.base.settings import Settings
 from tasks.state.scripts import Batch, ScriptCall, Scripts, T
 
 #: Clock returning seconds since the epoch (injectable for tests).

@@ -1,12 +1,7 @@
 """Request records (``gpusched:req:<id>``): accept a request, claim an attempt, record its decision.
 
-A record moves through::
-
-    queued → deciding → decided → booked → done(scheduled)
-                 │          ├──→ retrying → deciding ...     (reservation conflict)
-                 │          ├──→ done(rejected)
-                 │          └──→ parked → woken → deciding ... (cluster change)
-                 └── (a second decider of the same attempt resumes the recorded step)
+A record moves through the states of :class:`tasks.base.lifecycle.RecordState`
+by the transitions of :data:`tasks.base.lifecycle.TRANSITIONS`.
 
 Every write is one Lua script guarded by the record's ``state``/``seq``/
 ``attempt`` (and, for the later steps, the recorded decision's result
@@ -22,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tasks.audit.events import dumps, embedded_json
+from tasks.base.events import dumps, embedded_json
 from tasks.state.partition import Partition
 from tasks.state.scripts import ScriptCall
 

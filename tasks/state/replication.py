@@ -48,10 +48,10 @@ from typing import Any
 
 import redis
 
-from tasks.audit.archive import stream_id_key
-from tasks.runtime.logging import get_logger
+from tasks.base.logging import get_logger
 from tasks.state.partition import Partition
 from tasks.state.scripts import ScriptCall
+from tasks.state.streams import stream_id_key
 
 log = get_logger(__name__)
 

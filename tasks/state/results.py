@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.audit.events import dumps, embedded_json
+from tasks.base.events import dumps, embedded_json
 from tasks.state.partition import OutcomeReply, Partition, outcome_reply
 from tasks.state.scripts import ScriptCall
 

@@ -42,12 +42,12 @@ from typing import Any
 import redis
 from service.support import Deployment, cluster, llm_request, wait_until, worker_row
 
-from tasks.audit.replay import replay
-from tasks.audit.streams import ack, ensure_group, read_group, read_new
+from tasks.decision.replay import replay
 from tasks.edges.client import ServiceClient
 from tasks.edges.local_failover import MASTER_NAME, ReplicatedRedis, start_replicated
-from tasks.runtime.context import redis_client
+from tasks.state.context import redis_client
 from tasks.state.ledger import overbooked
+from tasks.state.streams import ack, ensure_group, read_group, read_new
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Short Sentinel timings (Sentinel's defaults are 30 s and 180 s).
@@ -395,7 +395,6 @@ def figures(run: Run) -> dict[str, Any]:
 
 def _violations(d: Deployment) -> list[str]:
     from tasks.testing import booking_violations
-
     return booking_violations(d.client.rt)
 
 

@@ -19,11 +19,11 @@ from fuzzing import encodable, result_problems
 from service.raw_messages import envelope
 from service.support import Deployment
 
-from tasks.audit.streams import iter_stream
 from tasks.intake.broker_messages import inspect_message
 from tasks.intake.requests import request_id_of
 from tasks.runtime.broker_door import SERVICE_TASKS
 from tasks.runtime.task_contract import DECIDE
+from tasks.state.streams import iter_stream
 
 #: What a worker's log says when one of its processes died or its consumer stopped.
 DEATH_MARKS = ("Unrecoverable error", "WorkerLostError", "exited with 'signal", "Process 'ForkPoolWorker")

@@ -17,12 +17,12 @@ from typing import Any
 
 from redis import exceptions as redis_errors
 
-from tasks.audit.streams import iter_stream
+from tasks.base.keys import Keys
+from tasks.base.settings import Settings
 from tasks.edges.client import ServiceClient
 from tasks.edges.localrun import WorkerProcess
-from tasks.runtime.settings import Settings
-from tasks.state.keys import Keys
 from tasks.state.ledger import overbooked
+from tasks.state.streams import iter_stream
 from tasks.testing import booking_violations
 
 GIB = 1 << 30

@@ -21,10 +21,10 @@ from service.conftest import require_redis_server
 from service.console_support import feed_events_seen, h100_worker
 from service.support import FAST, Deployment, llm_request, wait_until, worker_row
 
+from tasks.base.keys import Keys
+from tasks.base.settings import Settings
 from tasks.edges.localrun import RedisServer, start_redis
 from tasks.runtime.acl import USERS, acl_line
-from tasks.runtime.settings import Settings
-from tasks.state.keys import Keys
 
 pytestmark = pytest.mark.service
 
@@ -201,7 +201,7 @@ def test_the_submitter_is_told_to_queue_and_the_console_user_reads_everything_an
 
         from tasks.edges.console import data
         from tasks.edges.request_list import ListQuery
-        from tasks.runtime.context import build_runtime, redis_client
+        from tasks.state.context import build_runtime, redis_client
 
         settings = Settings(redis_url=acl_redis.url, redis_username=USERS["console"],
                             redis_password=PASSWORDS["console"], **FAST)  # type: ignore[arg-type]

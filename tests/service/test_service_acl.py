@@ -14,13 +14,13 @@ from kombu.exceptions import OperationalError
 from service.conftest import require_redis_server
 from service.support import FAST, Deployment, cluster, llm_request, wait_until
 
+from tasks.base.keys import Keys
+from tasks.base.settings import Settings
 from tasks.edges.client import ServiceClient, Submission
 from tasks.edges.localrun import RedisServer, start_redis
 from tasks.runtime.acl import USERS, acl_line
 from tasks.runtime.celery_app import client_app
-from tasks.runtime.settings import Settings
 from tasks.runtime.task_contract import CLUSTER_EVENT
-from tasks.state.keys import Keys
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]
 

@@ -21,9 +21,9 @@ import pytest
 from service.conftest import require_redis_server
 from service.support import GIB, cluster, llm_request
 
+from tasks.base.settings import Settings
 from tasks.edges.client import ServiceClient
 from tasks.edges.localrun import RedisServer, start_redis
-from tasks.runtime.settings import Settings
 
 pytestmark = pytest.mark.service
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 from service.support import Deployment, cluster, llm_request, wait_until
 
-from tasks.audit.replay import replay
+from tasks.decision.replay import replay
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]
 

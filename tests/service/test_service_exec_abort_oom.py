@@ -19,7 +19,7 @@ from service.conftest import require_redis_server
 
 from tasks.edges.localrun import RedisServer, start_redis
 from tasks.runtime import broker
-from tasks.runtime.outages import outage_of
+from tasks.state.outages import outage_of
 
 pytestmark = [pytest.mark.service]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from service.support import Deployment, cluster, llm_request, wait_until
 
-from tasks.audit.replay import replay
+from tasks.decision.replay import replay
 from tasks.edges.localrun import WorkerProcess, start_redis
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]

@@ -15,7 +15,7 @@ import pytest
 from celery import Celery
 from service.support import Deployment, cluster, llm_request
 
-from tasks.audit.replay import replay
+from tasks.decision.replay import replay
 from tasks.edges.client import ServiceClient
 
 pytestmark = pytest.mark.service

@@ -33,7 +33,7 @@ from service.support import (
 from service.tcp_proxy import TcpProxy
 
 from scheduler_core import Worker
-from tasks.audit.replay import replay
+from tasks.decision.replay import replay
 from tasks.edges.localrun import RedisServer, WorkerProcess, start_redis
 from tasks.intake.snapshots import SnapshotRows
 from tasks.runtime.health import data_generation_ok

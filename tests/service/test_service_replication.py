@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from service.conftest import require_redis_server
 
+from tasks.base.settings import Settings
 from tasks.edges.client import ServiceClient, WaitTimeout
 from tasks.edges.local_failover import ReplicatedRedis
 from tasks.edges.localrun import start_redis
-from tasks.runtime.settings import Settings
 from tasks.state.replication import NotReplicated
 
 pytestmark = pytest.mark.service

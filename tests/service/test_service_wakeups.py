@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 from service.support import RTX_4090, Deployment, cluster, llm_request, wait_until
 
-from tasks.audit.replay import replay
+from tasks.decision.replay import replay
 from tasks.state.parking import ParkedEntry
 
 pytestmark = pytest.mark.service

@@ -54,12 +54,12 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from tasks.base.settings import Settings
 from tasks.edges.cli_views import age
 from tasks.edges.console import data
 from tasks.edges.console.feed import FeedHub
 from tasks.edges.request_list import STATES, ListQuery
-from tasks.runtime.context import Runtime, build_runtime, redis_client
-from tasks.runtime.settings import Settings
+from tasks.state.context import Runtime, build_runtime, redis_client
 
 #: Seconds between two SSE comments on an idle feed (keeps proxies from closing it).
 KEEPALIVE_S = 15.0

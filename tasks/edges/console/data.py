@@ -24,7 +24,7 @@ from typing import Any, cast
 from tasks.edges.cluster_view import Filters, cluster_view, parked_by_reason, rescheduling_state
 from tasks.edges.describe import describe_request
 from tasks.edges.request_list import ListQuery, list_requests
-from tasks.runtime.context import Runtime
+from tasks.state.context import Runtime
 
 #: Serialises the health checks: the data-generation check keeps the highest version it read per
 #: runtime, and two checks interleaving on one runtime could mistake each other's read for a rollback.
@@ -150,7 +150,7 @@ def health_data(rt: Runtime) -> dict[str, Any]:
     """``gpusched health``'s checks, the worker nodes, and the gauges a scrape reads from Redis."""
     import redis
 
-    from tasks.runtime import metrics
+    from tasks.flows import metrics
     from tasks.runtime.health import DEPLOYMENT_CHECKS, first_failure, run_checks
 
     with _HEALTH_LOCK:

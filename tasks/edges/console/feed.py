@@ -25,8 +25,8 @@ from typing import Any, cast
 
 import redis
 
+from tasks.base.logging import get_logger
 from tasks.edges.describe import event_detail
-from tasks.runtime.logging import get_logger
 
 log = get_logger(__name__)
 

@@ -22,7 +22,7 @@ from typing import Any, Literal
 import redis
 import structlog
 
-from tasks.audit.streams import read_new
+from tasks.base.settings import Settings
 from tasks.edges.client import ServiceClient
 from tasks.edges.gpustack_bridge import metrics
 from tasks.edges.gpustack_bridge.api import KINDS, GpustackApi, GpustackError, WatchEvent
@@ -33,9 +33,9 @@ from tasks.edges.gpustack_bridge.ids import instance_of
 from tasks.edges.gpustack_bridge.keys import BridgeKeys
 from tasks.edges.gpustack_bridge.place import INSTANCES, Placer
 from tasks.edges.gpustack_bridge.shadow import Shadow
-from tasks.runtime.context import redis_client
-from tasks.runtime.settings import Settings
+from tasks.state.context import redis_client
 from tasks.state.generation import DataLost
+from tasks.state.streams import read_new
 
 log = structlog.get_logger("gpusched.gpustack")
 Mode = Literal["place", "shadow"]

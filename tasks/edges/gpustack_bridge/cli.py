@@ -24,9 +24,9 @@ STARTUP_WAIT_S = 300.0
 
 
 def _bridge_parts(args: argparse.Namespace) -> tuple[Any, Any]:
+    from tasks.base.settings import get_settings
     from tasks.edges.cli_service import service_client
     from tasks.edges.gpustack_bridge.api import GpustackApi
-    from tasks.runtime.settings import get_settings
 
     settings = get_settings()
     key = settings.gpustack_api_key.get_secret_value() if settings.gpustack_api_key else None

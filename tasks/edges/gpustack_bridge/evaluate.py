@@ -31,8 +31,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from scheduler_core import ModelSpec, evaluated_gpus_per_replica
+from tasks.base.settings import config_dir
 from tasks.intake.requests import local_path_problem
-from tasks.runtime.settings import config_dir
 
 #: Largest config.json / model_index.json read (a real one is a few KB).
 MAX_CONFIG_BYTES = 1 << 20

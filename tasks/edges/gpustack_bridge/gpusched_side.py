@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from tasks.base.lifecycle import RecordState
 from tasks.edges.client import ServiceClient
 
 #: Most moves followed from a request to the booking that replaced it.
@@ -74,7 +75,7 @@ class GpuschedSide:
                 return Desired(
                     "unknown" if current == request_id else "waiting", current, None, tuple(history)
                 )
-            result = _load(record.get("result")) if record.get("state") == "done" else None
+            result = _load(record.get("result")) if record.get("state") == RecordState.DONE else None
             if record.get("moved_to"):
                 if result is not None and result.get("status") == "scheduled":
                     history.append(result)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tasks.state.keys import Keys
+from tasks.base.keys import Keys
 
 #: Approximate length the shadow stream is trimmed to.
 SHADOW_MAXLEN = 100_000

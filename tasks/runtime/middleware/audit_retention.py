@@ -10,10 +10,10 @@ checkpoint, trim and expire a state that is not the service's.
 from __future__ import annotations
 
 from tasks.audit.retention import maintain
-from tasks.runtime.context import check_data_generation
-from tasks.runtime.logging import get_logger
+from tasks.base.logging import get_logger
 from tasks.runtime.middleware.base import Middleware, RuntimeFactory
 from tasks.runtime.periodic import PeriodicThread
+from tasks.state.context import check_data_generation
 
 log = get_logger(__name__)
 

@@ -14,11 +14,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tasks.runtime.context import Runtime
+from tasks.state.context import Runtime
 
 #: Runs the rest of the stack (and then the task) for one delivery; returns the task's value.
 Proceed = Callable[[], Any]
-#: This thread's runtime (built on first use; see :func:`tasks.runtime.context.get_runtime`).
+#: This thread's runtime (built on first use; see :func:`tasks.state.context.get_runtime`).
 RuntimeFactory = Callable[[], Runtime]
 
 

@@ -22,13 +22,13 @@ from typing import Any, NoReturn
 
 from celery.exceptions import Reject  # type: ignore[import-untyped]
 
-from tasks.runtime.context import check_data_generation as checked
-from tasks.runtime.logging import get_logger
+from tasks.base.logging import get_logger
 from tasks.runtime.middleware.base import Delivery, Middleware, Proceed, RuntimeFactory
 from tasks.runtime.middleware.dead_letters import give_up
-from tasks.runtime.outages import TRANSIENT_ERRORS
 from tasks.runtime.task_contract import CLUSTER_EVENT
+from tasks.state.context import check_data_generation as checked
 from tasks.state.generation import DataLost, GenerationStatus
+from tasks.state.outages import TRANSIENT_ERRORS
 
 log = get_logger(__name__)
 

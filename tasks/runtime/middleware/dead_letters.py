@@ -13,8 +13,8 @@ from typing import NoReturn
 from celery.exceptions import Ignore  # type: ignore[import-untyped]
 
 from scheduler_core import ErrorOut, ScheduleResult
-from tasks.runtime import metrics
-from tasks.runtime.logging import get_logger
+from tasks.base.logging import get_logger
+from tasks.flows import metrics
 from tasks.runtime.middleware.base import Delivery
 from tasks.runtime.task_contract import DrivenRequest, driven_request
 

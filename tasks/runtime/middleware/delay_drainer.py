@@ -8,7 +8,7 @@ also acknowledges writes no task could (:func:`~tasks.runtime.middleware.replica
 
 from __future__ import annotations
 
-from tasks.runtime import liveness
+from tasks.base import liveness
 from tasks.runtime.drainer import drain_once
 from tasks.runtime.middleware.base import Middleware, RuntimeFactory
 from tasks.runtime.middleware.replica_ack import catch_up
@@ -36,7 +36,7 @@ class DelayDrainer(Middleware):
 def _pass(runtime: RuntimeFactory) -> None:
     """One drainer pass, then acknowledging what no task could (a replica was late: see
     :mod:`~tasks.runtime.middleware.replica_ack`); marked live only when it finished (see
-    :mod:`tasks.runtime.liveness`)."""
+    :mod:`tasks.base.liveness`)."""
     rt = runtime()
     drain_once(rt)
     if rt.replication.required:

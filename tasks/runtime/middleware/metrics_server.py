@@ -22,7 +22,7 @@ answer's write meets a broken pipe or a reset) and any error while serving
 is one log line (``metrics_client_error``), never a traceback.
 
 ``/metrics`` holds the domain counters of every process of the node
-(``prometheus-client``'s multiprocess mode, see :mod:`tasks.runtime.metrics`)
+(``prometheus-client``'s multiprocess mode, see :mod:`tasks.flows.metrics`)
 and the partition's state read from Redis; ``/healthz`` answers 200 or 503
 with the verdict of :data:`tasks.runtime.health.NODE_CHECKS` as JSON.
 ``metrics_port = 0`` turns both off; a port already taken is logged and the
@@ -44,10 +44,12 @@ from wsgiref.simple_server import WSGIRequestHandler
 
 import redis
 
-from tasks.runtime import health, liveness, metrics
-from tasks.runtime.context import Runtime
-from tasks.runtime.logging import get_logger
+from tasks.base import liveness
+from tasks.base.logging import get_logger
+from tasks.flows import metrics
+from tasks.runtime import health
 from tasks.runtime.middleware.base import Middleware, RuntimeFactory
+from tasks.state.context import Runtime
 
 log = get_logger(__name__)
 

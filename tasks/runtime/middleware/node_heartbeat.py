@@ -4,7 +4,7 @@ On boot a node writes ``{pid, ready_ms, seen_ms, drained_ms}`` under its name
 (what :meth:`tasks.edges.localrun.WorkerProcess.wait_ready` waits for),
 refreshes it every :data:`HEARTBEAT_DRAIN_PASSES` drainer periods, and removes
 itself on a warm shutdown. ``drained_ms`` is when its drainer last finished a
-pass (:mod:`tasks.runtime.liveness`), so ``gpusched health`` can tell a node
+pass (:mod:`tasks.base.liveness`), so ``gpusched health`` can tell a node
 whose drainer stopped.
 """
 
@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 import os
 
-from tasks.runtime import liveness
-from tasks.runtime.context import Runtime
-from tasks.runtime.logging import get_logger
+from tasks.base import liveness
+from tasks.base.logging import get_logger
 from tasks.runtime.middleware.base import Middleware, RuntimeFactory
 from tasks.runtime.oom_watch import WATCH
-from tasks.runtime.outages import TRANSIENT_ERRORS
 from tasks.runtime.periodic import PeriodicThread
+from tasks.state.context import Runtime
+from tasks.state.outages import TRANSIENT_ERRORS
 
 log = get_logger(__name__)
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from tasks.base.keys import Keys
 from tasks.runtime.middleware.base import Delivery, Middleware, Proceed
 from tasks.runtime.middleware.dead_letters import give_up
 from tasks.runtime.task_contract import CLUSTER_EVENT, DECIDE, DRAIN_DELAYED, RESUME
-from tasks.state.keys import Keys
 
 
 def accepted_tasks(keys: Keys) -> dict[str, frozenset[str]]:

@@ -21,11 +21,11 @@ from typing import Any
 import redis
 from celery.exceptions import Ignore, Reject  # type: ignore[import-untyped]
 
-from tasks.runtime.context import Runtime, impatient_client
-from tasks.runtime.logging import get_logger
+from tasks.base.logging import get_logger
 from tasks.runtime.middleware.base import Delivery, Middleware, Proceed
 from tasks.runtime.middleware.dead_letters import give_up
-from tasks.runtime.outages import TRANSIENT_ERRORS
+from tasks.state.context import Runtime, impatient_client
+from tasks.state.outages import TRANSIENT_ERRORS
 
 log = get_logger(__name__)
 

@@ -24,9 +24,9 @@ import threading
 import time
 from typing import Any
 
-from tasks.runtime.context import Runtime
-from tasks.runtime.logging import get_logger
+from tasks.base.logging import get_logger
 from tasks.runtime.middleware.base import Delivery, Middleware, Proceed
+from tasks.state.context import Runtime
 from tasks.state.replication import NotReplicated
 
 log = get_logger(__name__)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.runtime import logging as service_logging
+from tasks.base import logging as service_logging
 from tasks.runtime.task_contract import driven_request
 
 

@@ -16,10 +16,10 @@ from typing import Any, NoReturn
 
 from celery.exceptions import Ignore, Reject  # type: ignore[import-untyped]
 
-from tasks.runtime.logging import get_logger
+from tasks.base.logging import get_logger
 from tasks.runtime.middleware.base import Delivery, Middleware, Proceed
 from tasks.runtime.middleware.dead_letters import give_up
-from tasks.runtime.outages import outage_of
+from tasks.state.outages import outage_of
 
 log = get_logger(__name__)
 

@@ -5,7 +5,7 @@ the same message, at most :data:`MAX_BACKOFF_FACTOR` times it
 (:class:`Backoff`); the message is requeued for as long as its request lives.
 
 What counts as an outage — Redis unreachable, out of memory, or stalled past
-the soft time limit — is :func:`tasks.runtime.outages.outage_of`. Out of
+the soft time limit — is :func:`tasks.state.outages.outage_of`. Out of
 memory, the first refusal of an outage is the alert
 (:mod:`tasks.runtime.oom_watch`); its event follows once writes are
 accepted again. The state a task had written is idempotent, so the
@@ -25,10 +25,10 @@ from typing import Any
 
 from celery.exceptions import Reject, SoftTimeLimitExceeded  # type: ignore[import-untyped]
 
-from tasks.runtime.logging import get_logger
+from tasks.base.logging import get_logger
 from tasks.runtime.middleware.base import Delivery, Middleware, Proceed
 from tasks.runtime.oom_watch import WATCH, report_outages
-from tasks.runtime.outages import outage_of
+from tasks.state.outages import outage_of
 
 log = get_logger(__name__)
 

@@ -1,8 +1,10 @@
 """The service's Lua scripts, one atomic step each (headers document KEYS and ARGV).
 
-Every script is loaded with ``lib.lua`` (the functions the scripts share:
-``emit``, ``release_instance``, ``finish``, ``track_health``, ``follow_up``)
-prepended, so each runs as one chunk with those as local functions. Loaded
+Every script is loaded with the record states (``STATE.QUEUED`` ...,
+generated from :class:`tasks.base.lifecycle.RecordState`) and ``lib.lua``
+(the functions the scripts share: ``emit``, ``release_instance``,
+``overbooked``, ``finish``, ``track_health``, ``follow_up``) prepended, so
+each runs as one chunk with those as local functions. Loaded
 once per client with ``register_script`` (EVALSHA, falling back to SCRIPT LOAD
 after a server restart).
 
@@ -23,6 +25,8 @@ from typing import Any, Generic, TypeVar
 import redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
+
+from tasks.base.lifecycle import lua_constants
 
 T = TypeVar("T")
 
@@ -77,13 +81,15 @@ def script_source(name: str) -> str:
 
 @cache
 def loaded_source(name: str) -> str:
-    """What is sent to Redis for ``name``: ``lib.lua``, then the script.
+    """What is sent to Redis for ``name``: the record states, ``lib.lua``, then the script.
+
+    The states (``STATE.<NAME>``) come from :func:`tasks.base.lifecycle.lua_constants`.
 
     Raises:
         KeyError: unknown script name.
     """
     library = (SCRIPT_DIR / LIBRARY).read_text(encoding="utf-8")
-    return f"{library}\n{script_source(name)}"
+    return f"{lua_constants()}{library}\n{script_source(name)}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,7 +58,7 @@ if redis.call('EXISTS', record_key) == 1 then
   return {'duplicate', r[1] or '', intake, r[3] or '', stored}
 end
 
-redis.call('HSET', record_key, 'state', 'queued', 'seq', '0', 'attempt', '0',
+redis.call('HSET', record_key, 'state', STATE.QUEUED, 'seq', '0', 'attempt', '0',
   'request', request_json, 'digest', request_digest, 'intake_task', intake_task,
   'created_ms', now_ms, 'updated_ms', now_ms, 'pinned', pinned,
   'reschedule_of', reschedule_of, 'replaces', replaces)

@@ -2,7 +2,7 @@
 -- booking was released (instance deleted, worker lost or removed, snapshot,
 -- cancel), once per booking.
 --
--- Written by the release's follow-up (tasks.state.followups), before any
+-- Written by the release's follow-up (tasks.flows.followups), before any
 -- rescheduling it does, so a control plane reading only the results stream
 -- sees the old placement's "released" before its replacement's result (which
 -- carries reschedule_of). Only a placement whose "scheduled" result was
@@ -32,7 +32,7 @@ local rescheduling = ARGV[5] == '1'
 local results_maxlen = ARGV[6]
 
 local r = redis.call('HMGET', record_key, 'state', 'status', 'released', 'seq')
-if r[1] ~= 'done' or r[2] ~= 'scheduled' or r[3] == marker then return '' end
+if r[1] ~= STATE.DONE or r[2] ~= 'scheduled' or r[3] == marker then return '' end
 redis.call('HSET', record_key, 'released', marker)
 local notice = cjson.encode({request_id = rid, status = 'released', instance_key = instance_key,
   reason = reason, rescheduling = rescheduling})

@@ -31,12 +31,12 @@ local state = r[1]
 if r[2] ~= seq or r[3] ~= attempt then
   return {'stale', state, r[2] or '', r[3] or ''}
 end
-if state == 'queued' or state == 'retrying' or state == 'woken' or state == 'deciding' then
-  redis.call('HSET', record_key, 'state', 'deciding', 'decider', task_id, 'updated_ms', now_ms)
+if state == STATE.QUEUED or state == STATE.RETRYING or state == STATE.WOKEN or state == STATE.DECIDING then
+  redis.call('HSET', record_key, 'state', STATE.DECIDING, 'decider', task_id, 'updated_ms', now_ms)
   local epoch = redis.call('GET', epoch_key) or '0'
   return {'ok', r[4], epoch, r[6] or '0'}
 end
-if (state == 'decided' or state == 'booked') and r[5] and r[5] ~= '' then
+if (state == STATE.DECIDED or state == STATE.BOOKED) and r[5] and r[5] ~= '' then
   return {'resume', state, r[5]}
 end
 return {'skip', state}

@@ -89,21 +89,21 @@ local r = redis.call('HMGET', record_key, 'state', 'seq', 'attempt', 'status', '
 local state = r[1]
 if not state then return {'unknown'} end
 
-if state == 'done' then
-  if r[4] == 'cancelled' then return {'already_cancelled', 'done'} end
+if state == STATE.DONE then
+  if r[4] == 'cancelled' then return {'already_cancelled', STATE.DONE} end
   if r[4] == 'scheduled' then
     local v = release_booking(r[5], 0)
     if v then
       emit(events_key, 'sched.request.cancelled', rid, '',
-        cjson.encode({state = 'done', by = by, released = r[5]}), 1)
-      return {'released', 'done', v}
+        cjson.encode({state = STATE.DONE, by = by, released = r[5]}), 1)
+      return {'released', STATE.DONE, v}
     end
   end
   return {'finished', r[4] or '', r[6] or ''}
 end
 
 local version = ''
-if state == 'booked' then version = release_booking(r[5], 2) or '' end
+if state == STATE.BOOKED then version = release_booking(r[5], 2) or '' end
 emit(events_key, 'sched.request.cancelled', rid, '',
   cjson.encode({state = state, by = by, released = r[5] or cjson.null}), 3)
 local k = {record = record_key, results = results_key, events = events_key, parked = parked_key,

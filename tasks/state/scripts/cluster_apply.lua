@@ -209,13 +209,9 @@ emit(events_key, 'sched.cluster.applied', '', v, data, 0)
 local n = 0
 local clocks = {health = health_key, timers = timers_key, events = events_key}
 for _, w in ipairs(workers) do
-  local over = {}
-  for _, pair in ipairs(decode_list(w[3])) do
-    local gk = pair[1]
-    local booked = tonumber(redis.call('HGET', booked_key, gk) or '0')
-    local cap = tonumber(redis.call('HGET', capacity_key, gk))
-    if booked > cap then over[#over + 1] = {gpu = gk, booked = booked, capacity = cap} end
-  end
+  local gpu_keys = {}
+  for _, pair in ipairs(decode_list(w[3])) do gpu_keys[#gpu_keys + 1] = pair[1] end
+  local over = overbooked(booked_key, capacity_key, gpu_keys)
   if #over > 0 then
     n = n + 1
     emit(events_key, 'sched.ledger.overbooked', '', v,

@@ -89,12 +89,12 @@ else
   if intake_task ~= '' and r[5] ~= intake_task then return {id, '', 'other'} end
   -- a decide message by id owns the attempt only if it claimed it (begin.lua set it decider)
   if message_digest == '' and intake_task == '' and r[7] ~= task_id then return {id, '', 'other'} end
-  if state == 'done' or state == 'parked' then return {id, '', 'finished'} end
+  if state == STATE.DONE or state == STATE.PARKED then return {id, '', 'finished'} end
 end
 
 local k = {record = record_key, results = results_key, events = events_key, parked = parked_key,
   outbox = outbox_key}
-if state == 'booked' and r[6] then
+if state == STATE.BOOKED and r[6] then
   local result_id = finish(k, rid, 'scheduled', r[6], r[4], r[2], r[3], results_maxlen,
     record_ttl_s, now_ms, 1)
   return {id, result_id, 'scheduled'}

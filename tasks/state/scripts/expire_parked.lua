@@ -36,7 +36,7 @@ local expired_data = ARGV[9]
 
 local r = redis.call('HMGET', record_key, 'state', 'seq', 'attempt', 'notice', 'result',
   'result_digest')
-if r[1] ~= 'parked' or r[2] ~= seq then
+if r[1] ~= STATE.PARKED or r[2] ~= seq then
   if not r[1] then redis.call('HDEL', parked_key, rid) end  -- a record that is gone waits for nothing
   return {'stale', r[1] or ''}
 end

@@ -52,6 +52,22 @@ local function release_instance(booked, instances, metas, claims, key)
   return cjson.decode(meta)
 end
 
+-- The GPUs of gpu_keys booked beyond their capacity (a GPU with no capacity
+-- left in the ledger counts as overbooked), as the {gpu, booked, capacity}
+-- rows of a sched.ledger.overbooked event; the one overbooked check of the
+-- scripts (tasks.state.ledger.overbooked is the Python reader's).
+local function overbooked(booked_key, capacity_key, gpu_keys)
+  local over = {}
+  for _, gk in ipairs(gpu_keys) do
+    local booked = tonumber(redis.call('HGET', booked_key, gk) or '0')
+    local cap = redis.call('HGET', capacity_key, gk)
+    if not cap or booked > tonumber(cap) then
+      over[#over + 1] = {gpu = gk, booked = booked, capacity = cap and tonumber(cap) or cjson.null}
+    end
+  end
+  return over
+end
+
 -- The fields of a results-stream entry for request rid: a rescheduled request's
 -- entries also carry reschedule_of, the request whose booking it replaces
 -- (the record's "replaces").
@@ -75,7 +91,7 @@ end
 local function finish(k, rid, status, result, digest, seq, attempt, maxlen, ttl, now, n)
   local id = redis.call('XADD', k.results, 'MAXLEN', '~', maxlen, '*',
     unpack(result_fields(k.record, rid, result, status, '1', seq)))
-  redis.call('HSET', k.record, 'state', 'done', 'status', status, 'result', result,
+  redis.call('HSET', k.record, 'state', STATE.DONE, 'status', status, 'result', result,
     'result_id', id, 'result_digest', digest, 'seq', seq, 'updated_ms', now)
   if status ~= 'scheduled' then redis.call('EXPIRE', k.record, ttl) end
   redis.call('HDEL', k.parked, rid)

@@ -63,8 +63,8 @@ local retry_due_ms = ARGV[17]
 local r = redis.call('HMGET', record_key, 'state', 'seq', 'attempt', 'announced', 'result',
   'result_digest')
 if not r[1] then return {'missing'} end
-if r[1] == 'done' or r[1] == 'parked' then return {'duplicate'} end
-if r[2] ~= seq or r[3] ~= attempt or r[6] ~= result_digest or r[1] ~= 'decided' then
+if r[1] == STATE.DONE or r[1] == STATE.PARKED then return {'duplicate'} end
+if r[2] ~= seq or r[3] ~= attempt or r[6] ~= result_digest or r[1] ~= STATE.DECIDED then
   return {'stale', r[1]}
 end
 
@@ -72,7 +72,7 @@ redis.call('ZREM', outbox_key, rid .. '|' .. seq .. '|' .. attempt)
 local epoch = tonumber(redis.call('GET', epoch_key) or '0')
 if epoch > tonumber(decided_epoch) then
   local next_seq = tostring(tonumber(seq) + 1)
-  redis.call('HSET', record_key, 'state', 'woken', 'seq', next_seq, 'attempt', '0',
+  redis.call('HSET', record_key, 'state', STATE.WOKEN, 'seq', next_seq, 'attempt', '0',
     'updated_ms', now_ms)
   redis.call('ZADD', outbox_key, requeue_due_ms, rid .. '|' .. next_seq .. '|0')
   emit(events_key, 'sched.request.woken', rid, '',
@@ -80,7 +80,7 @@ if epoch > tonumber(decided_epoch) then
   return {'requeued', next_seq}
 end
 
-redis.call('HSET', record_key, 'state', 'parked', 'parked_ms', now_ms, 'updated_ms', now_ms)
+redis.call('HSET', record_key, 'state', STATE.PARKED, 'parked_ms', now_ms, 'updated_ms', now_ms)
 redis.call('HSET', parked_key, rid, parked_entry)
 local notice = ''
 if r[4] ~= '1' and announce == '1' then
@@ -94,4 +94,4 @@ if retry_member ~= '' then
   redis.call('ZADD', timers_key, retry_due_ms, retry_member)
 end
 emit(events_key, 'sched.request.parked', rid, '', parked_data, 0)
-return {'parked', notice}
+return {STATE.PARKED, notice}

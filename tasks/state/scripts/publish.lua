@@ -45,12 +45,12 @@ local rejected_data = ARGV[12]
 local r = redis.call('HMGET', record_key, 'state', 'seq', 'attempt', 'result_digest', 'result')
 local state = r[1]
 if not state then return {'missing'} end
-if state == 'done' then return {'duplicate', state} end
+if state == STATE.DONE then return {'duplicate', state} end
 if r[2] ~= seq or r[3] ~= attempt or r[4] ~= result_digest or not r[5] then
   return {'stale', state}
 end
-local needed = 'decided'
-if status == 'scheduled' then needed = 'booked' end
+local needed = STATE.DECIDED
+if status == 'scheduled' then needed = STATE.BOOKED end
 if state ~= needed then return {'stale', state} end
 
 if rejected_data ~= '' then

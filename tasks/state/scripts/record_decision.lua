@@ -45,16 +45,17 @@ local step_json = ARGV[12]
 local r = redis.call('HMGET', record_key, 'state', 'seq', 'attempt', 'step')
 if r[2] ~= seq or r[3] ~= attempt then return {'stale', r[1] or ''} end
 local state = r[1]
-if state == 'deciding' then
+if state == STATE.DECIDING then
   if tonumber(cluster_version) < tonumber(redis.call('GET', floor_key) or '0') then
     return {'outdated'}
   end
-  redis.call('HSET', record_key, 'state', 'decided', 'result', result_json,
+  redis.call('HSET', record_key, 'state', STATE.DECIDED, 'result', result_json,
     'result_digest', result_digest, 'decided_version', cluster_version, 'step', step_json,
     'updated_ms', now_ms)
   local id = emit(events_key, 'sched.decision.made', rid, cluster_version, decision_data, 0)
   return {'ok', id}
 end
-local settled = state == 'decided' or state == 'booked' or state == 'parked' or state == 'done'
+local settled = state == STATE.DECIDED or state == STATE.BOOKED or state == STATE.PARKED
+  or state == STATE.DONE
 if settled and r[4] and r[4] ~= '' then return {'duplicate', state, r[4]} end
 return {'stale', state or ''}

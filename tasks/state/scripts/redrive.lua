@@ -38,7 +38,7 @@ local max_doublings = ARGV[10]
 local member = rid .. '|' .. seq .. '|' .. attempt
 local r = redis.call('HMGET', record_key, 'state', 'seq', 'attempt', 'redriven', 'step')
 local state = r[1]
-if not state or r[2] ~= seq or r[3] ~= attempt or state == 'done' or state == 'parked' then
+if not state or r[2] ~= seq or r[3] ~= attempt or state == STATE.DONE or state == STATE.PARKED then
   local score = redis.call('ZSCORE', outbox_key, member)
   if score and tonumber(score) == tonumber(leased_score) then redis.call('ZREM', outbox_key, member) end
   return {'gone', state or ''}
@@ -52,5 +52,5 @@ redis.call('ZADD', outbox_key, 'XX', due, member)
 redis.call('HSET', record_key, 'redriven', member .. '#' .. n)
 emit(events_key, 'sched.request.redriven', rid, '', cjson.encode({seq = tonumber(seq),
   attempt = tonumber(attempt), state = state, redrives = n, next_due_ms = due}), 0)
-if state == 'booked' and r[5] and r[5] ~= '' then return {'publish', r[5]} end
+if state == STATE.BOOKED and r[5] and r[5] ~= '' then return {'publish', r[5]} end
 return {'decide', state}

@@ -69,7 +69,7 @@ local r = redis.call('HMGET', record_key, 'state', 'seq', 'attempt', 'result_dig
 if not r[1] then return {'missing'} end
 if r[2] ~= seq or r[3] ~= attempt or r[4] ~= result_digest then return {'stale', r[1]} end
 if r[5] and r[5] ~= '' then return {'duplicate', r[5]} end
-if r[1] ~= 'decided' then return {'stale', r[1]} end
+if r[1] ~= STATE.DECIDED then return {'stale', r[1]} end
 
 local items = {}
 local short = {}
@@ -91,7 +91,7 @@ if #short > 0 then
   emit(events_key, 'sched.reservation.conflicted', rid, '', data, 1)
   local next_attempt = tonumber(attempt) + 1
   if next_attempt < max_attempts then
-    redis.call('HSET', record_key, 'state', 'retrying', 'attempt', tostring(next_attempt),
+    redis.call('HSET', record_key, 'state', STATE.RETRYING, 'attempt', tostring(next_attempt),
       'updated_ms', now_ms)
     redis.call('ZREM', outbox_key, rid .. '|' .. seq .. '|' .. attempt)
     redis.call('ZADD', outbox_key, retry_due_ms, rid .. '|' .. seq .. '|' .. next_attempt)
@@ -115,6 +115,6 @@ local v = tostring(version)
 redis.call('XADD', changes_key, 'MAXLEN', '~', changes_maxlen, '*',
   'version', v, 'type', 'sched.reservation.booked', 'data', booked_data)
 emit(events_key, 'sched.reservation.booked', rid, v, booked_data, 0)
-redis.call('HSET', record_key, 'state', 'booked', 'instance', instance_key, 'booked_version', v,
+redis.call('HSET', record_key, 'state', STATE.BOOKED, 'instance', instance_key, 'booked_version', v,
   'updated_ms', now_ms)
-return {'booked', v}
+return {STATE.BOOKED, v}

@@ -1,6 +1,6 @@
 -- restore_booking.lua — re-create one of gpusched's bookings during a recovery.
 --
--- After Redis lost its data (tasks.state.recovery), the bookings gpusched had
+-- After Redis lost its data (tasks.flows.recovery), the bookings gpusched had
 -- made are re-created from an export (or the control plane's records): the
 -- request record (done, scheduled, with the request so the booking can be
 -- moved or released later), the instance row, its meta and claims, and the
@@ -60,16 +60,12 @@ local now_ms = ARGV[14]
 
 if redis.call('HEXISTS', instances_key, instance_key) == 1 then return {'present', instance_key} end
 
-local over = {}
+local gpu_keys = {}
 for _, pair in ipairs(decode_list(claims)) do
-  local gk, amount = pair[1], pair[2]
-  local booked = amount ~= '0' and redis.call('HINCRBY', booked_key, gk, amount)
-    or tonumber(redis.call('HGET', booked_key, gk) or '0')
-  local cap = redis.call('HGET', capacity_key, gk)
-  if not cap or tonumber(booked) > tonumber(cap) then
-    over[#over + 1] = {gpu = gk, booked = tonumber(booked), capacity = cap and tonumber(cap) or cjson.null}
-  end
+  if pair[2] ~= '0' then redis.call('HINCRBY', booked_key, pair[1], pair[2]) end
+  gpu_keys[#gpu_keys + 1] = pair[1]
 end
+local over = overbooked(booked_key, capacity_key, gpu_keys)
 local version = redis.call('INCR', version_key)
 local v = tostring(version)
 local meta = cjson.decode(instance_meta)
@@ -86,7 +82,7 @@ if #over > 0 then
     gpus = over}), 1)
 end
 redis.call('DEL', record_key)
-redis.call('HSET', record_key, 'state', 'done', 'status', 'scheduled', 'seq', '0', 'attempt', '0',
+redis.call('HSET', record_key, 'state', STATE.DONE, 'status', 'scheduled', 'seq', '0', 'attempt', '0',
   'request', request_json, 'digest', request_digest, 'intake_task', '', 'pinned', meta['pin'] and '1' or '0',
   'instance', instance_key, 'booked_version', v, 'restored', '1', 'created_ms', now_ms,
   'updated_ms', now_ms)

@@ -28,9 +28,9 @@ for i = first_record, #KEYS do
   local rid = ARGV[first_pair_arg + (i - first_record) * 2]
   local seq = ARGV[first_pair_arg + 1 + (i - first_record) * 2]
   local r = redis.call('HMGET', KEYS[i], 'state', 'seq')
-  if r[1] == 'parked' and r[2] == seq and redis.call('HEXISTS', parked_key, rid) == 1 then
+  if r[1] == STATE.PARKED and r[2] == seq and redis.call('HEXISTS', parked_key, rid) == 1 then
     local next_seq = tostring(tonumber(seq) + 1)
-    redis.call('HSET', KEYS[i], 'state', 'woken', 'seq', next_seq, 'attempt', '0')
+    redis.call('HSET', KEYS[i], 'state', STATE.WOKEN, 'seq', next_seq, 'attempt', '0')
     redis.call('HDEL', parked_key, rid)
     redis.call('ZADD', outbox_key, outbox_due_ms, rid .. '|' .. next_seq .. '|0')
     emit(events_key, 'sched.request.woken', rid, '', woken_data, i - first_record + 1)

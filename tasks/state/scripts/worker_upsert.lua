@@ -70,16 +70,12 @@ if expected_row ~= '*' and current ~= expected_row then return {'stale'} end
 for _, gk in ipairs(decode_list(redis.call('HGET', worker_gpus_key, worker_id))) do
   redis.call('HDEL', capacity_key, gk)
 end
-local gpu_keys, over = {}, {}
+local gpu_keys = {}
 for _, pair in ipairs(decode_list(new_capacity)) do
-  local gk, cap = pair[1], pair[2]
-  redis.call('HSET', capacity_key, gk, cap)
-  gpu_keys[#gpu_keys + 1] = gk
-  local booked = tonumber(redis.call('HGET', booked_key, gk) or '0')
-  if booked > tonumber(cap) then
-    over[#over + 1] = {gpu = gk, booked = booked, capacity = tonumber(cap)}
-  end
+  redis.call('HSET', capacity_key, pair[1], pair[2])
+  gpu_keys[#gpu_keys + 1] = pair[1]
 end
+local over = overbooked(booked_key, capacity_key, gpu_keys)
 redis.call('HSET', worker_gpus_key, worker_id, encode_list(gpu_keys))
 redis.call('HSET', workers_key, worker_id, new_row)
 redis.call('HDEL', vanished_key, worker_id)

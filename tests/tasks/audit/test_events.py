@@ -7,12 +7,12 @@ import re
 import fakeredis
 import pytest
 
-from tasks.audit.events import EVENT_TYPES, SCHEMA_VERSION, Event, EventMeta, append_event, event_fields
-from tasks.audit.streams import iter_stream
+from tasks.base.events import EVENT_TYPES, SCHEMA_VERSION, Event, EventMeta, append_event, event_fields
 from tasks.state.scripts import (
     SCRIPT_DIR,
     SCRIPT_NAMES,
 )
+from tasks.state.streams import iter_stream
 from tasks.testing import Harness, isolated_settings
 
 

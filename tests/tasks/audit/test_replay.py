@@ -8,7 +8,7 @@ import pytest
 from builders import GIB, RTX_4090, uniform_worker
 from service_builders import small_request, uniform_cluster
 
-from tasks.audit.replay import format_report, replay
+from tasks.decision.replay import format_report, replay
 from tasks.testing import Harness
 
 
@@ -90,7 +90,7 @@ def test_replay_uses_the_request_as_received_before_each_decision() -> None:
 
 
 def test_replay_reports_progress_while_reading_and_replaying(monkeypatch: pytest.MonkeyPatch) -> None:
-    import tasks.audit.replay as replay_module
+    import tasks.decision.replay as replay_module
 
     monkeypatch.setattr(replay_module, "PROGRESS_EVERY", 5)
     monkeypatch.setattr(replay_module, "PROGRESS_SECONDS", 1e9)  # counts only, whatever the speed

@@ -10,8 +10,8 @@ from service_builders import small_request, uniform_cluster
 
 from tasks.audit.archive import archive_files, read_archive
 from tasks.audit.checkpoints import checkpoint_positions, load_checkpoint
-from tasks.audit.replay import replay
 from tasks.audit.retention import checkpoint_now, expire_parked, maintain, scan, trim
+from tasks.decision.replay import replay
 from tasks.testing import Harness
 
 

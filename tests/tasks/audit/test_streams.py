@@ -7,7 +7,7 @@ import json
 import fakeredis
 import pytest
 
-from tasks.audit.streams import ack, claim_stale, ensure_group, read_group, read_new
+from tasks.state.streams import ack, claim_stale, ensure_group, read_group, read_new
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ import pytest
 from builders import H100, model, uniform_worker
 from service_builders import cluster_of, small_request, uniform_cluster
 
-from tasks.audit.replay import replay
-from tasks.decision.chain_config import ChainConfigError, load_chain, parse_chain
+from tasks.decision.replay import replay
+from tasks.intake.chain_config import ChainConfigError, load_chain, parse_chain
 from tasks.testing import Harness
 
 

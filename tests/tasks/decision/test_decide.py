@@ -12,12 +12,12 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from service_builders import small_request, uniform_cluster
 
+from tasks.base.step import Step
 from tasks.decision import decide as decide_stage
 from tasks.decision.core_call import run_core
 from tasks.decision.decide import Progress, decide, decide_and_finish
 from tasks.decision.publish import publish
 from tasks.decision.reserve import reserve
-from tasks.decision.step import Step
 from tasks.state.scripts import Batch, Scripts
 from tasks.testing import Harness, booking_violations, isolated_settings
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from service_builders import small_request, submit_and_decide, uniform_cluster
 
+from tasks.base.step import Step
 from tasks.decision.decide import decide
 from tasks.decision.publish import publish
 from tasks.decision.reserve import reserve
-from tasks.decision.step import Step
 from tasks.testing import Harness, isolated_settings
 
 

@@ -14,7 +14,7 @@ from service_builders import small_request
 from tasks.decision.decide import decide
 from tasks.edges import client as client_module
 from tasks.edges.client import ServiceClient, WaitTimeout
-from tasks.runtime.context import BLOCK_MARGIN_S, redis_client
+from tasks.state.context import BLOCK_MARGIN_S, redis_client
 from tasks.testing import Harness, isolated_settings
 
 

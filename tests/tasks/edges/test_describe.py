@@ -94,7 +94,6 @@ def test_describe_says_when_the_start_of_the_history_was_trimmed() -> None:
     from tasks.audit.retention import checkpoint_now, scan, trim
     from tasks.edges.describe import describe_request, render_description
     from tasks.testing import Harness
-
     h = Harness(settings=Harness().settings.model_copy(update={"audit_checkpoints_kept": 1}))
     h.apply(uniform_cluster(workers=1, gpus=2))
     h.submit(small_request("old"))

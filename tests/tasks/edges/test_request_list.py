@@ -13,7 +13,7 @@ from service_builders import (
 
 from tasks.edges.cli_views import render_listing
 from tasks.edges.request_list import ListQuery, category, list_requests
-from tasks.state.cancels import cancel_request
+from tasks.flows.cancels import cancel_request
 from tasks.testing import Harness
 
 

@@ -7,11 +7,11 @@ import hashlib
 import pytest
 from pydantic import SecretStr
 
+from tasks.base.keys import Keys
+from tasks.base.settings import Settings
 from tasks.runtime.acl import USERS, acl_file, role_rules, user_name
 from tasks.runtime.celery_app import celery_config
-from tasks.runtime.context import redis_credentials
-from tasks.runtime.settings import Settings
-from tasks.state.keys import Keys
+from tasks.state.context import redis_credentials
 
 
 def test_the_file_turns_default_off_and_holds_only_password_hashes() -> None:

@@ -8,10 +8,10 @@ import threading
 import pytest
 import redis
 
+from tasks.base.settings import Settings
 from tasks.runtime import broker
 from tasks.runtime.celery_app import celery_config
 from tasks.runtime.oom_watch import WATCH
-from tasks.runtime.settings import Settings
 
 
 def test_a_refused_write_is_retried_with_back_off_until_accepted() -> None:

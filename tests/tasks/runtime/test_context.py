@@ -7,7 +7,7 @@ from typing import Any
 
 
 def test_each_thread_gets_its_own_runtime() -> None:
-    from tasks.runtime.context import get_runtime, reset_runtime
+    from tasks.state.context import get_runtime, reset_runtime
 
     def noop(*_: Any) -> None:
         return None

@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from tasks.runtime import health, liveness
+from tasks.base import liveness
+from tasks.base.settings import Settings
+from tasks.runtime import health
 from tasks.runtime.health import (
     DEPLOYMENT_CHECKS,
     data_generation_ok,
@@ -16,7 +18,6 @@ from tasks.runtime.health import (
     run_checks,
     worker_nodes_live,
 )
-from tasks.runtime.settings import Settings
 from tasks.state.generation import GenerationMemory
 from tasks.testing import Harness, isolated_settings
 
@@ -66,12 +67,12 @@ def test_this_nodes_drainer_is_alive_while_its_passes_are_recent(
 def test_an_unreachable_redis_is_the_one_reason_given() -> None:
     h = Harness()
     assert redis_reachable(h.rt).ok
-    down = Harness()
     settings = Settings(redis_url="redis://127.0.0.1:1/0", redis_socket_connect_timeout_s=0.5)
-    from tasks.runtime.context import redis_client
+    from tasks.state.context import build_runtime, redis_client
 
-    down.rt.client = redis_client(settings)
-    verdicts = run_checks(down.rt, DEPLOYMENT_CHECKS)
+    unreachable = redis_client(settings)
+    down = build_runtime(settings, lambda *_: None, lambda _: None, client=unreachable, chain=h.rt.chain)
+    verdicts = run_checks(down, DEPLOYMENT_CHECKS)
     assert [v.name for v in verdicts] == ["redis"]  # the checks that read Redis are not run
     failed = first_failure(verdicts)
     assert failed is not None and failed.detail.startswith("Redis does not answer (ConnectionError")

@@ -8,7 +8,7 @@ from builders import GIB
 from prometheus_client import REGISTRY
 from service_builders import cluster_of, small_request, worker_row
 
-from tasks.runtime import metrics
+from tasks.flows import metrics
 from tasks.runtime.worker_tasks import decide as decide_task
 from tasks.testing import Harness
 

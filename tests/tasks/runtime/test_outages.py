@@ -9,7 +9,7 @@ import redis
 from celery.exceptions import SoftTimeLimitExceeded
 from kombu.exceptions import OperationalError
 
-from tasks.runtime.outages import RedisOutOfMemory, outage_of
+from tasks.state.outages import RedisOutOfMemory, outage_of
 
 
 def _raised_in(*modules: str) -> BaseException:

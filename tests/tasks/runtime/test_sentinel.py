@@ -8,11 +8,12 @@ import pytest
 from kombu.transport import redis as kombu_redis
 from redis.sentinel import SentinelConnectionPool
 
-from tasks.runtime import broker, sentinel
+from tasks.base.settings import Settings, SettingsError, load_settings
+from tasks.runtime import broker
 from tasks.runtime.broker_door import GuardedChannel
 from tasks.runtime.celery_app import celery_config, client_app
-from tasks.runtime.context import redis_client
-from tasks.runtime.settings import Settings, SettingsError, load_settings
+from tasks.state import sentinel
+from tasks.state.context import redis_client
 
 SENTINELS = "10.0.0.1:26379,10.0.0.2:26380,[fd00::3]:26381"
 

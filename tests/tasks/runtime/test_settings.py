@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from tasks.runtime.settings import Settings
+from tasks.base.settings import Settings
 
 
 def test_settings_refuse_timings_that_cause_duplicate_execution() -> None:
@@ -27,7 +27,7 @@ def test_settings_read_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_misspelt_environment_variable_is_refused_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tasks.runtime.settings import SettingsError
+    from tasks.base.settings import SettingsError
 
     monkeypatch.setenv("GPUSCHED_UNREACHABLE_GRACE", "3")
     with pytest.raises(SettingsError) as raised:
@@ -45,7 +45,7 @@ def test_a_misspelt_environment_variable_is_refused_naming_it(monkeypatch: pytes
 def test_a_misspelt_service_json_key_is_refused_naming_it(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from tasks.runtime.settings import SettingsError, load_settings
+    from tasks.base.settings import SettingsError, load_settings
 
     monkeypatch.setenv("GPUSCHED_CONFIG_DIR", str(tmp_path))
     (tmp_path / "service.json").write_text('{"max_crashes": 2, "max_crash": 5}')
@@ -63,7 +63,7 @@ def test_a_misspelt_service_json_key_is_refused_naming_it(
 
 
 def test_model_roots_are_absolute_folders(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tasks.runtime.settings import SettingsError, load_settings
+    from tasks.base.settings import SettingsError, load_settings
 
     assert Settings(model_roots=["/models/", "/srv//weights"]).model_roots == ("/models", "/srv/weights")
     for bad in (["models"], ["/"]):
@@ -88,7 +88,7 @@ def test_model_roots_are_absolute_folders(monkeypatch: pytest.MonkeyPatch) -> No
 def test_a_broken_rule_between_settings_names_the_first_setting_it_involves(
     monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], message: str,
 ) -> None:
-    from tasks.runtime.settings import SettingsError, load_settings
+    from tasks.base.settings import SettingsError, load_settings
 
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
@@ -108,7 +108,7 @@ def test_the_broker_limit_follows_the_largest_document_limit() -> None:
 def test_the_configuration_folder_is_the_shipped_package() -> None:
     from importlib import resources
 
-    from tasks.runtime.settings import config_dir
+    from tasks.base.settings import config_dir
 
     assert config_dir() == Path(str(resources.files("gpusched_configs")))
     assert (config_dir() / "chain.json").is_file() and (config_dir() / "diffusion_deployments.json").is_file()

@@ -16,11 +16,11 @@ from service_builders import (
     worker_row,
 )
 
+from tasks.base.step import Step
 from tasks.decision.decide import decide
 from tasks.decision.publish import publish
 from tasks.decision.reserve import reserve
-from tasks.decision.step import Step
-from tasks.state.cancels import cancel_request
+from tasks.flows.cancels import cancel_request
 from tasks.testing import Harness, booking_violations, isolated_settings
 
 TWENTY_GIB = {"GPUSTACK_MODEL_VRAM_CLAIM": str(20 * GIB)}

@@ -9,8 +9,8 @@ import pytest
 from builders import GIB, H100, instance
 from service_builders import cluster_of, small_request, statuses, worker_row
 
+from tasks.flows.followups import run_followup
 from tasks.intake.snapshots import parse_snapshot
-from tasks.state.followups import run_followup
 from tasks.state.parking import ParkedEntry, snapshot_facts
 from tasks.testing import Harness
 

@@ -14,7 +14,7 @@ from service_builders import (
     worker_row,
 )
 
-from tasks.state.followups import run_followup
+from tasks.flows.followups import run_followup
 from tasks.testing import Harness
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from service_builders import uniform_cluster
 
-from tasks.runtime.context import build_runtime
+from tasks.state.context import build_runtime
 from tasks.state.generation import DataGeneration, DataLost, GenerationMemory, process_memory
 from tasks.testing import Harness
 

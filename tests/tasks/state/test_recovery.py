@@ -6,10 +6,11 @@ import json
 from typing import Any
 
 import pytest
+from builders import GIB
 from service_builders import small_request, uniform_cluster
 
+from tasks.flows.recovery import export_state, recover
 from tasks.intake.snapshots import InvalidField
-from tasks.state.recovery import export_state, recover
 from tasks.testing import Harness, booking_violations
 
 
@@ -84,3 +85,16 @@ def test_an_invalid_booking_is_refused_naming_it_and_nothing_changes(
         recover(h.rt, backup)
     assert refused.value.field == field
     assert h.rt.cluster.version() == version and h.rt.client.get(h.rt.keys.data_lost) is None
+
+
+def test_a_recovery_onto_smaller_gpus_reports_what_it_overbooks(h: Harness) -> None:
+    """``restore_booking.lua`` re-books what the backup held and reports each GPU now over its capacity."""
+    backup = _placed(h, "a")
+    for worker in backup["workers"]:
+        for gpu in worker["status"]["gpu_devices"]:
+            gpu["memory"]["total"] = 4 * GIB
+    summary = recover(h.rt, backup)
+    capacity, booked = h.rt.cluster.ledger()
+    expected = [{"gpu": key, "booked": held, "capacity": capacity[key]}
+                for key, held in sorted(booked.items()) if held > capacity[key]]
+    assert expected != [] and sorted(summary["overbooked"], key=lambda row: row["gpu"]) == expected

@@ -12,8 +12,8 @@ import json
 
 from service_builders import uniform_cluster
 
-from tasks.audit.streams import ensure_group, read_group
 from tasks.state.replication import Position
+from tasks.state.streams import ensure_group, read_group
 from tasks.testing import Harness, isolated_settings
 
 

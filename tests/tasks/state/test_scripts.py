@@ -11,9 +11,8 @@ from service_builders import small_request, uniform_cluster
 
 from tasks.audit.checkpoints import take_checkpoint
 from tasks.audit.retention import expire_parked
-from tasks.audit.streams import ensure_group, read_group
-from tasks.state.notices import announce_suspension, resume_if_recovered
-from tasks.state.recovery import export_state, recover
+from tasks.flows.notices import announce_suspension, resume_if_recovered
+from tasks.flows.recovery import export_state, recover
 from tasks.state.scripts import (
     SCRIPT_DIR,
     SCRIPT_NAMES,
@@ -23,6 +22,7 @@ from tasks.state.scripts import (
     loaded_source,
     script_source,
 )
+from tasks.state.streams import ensure_group, read_group
 from tasks.testing import Harness
 
 

@@ -6,8 +6,8 @@ import copy
 
 from service_builders import small_request, uniform_cluster
 
+from tasks.flows.snapshot_diff import diff_snapshot
 from tasks.intake.snapshots import parse_snapshot
-from tasks.state.snapshot_diff import diff_snapshot
 from tasks.testing import Harness
 
 

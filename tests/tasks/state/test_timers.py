@@ -14,8 +14,8 @@ from service_builders import (
 )
 
 from scheduler_core import Worker
+from tasks.flows.timers import read_health
 from tasks.state.parking import ParkedEntry
-from tasks.state.timers import read_health
 from tasks.testing import Harness
 
 

@@ -7,10 +7,10 @@ import copy
 import pytest
 from service_builders import small_request, uniform_cluster
 
+from tasks.flows.cluster_changes import apply_snapshot
+from tasks.flows.vanished import outage_share, recently_vanished
 from tasks.intake.snapshots import InvalidField, parse_snapshot
-from tasks.state.cluster_changes import apply_snapshot
 from tasks.state.cluster_store import RemovalRefused
-from tasks.state.vanished import outage_share, recently_vanished
 from tasks.testing import Harness, isolated_settings
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tasks.base.rows import parse_meta, row_json
 from tasks.intake.snapshots import SnapshotRows
-from tasks.runtime.context import Runtime
 from tasks.state.cluster_store import removal_refusal
-from tasks.state.rows import parse_meta, row_json
+from tasks.state.context import Runtime
 
 
 def diff_snapshot(rt: Runtime, rows: SnapshotRows, *, allow_removal: bool = False) -> dict[str, Any]:

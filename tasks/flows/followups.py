@@ -4,7 +4,7 @@ The Lua script that applies a cluster change records its follow-up work under
 the change's event id (``gpusched:followups``, ``gpusched:followup_jobs``):
 
 * announce each released placement on the results stream (``released``,
-  :mod:`tasks.state.notices`), before its replacement exists;
+  :mod:`tasks.flows.notices`), before its replacement exists;
 * reschedule the gpusched bookings it released (a new request per booking,
   :func:`reschedule_released`);
 * expire the records of released requests (the dedupe window starts);
@@ -34,16 +34,16 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from scheduler_core import ClusterChange, ModelInstance, canonical_json, occupied_workers
-from tasks.audit.digests import sha256_hex
-from tasks.audit.events import append_event, dumps
-from tasks.audit.fold import ClusterFold
-from tasks.decision.enqueue import enqueue
-from tasks.runtime import metrics
-from tasks.runtime.context import Runtime
-from tasks.state.notices import announce_released, announce_suspension, rescheduling_suspended
+from tasks.base.digests import sha256_hex
+from tasks.base.events import append_event, dumps
+from tasks.base.rows import Released, json_list, released_items
+from tasks.flows import metrics
+from tasks.flows.enqueue import enqueue
+from tasks.flows.notices import announce_released, announce_suspension, rescheduling_suspended
+from tasks.flows.vanished import SNAPSHOT_GONE, outage_share, rebook_returned
+from tasks.state.context import Runtime
+from tasks.state.fold import ClusterFold
 from tasks.state.parking import Change, describe, gpu_room, wake_plan
-from tasks.state.rows import Released, json_list, released_items
-from tasks.state.vanished import SNAPSHOT_GONE, outage_share, rebook_returned
 
 
 def run_followup(rt: Runtime, followup_id: str) -> dict[str, list[str]]:
@@ -80,7 +80,7 @@ def run_followup(rt: Runtime, followup_id: str) -> dict[str, list[str]]:
 
 
 def _guarded(rt: Runtime, followup_id: str, job: dict[str, Any]) -> dict[str, Any] | None:
-    """A snapshot's dropped bookings, behind the mass-outage guard (:mod:`tasks.state.vanished`).
+    """A snapshot's dropped bookings, behind the mass-outage guard (:mod:`tasks.flows.vanished`).
 
     Bookings whose workers are listed again are booked again; the rest go on
     to be rescheduled, or — while more than ``max_unreachable_fraction`` of the

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tasks.runtime.context import Runtime
+from tasks.state.context import Runtime
 
 
 def enqueue(rt: Runtime, request_id: str, seq: int, attempt: int, *, countdown: float = 0.0) -> None:

@@ -3,7 +3,8 @@
 A step is a small JSON object. It is recorded with the decision
 (``gpusched:req:<id>`` field ``step``), carried by a ``gpusched.resume``
 message when a step is left over, and read back by the watchdog. This module
-imports nothing from ``tasks``, so every room can read a step.
+imports nothing from ``tasks`` but the record states
+(:mod:`tasks.base.lifecycle`), so every room can read a step.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
+
+from tasks.base.lifecycle import RecordState
 
 #: Step actions: book the placement, park the request, publish the result.
 RESERVE = "reserve"
@@ -90,7 +93,7 @@ def resumed_step(record_state: str, step_json: str, seq: int, attempt: int) -> S
     step = Step.from_dict(json.loads(step_json))
     if (step.seq, step.attempt) != (seq, attempt):
         return None
-    if record_state == "booked":
+    if record_state == RecordState.BOOKED:
         step.action = PUBLISH
         return step
-    return step if record_state == "decided" else None
+    return step if record_state == RecordState.DECIDED else None

@@ -57,7 +57,7 @@ def is_out_of_memory(error: BaseException) -> bool:
 class RedisOutOfMemory(redis.exceptions.OutOfMemoryError):
     """Redis refused to record something new: it is at ``maxmemory``. Nothing was written.
 
-    Raised by :func:`tasks.intake.submit.submit_request` (``submit()``) with a
+    Raised by :func:`tasks.flows.submit.submit_request` (``submit()``) with a
     message naming the request; an ``OutOfMemoryError`` (and a ``RedisError``)
     for existing handlers.
     """

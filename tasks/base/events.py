@@ -19,7 +19,7 @@ strings so any Redis client can filter by ``type`` without parsing JSON.
 
 Most events are written by the Lua scripts (``emit`` in ``lib.lua``) in the
 same atomic step as the change they describe; :func:`append_event` is for the
-few written from Python. Reading streams: :mod:`tasks.audit.streams`.
+few written from Python. Reading streams: :mod:`tasks.state.streams`.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ from scheduler_core import (
     PreciseSettings,
     canonical_json,
 )
-from tasks.runtime.settings import SettingsError
+from tasks.base.settings import SettingsError
 
 
 class ChainConfigError(SettingsError):

@@ -37,17 +37,17 @@ from typing import Any
 import redis
 
 from scheduler_core import canonical_json
-from tasks.audit.archive import Entry, read_archive, read_archived_snapshots, stream_id_key
+from tasks.audit.archive import Entry, read_archive, read_archived_snapshots
 from tasks.audit.checkpoints import Checkpoint, load_checkpoint
 from tasks.audit.decision_event import outcome_summary
-from tasks.audit.digests import result_digest
-from tasks.audit.events import Event
-from tasks.audit.fold import CHANGE_TYPES, ClusterFold
-from tasks.audit.streams import iter_stream
-from tasks.decision.chain_config import ChainConfigError, parse_chain
+from tasks.base.digests import result_digest
+from tasks.base.events import Event
 from tasks.decision.core_call import run_core
+from tasks.intake.chain_config import ChainConfigError, parse_chain
 from tasks.intake.snapshots import SnapshotRows, parse_snapshot
 from tasks.state.cluster_store import ClusterStore
+from tasks.state.fold import CHANGE_TYPES, ClusterFold
+from tasks.state.streams import iter_stream, stream_id_key
 
 DECISION = "sched.decision.made"
 RECEIVED = "sched.request.received"

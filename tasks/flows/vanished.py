@@ -8,7 +8,7 @@ left, a vanished worker counts as down for the mass-outage guard
 held back like half the cluster going unreachable.
 
 The bookings a snapshot dropped with its vanished workers are rescheduled by
-the snapshot's follow-up (:mod:`tasks.state.followups`) — unless the guard
+the snapshot's follow-up (:mod:`tasks.flows.followups`) — unless the guard
 holds (more than ``max_unreachable_fraction`` of the workers down or vanished)
 and the removal was not confirmed (``allow_removal``): then the follow-up
 keeps them, re-armed every ``unreachable_grace_s`` with
@@ -24,10 +24,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scheduler_core import Worker
-from tasks.audit.events import dumps
-from tasks.runtime.context import Runtime
-from tasks.runtime.logging import get_logger
+from tasks.base.events import dumps
+from tasks.base.logging import get_logger
 from tasks.state.cluster_store import Booking
+from tasks.state.context import Runtime
 from tasks.state.ledger import decode_amounts
 
 log = get_logger(__name__)

@@ -16,13 +16,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from tasks.audit.digests import sha256_hex
-from tasks.decision.enqueue import enqueue
+from tasks.base.digests import sha256_hex
+from tasks.base.logging import get_logger
+from tasks.flows.enqueue import enqueue
 from tasks.intake.limits import IntakeLimits
 from tasks.intake.requests import Normalized, error_of, normalize
-from tasks.runtime.context import Runtime
-from tasks.runtime.logging import get_logger
-from tasks.runtime.outages import OUT_OF_MEMORY_CANDIDATES, RedisOutOfMemory, is_out_of_memory
+from tasks.state.context import Runtime
+from tasks.state.outages import OUT_OF_MEMORY_CANDIDATES, RedisOutOfMemory, is_out_of_memory
 
 log = get_logger(__name__)
 
@@ -74,7 +74,7 @@ def submit_request(rt: Runtime, request: Any) -> Submission:
     id is visible instead of silently answered with the first request's result.
 
     Raises:
-        tasks.runtime.outages.RedisOutOfMemory: Redis is at ``maxmemory``: the
+        tasks.state.outages.RedisOutOfMemory: Redis is at ``maxmemory``: the
             request was not accepted and nothing was written (Lua scripts fail
             at their first write); resubmit later.
         redis.RedisError: Redis failed before or while the request was recorded.

@@ -21,11 +21,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from scheduler_core import Worker
-from tasks.audit.events import dumps
-from tasks.runtime.context import Runtime
-from tasks.state.rows import Released
+from tasks.base.events import dumps
+from tasks.base.rows import Released
+from tasks.flows.vanished import outage_share
+from tasks.state.context import Runtime
 from tasks.state.scripts import ScriptCall
-from tasks.state.vanished import outage_share
 
 
 def announce_released(rt: Runtime, released: Sequence[Released], reason: str, *, rescheduling: bool) -> int:
@@ -51,7 +51,7 @@ def rescheduling_suspended(rt: Runtime, workers: Sequence[Worker]) -> bool:
     """Whether more than ``max_unreachable_fraction`` of the workers are down or recently vanished.
 
     A worker that left the cluster (dropped by a snapshot, removed) within
-    ``unreachable_grace_s`` counts as down (:func:`tasks.state.vanished.outage_share`).
+    ``unreachable_grace_s`` counts as down (:func:`tasks.flows.vanished.outage_share`).
     """
     down, vanished, total = outage_share(rt, workers)
     return bool(total) and (down + vanished) / total > rt.settings.max_unreachable_fraction

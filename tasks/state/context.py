@@ -29,20 +29,20 @@ from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
 
 from scheduler_core import SnapshotMemo
-from tasks.decision.chain_config import LoadedChain, load_chain
-from tasks.runtime.sentinel import master_client
-from tasks.runtime.settings import Settings, get_settings
+from tasks.base.keys import Keys
+from tasks.base.settings import Settings, get_settings
+from tasks.intake.chain_config import LoadedChain, load_chain
 from tasks.state.cluster_store import ClusterStore
 from tasks.state.delays import DelaySets
 from tasks.state.deliveries import Deliveries
 from tasks.state.generation import DataGeneration, GenerationMemory, GenerationStatus, process_memory
-from tasks.state.keys import Keys
 from tasks.state.mirror import ClusterMirror
 from tasks.state.parked import ParkedRequests
 from tasks.state.partition import Clock, Partition
 from tasks.state.records import RequestRecords
 from tasks.state.replication import Replication
 from tasks.state.results import PublishedResults
+from tasks.state.sentinel import master_client
 
 #: Sends decision ``(request_id, seq, attempt)`` as ``gpusched.decide`` after ``countdown`` seconds.
 Dispatch = Callable[[str, int, int, float], None]
@@ -58,7 +58,7 @@ def redis_client(settings: Settings, *, blocking: bool = False, max_block_ms: in
     """A client for the service's Redis.
 
     Through Sentinel (``redis_sentinels``) the client follows the current
-    master (:func:`tasks.runtime.sentinel.master_client`); else it connects to
+    master (:func:`tasks.state.sentinel.master_client`); else it connects to
     ``redis_url``.
 
     Args:
@@ -122,12 +122,10 @@ class Runtime:
     """Everything a stage needs, for one thread and one cluster partition.
 
     One state object per concern (:mod:`tasks.state`), all on the same
-    :class:`~tasks.state.partition.Partition`.
+    :class:`~tasks.state.partition.Partition`, which owns the settings, the
+    key names and the client; the runtime reads them through it.
     """
 
-    settings: Settings
-    keys: Keys
-    client: redis.Redis
     partition: Partition
     records: RequestRecords
     results: PublishedResults
@@ -145,6 +143,21 @@ class Runtime:
     replication: Replication
     #: Per-worker allocatable state the core reuses across this thread's decisions.
     memo: SnapshotMemo = field(default_factory=SnapshotMemo)
+
+    @property
+    def settings(self) -> Settings:
+        """The partition's settings."""
+        return self.partition.settings
+
+    @property
+    def keys(self) -> Keys:
+        """The partition's key names."""
+        return self.partition.keys
+
+    @property
+    def client(self) -> redis.Redis:
+        """The partition's Redis client."""
+        return self.partition.client
 
 
 def check_data_generation(rt: Runtime) -> GenerationStatus:
@@ -181,9 +194,6 @@ def build_runtime(
     cluster = ClusterStore(partition)
     replication = Replication(partition)
     return Runtime(
-        settings=settings,
-        keys=keys,
-        client=client,
         partition=partition,
         records=RequestRecords(partition),
         results=PublishedResults(partition),

@@ -18,9 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from scheduler_core import ScheduleResult
-from tasks.audit.digests import sha256_hex
-from tasks.runtime.context import Runtime
-from tasks.state.followups import run_followup
+from tasks.base.digests import sha256_hex
+from tasks.flows.followups import run_followup
+from tasks.state.context import Runtime
 
 #: Outcomes of one cancel, per request.
 CANCELLED = "cancelled"  # was not finished: its terminal result is "cancelled"

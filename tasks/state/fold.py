@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler_core import ModelInstance, Worker
+from tasks.base.rows import InstanceMeta
 from tasks.intake.snapshots import SnapshotRows
 from tasks.state.ledger import occupied_workers, worker_gpu_types
-from tasks.state.rows import InstanceMeta
 
 #: Event types that change the cluster (and therefore carry a version).
 CLUSTER_APPLIED = "sched.cluster.applied"

@@ -35,17 +35,17 @@ from typing import Any
 from pydantic import ValidationError
 
 from scheduler_core import ModelInstance
-from tasks.audit.events import append_event, dumps, utc_now_iso
+from tasks.base.events import append_event, dumps, utc_now_iso
+from tasks.base.logging import get_logger
+from tasks.base.rows import InstanceMeta, booked_instance_key, parse_meta, row_json
+from tasks.flows.followups import run_followup
 from tasks.intake.limits import IntakeLimits
 from tasks.intake.requests import Normalized, error_of, normalize
 from tasks.intake.snapshots import InvalidField, SnapshotRows, parse_snapshot
-from tasks.runtime.context import Runtime
-from tasks.runtime.logging import get_logger
 from tasks.state.cluster_store import Booking
-from tasks.state.followups import run_followup
+from tasks.state.context import Runtime
 from tasks.state.generation import generation_id
 from tasks.state.ledger import encode_amounts, instance_claims, occupied_workers, worker_gpu_types
-from tasks.state.rows import InstanceMeta, booked_instance_key, parse_meta, row_json
 
 log = get_logger(__name__)
 

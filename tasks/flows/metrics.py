@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from prometheus_client import Counter, Histogram
     from prometheus_client.core import Metric
 
-    from tasks.runtime.context import Runtime
+    from tasks.state.context import Runtime
 
 #: The environment variable ``prometheus-client`` reads to count across processes.
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -323,8 +323,7 @@ def node_families() -> Iterator[Metric]:
 
     from prometheus_client.core import GaugeMetricFamily
 
-    from tasks.runtime import liveness
-
+    from tasks.base import liveness
     info = GaugeMetricFamily("gpusched_build_info", "The running gpusched build (value 1)",
                              labels=["version", "python"])
     info.add_metric([build_version(), platform.python_version()], 1)

@@ -3,10 +3,10 @@
 ``gpusched.cluster_event`` takes one JSON event
 (:mod:`tasks.intake.cluster_events` lists the kinds); every kind is applied
 by one Lua script (:mod:`tasks.state.cluster_store`), which in the same
-atomic step updates the worker's outage clocks (:mod:`tasks.state.timers`),
+atomic step updates the worker's outage clocks (:mod:`tasks.flows.timers`),
 bumps the wake epoch if the change can unblock parked requests, and records
 the change's follow-up work under its event id. The caller then runs the
-follow-up at once (:func:`tasks.state.followups.run_followup`).
+follow-up at once (:func:`tasks.flows.followups.run_followup`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from scheduler_core import Worker, render_text, render_value
-from tasks.audit.events import append_event
+from tasks.base.events import append_event
+from tasks.base.rows import row_json
+from tasks.flows.cancels import CANCELLED, RELEASED, cancel_request
+from tasks.flows.followups import run_followup
+from tasks.flows.notices import resume_if_recovered
 from tasks.intake.cluster_events import (
     KINDS,
     GpuMemory,
@@ -33,13 +37,9 @@ from tasks.intake.cluster_events import (
 )
 from tasks.intake.limits import IntakeLimits
 from tasks.intake.snapshots import InvalidField, SnapshotRows, parse_snapshot
-from tasks.runtime.context import Runtime
-from tasks.state.cancels import CANCELLED, RELEASED, cancel_request
 from tasks.state.cluster_store import RemovalRefused
-from tasks.state.followups import run_followup
-from tasks.state.notices import resume_if_recovered
+from tasks.state.context import Runtime
 from tasks.state.parking import snapshot_facts, worker_changes
-from tasks.state.rows import row_json
 
 #: Compare-and-set attempts for a worker update racing other updates of that worker.
 MAX_CAS_ATTEMPTS = 8

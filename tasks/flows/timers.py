@@ -13,7 +13,7 @@ restarting the grace period on every blip, and no flap moves anything before
 the grace period. When more than ``max_unreachable_fraction`` of the workers
 are down at once (a network partition, GPUStack #5935), rescheduling is
 postponed; the results stream says so once (``reschedule_suspended``) and
-again when it resumes (``reschedule_resumed``, :mod:`tasks.state.notices`).
+again when it resumes (``reschedule_resumed``, :mod:`tasks.flows.notices`).
 Pinned instances (manual GPU selection) are never moved off their
 GPUs: they keep their claims and wait; a removed worker's instances (pinned
 or not) get a new request, which for a pinned model waits parked until its
@@ -37,13 +37,13 @@ import redis
 from pydantic import BaseModel
 
 from scheduler_core import Worker
-from tasks.audit.events import append_event
-from tasks.decision.enqueue import enqueue
-from tasks.runtime import metrics
-from tasks.runtime.context import Runtime
-from tasks.state.followups import run_followup
-from tasks.state.notices import announce_suspension, rescheduling_suspended, resume_if_recovered
-from tasks.state.vanished import outage_share
+from tasks.base.events import append_event
+from tasks.flows import metrics
+from tasks.flows.enqueue import enqueue
+from tasks.flows.followups import run_followup
+from tasks.flows.notices import announce_suspension, rescheduling_suspended, resume_if_recovered
+from tasks.flows.vanished import outage_share
+from tasks.state.context import Runtime
 
 
 class Health(BaseModel):

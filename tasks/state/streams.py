@@ -4,9 +4,9 @@ The service writes three streams a control plane reads: ``gpusched:results``
 (one entry per published result: ``request_id``, ``result`` — the Contract 1
 JSON —, ``status``, ``terminal`` — ``1`` for scheduled/rejected, ``0`` for the
 one-time ``unschedulable`` notice of a parked request — and ``seq``),
-``gpusched:events`` (the audit log, :mod:`tasks.audit.events`) and
+``gpusched:events`` (the audit log, :mod:`tasks.base.events`) and
 ``gpusched:deadletter``. A client doing blocking reads needs a socket timeout
-above its longest block (:func:`tasks.runtime.context.redis_client`).
+above its longest block (:func:`tasks.state.context.redis_client`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,12 @@ from tasks.state.scripts import Scripts
 
 #: Pause between two looks while a consumer group waits for acknowledged entries (s).
 ACK_POLL_S = 0.05
+
+
+def stream_id_key(entry_id: str) -> tuple[int, int]:
+    """A stream id as a sortable pair (``ms-seq``)."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
 
 
 def read_range(

@@ -41,7 +41,7 @@ from redis.connection import SSLConnection, parse_url
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
-from tasks.runtime.settings import Settings
+from tasks.base.settings import Settings
 
 #: What ``redis_url`` contributes to a master connection through Sentinel (not its host or port).
 URL_PARTS_KEPT = ("db", "username", "password")
