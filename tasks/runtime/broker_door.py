@@ -52,14 +52,14 @@ from tasks.runtime.celery_app import worker_runtime
 from tasks.runtime.logging import get_logger
 from tasks.runtime.outages import TRANSIENT_ERRORS
 from tasks.runtime.settings import get_settings
-from tasks.runtime.task_contract import CLUSTER_EVENT, DECIDE, DRAIN_DELAYED, RESUME
+from tasks.runtime.task_contract import CLUSTER_EVENT, DECIDE, DECIDE_BATCH, DRAIN_DELAYED, RESUME
 
 log = get_logger(__name__)
 #: kombu's ``reject_log_error`` logs through a standard logger (positional arguments).
 _kombu_log = logging.getLogger(__name__)
 
 #: The task names the workers run; any other is refused at the door.
-SERVICE_TASKS = frozenset({DECIDE, RESUME, CLUSTER_EVENT, DRAIN_DELAYED})
+SERVICE_TASKS = frozenset({DECIDE, DECIDE_BATCH, RESUME, CLUSTER_EVENT, DRAIN_DELAYED})
 #: Attempts to write a dead letter while Redis is unreachable (the message is already popped).
 DEAD_LETTER_ATTEMPTS = 5
 

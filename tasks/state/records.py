@@ -118,11 +118,31 @@ class RequestRecords:
                 none); its results entries carry it as ``reschedule_of``.
             outbox_due_ms: when the watchdog drives the request if no message does.
         """
+        return self._partition.call(self.accept_call(
+            request_id, request_json, digest, intake_task=intake_task, pinned=pinned,
+            reschedule_of=reschedule_of, rescheduled_data=rescheduled_data, replaces=replaces,
+            outbox_due_ms=outbox_due_ms,
+        ))
+
+    def accept_call(
+        self,
+        request_id: str,
+        request_json: str,
+        digest: str,
+        *,
+        intake_task: str = "",
+        pinned: bool = False,
+        reschedule_of: str = "",
+        rescheduled_data: str = "",
+        replaces: str = "",
+        outbox_due_ms: int | None = None,
+    ) -> ScriptCall[Accepted]:
+        """:meth:`accept` as a call to queue on a batch (many requests in one round trip)."""
         p = self._partition
         data = dumps(
             {"digest": digest, "request": embedded_json(request_json), "reschedule_of": reschedule_of}
         )
-        reply = p.run(
+        return ScriptCall(
             "accept",
             [p.keys.request(request_id), p.keys.events, p.keys.outbox],
             [
@@ -130,10 +150,8 @@ class RequestRecords:
                 p.now_ms(), data, "" if outbox_due_ms is None else outbox_due_ms,
                 "1" if pinned else "0", reschedule_of, rescheduled_data, replaces,
             ],
+            _accepted,
         )
-        if reply[0] == "accepted":
-            return Accepted(True)
-        return Accepted(False, reply[1], reply[2], reply[3], reply[0] == "conflict", reply[4])
 
     def begin_call(self, request_id: str, seq: int, attempt: int, task_id: str) -> ScriptCall[Begun]:
         """Claim decision ``(seq, attempt)`` (see ``begin.lua``)."""
@@ -151,22 +169,32 @@ class RequestRecords:
         result_digest: str,
         event_data: str,
         step_json: str = "",
+        *,
+        expected_version: int | None = None,
     ) -> ScriptCall[RecordOutcome]:
         """Store the core's result and step, write ``sched.decision.made`` (first writer wins;
-        refused as outdated when it read a version below the decision floor)."""
+        refused as outdated when it read a version below the decision floor, or, with
+        ``expected_version``, when the cluster is no longer at that version)."""
         p = self._partition
         k = p.keys
+        expected = "" if expected_version is None else expected_version
         args = [
             *p.meta().argv(), request_id, seq, attempt, version, result_json, result_digest,
-            event_data, p.now_ms(), step_json,
+            event_data, p.now_ms(), step_json, expected,
         ]
-        return ScriptCall("record_decision", [k.request(request_id), k.events, k.decision_floor], args,
-                          _record_outcome)
+        return ScriptCall("record_decision", [k.request(request_id), k.events, k.decision_floor, k.version],
+                          args, _record_outcome)
 
     def record(self, request_id: str) -> dict[str, str]:
         """The request record (empty when unknown or expired)."""
         p = self._partition
         return dict(p.client.hgetall(p.keys.request(request_id)))  # type: ignore[arg-type]
+
+
+def _accepted(reply: Any) -> Accepted:
+    if reply[0] == "accepted":
+        return Accepted(True)
+    return Accepted(False, reply[1], reply[2], reply[3], reply[0] == "conflict", reply[4])
 
 
 def _begun(reply: Any) -> Begun:

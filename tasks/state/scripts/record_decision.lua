@@ -8,11 +8,16 @@
 -- A decision is refused as outdated ({"outdated"}; nothing is written, the
 -- decider decides again on a fresh snapshot) when it read a cluster version
 -- older than the newest audit checkpoint, so every decision logged after a
--- checkpoint can be replayed from it.
+-- checkpoint can be replayed from it. With ARGV[13], it is refused as outdated too
+-- when the cluster is no longer at that version: a batch decides its later
+-- requests on a snapshot holding its earlier bookings before they are
+-- committed, and such a decision stands only if those bookings, and nothing
+-- else, made the cluster version it read.
 --
 -- KEYS[1]  request record hash      gpusched:req:<request_id>
 -- KEYS[2]  audit stream             gpusched:events
 -- KEYS[3]  decision floor           gpusched:audit:floor
+-- KEYS[4]  cluster version counter  gpusched:cluster:version
 --
 -- ARGV[1]  event id                 ARGV[2] event time (ISO)    ARGV[3] event source
 -- ARGV[4]  request id
@@ -23,6 +28,7 @@
 -- ARGV[10] data JSON of the sched.decision.made event
 -- ARGV[11] now (ms)
 -- ARGV[12] step JSON (what reserve/park/publish continue with)
+-- ARGV[13] cluster version the cluster must still be at, "" for any
 --
 -- Returns {"ok", event_id}; {"outdated"}; {"duplicate", state, step_json} when a decision
 -- for this (seq, attempt) is already recorded (nothing is written);
@@ -31,6 +37,7 @@
 local record_key = KEYS[1]
 local events_key = KEYS[2]
 local floor_key = KEYS[3]
+local version_key = KEYS[4]
 
 local rid = ARGV[4]
 local seq = ARGV[5]
@@ -41,12 +48,16 @@ local result_digest = ARGV[9]
 local decision_data = ARGV[10]
 local now_ms = ARGV[11]
 local step_json = ARGV[12]
+local expected_version = ARGV[13]
 
 local r = redis.call('HMGET', record_key, 'state', 'seq', 'attempt', 'step')
 if r[2] ~= seq or r[3] ~= attempt then return {'stale', r[1] or ''} end
 local state = r[1]
 if state == 'deciding' then
   if tonumber(cluster_version) < tonumber(redis.call('GET', floor_key) or '0') then
+    return {'outdated'}
+  end
+  if expected_version and expected_version ~= '' and (redis.call('GET', version_key) or '0') ~= expected_version then
     return {'outdated'}
   end
   redis.call('HSET', record_key, 'state', 'decided', 'result', result_json,
