@@ -22,7 +22,10 @@ replay — and gets the same bytes: a decision that read a booking ahead of its
 commit is recorded only if the cluster is still at the version it read
 (``record_decision.lua``), i.e. the batch's earlier bookings, and nothing
 else, made it; otherwise nothing of it is written and it is decided again in
-the next round on a fresh snapshot, as an outdated decision alone is. Rounds
+the next round on a fresh snapshot, as an outdated decision alone is (the
+booking that made the version is the batch's last one before the decision,
+itself recorded only under the same rule: by induction, every earlier booking
+landed at the version foreseen). Rounds
 go on while any decision stands, then the watchdog drives what is left.
 Redelivered (its worker died), a batch claims its items again: an attempt
 already decided continues with its recorded step, so each request is decided
@@ -148,6 +151,7 @@ def _plan(
     """Decide the claimed items in order on one snapshot, booking each decision ahead."""
     fold = rt.mirror.sync(changes)
     planned: list[_Planned] = []
+    booked_by: str | None = None  # the last booking applied ahead: it made fold.version
     for item, claim in zip(items, begun, strict=True):
         rid, seq, attempt = item
         if claim.recorded is not None:
@@ -158,13 +162,13 @@ def _plan(
         if claim.status != "ok" or claim.request_json is None:
             continue  # stale, skipped (parked, done, cancelled) or unknown: as a decision alone
         step, record = decide_on(rt, fold, rid, seq, attempt, claim.request_json, claim.epoch,
-                                 expect_version=rt.mirror.booked_ahead)
+                                 booked_by=booked_by)
         progress.decided += 1
         progress.created_ms[rid] = claim.created_ms
         foreseen = None
         if step.action == RESERVE and step.booking is not None:
             rt.mirror.book_ahead(step.booking["event_data"])
-            foreseen = fold.version
+            foreseen, booked_by = fold.version, rid
         planned.append(_Planned(item, Commit(step), record, foreseen))
     return planned
 

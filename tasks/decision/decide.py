@@ -163,15 +163,16 @@ def _decision(
 
 def decide_on(
     rt: Runtime, fold: ClusterFold, ref: str, seq: int, attempt: int, request_json: str, epoch: int,
-    *, started: float | None = None, expect_version: bool = False,
+    *, started: float | None = None, booked_by: str | None = None,
 ) -> tuple[Step, ScriptCall[RecordOutcome]]:
     """The core's decision on ``fold`` (at ``fold.version``), its step and the call recording it.
 
     Args:
         started: ``perf_counter()`` when the decision began (the event's ``elapsed_ms``).
-        expect_version: the record is refused as outdated unless the cluster is still at
-            ``fold.version`` when it runs (a batch's fold holds bookings of earlier
-            decisions not yet committed: :mod:`tasks.decision.batch`).
+        booked_by: the request whose booking, not yet committed, made ``fold.version`` (a
+            batch's fold holds its earlier bookings: :mod:`tasks.decision.batch`); the record
+            is refused as outdated unless that booking made the version and the cluster is
+            still at it when the record runs.
     """
     started = time.perf_counter() if started is None else started
     roots = tuple(rt.settings.model_roots)
@@ -186,7 +187,7 @@ def decide_on(
                                recorded_roots)
     record = rt.records.record_decision_call(
         step.request_id, step.seq, step.attempt, step.version, text, step.result_digest,
-        dumps(data), dumps(step.to_dict()), expected_version=fold.version if expect_version else None,
+        dumps(data), dumps(step.to_dict()), booked_by=booked_by,
     )
     return step, record
 

@@ -139,11 +139,6 @@ class ClusterMirror:
                 return self.fold
             entries = None
 
-    @property
-    def booked_ahead(self) -> bool:
-        """Whether the fold holds bookings applied ahead of their commit."""
-        return bool(self._ahead)
-
     def book_ahead(self, booked_data: str) -> None:
         """Apply a booking not yet committed at the next version (its change's data JSON)."""
         version = self.fold.version + 1

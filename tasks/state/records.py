@@ -91,38 +91,9 @@ class RequestRecords:
     def __init__(self, partition: Partition) -> None:
         self._partition = partition
 
-    def accept(
-        self,
-        request_id: str,
-        request_json: str,
-        digest: str,
-        *,
-        intake_task: str = "",
-        pinned: bool = False,
-        reschedule_of: str = "",
-        rescheduled_data: str = "",
-        replaces: str = "",
-        outbox_due_ms: int | None = None,
-    ) -> Accepted:
-        """Create the record of a new request (idempotent on ``request_id``; see ``accept.lua``).
-
-        A known id is never overwritten: the same request answers a duplicate,
-        a different one (another digest) a conflict.
-
-        Args:
-            reschedule_of: ``<instance key>@<booked version>`` of the booking
-                this request replaces ("" for a submitted request).
-            rescheduled_data: data of the ``sched.instance.rescheduled`` event
-                written with the record ("" for none).
-            replaces: the request whose booking this one reschedules ("" for
-                none); its results entries carry it as ``reschedule_of``.
-            outbox_due_ms: when the watchdog drives the request if no message does.
-        """
-        return self._partition.call(self.accept_call(
-            request_id, request_json, digest, intake_task=intake_task, pinned=pinned,
-            reschedule_of=reschedule_of, rescheduled_data=rescheduled_data, replaces=replaces,
-            outbox_due_ms=outbox_due_ms,
-        ))
+    def accept(self, request_id: str, request_json: str, digest: str, **options: Any) -> Accepted:
+        """Create the record of a new request: :meth:`accept_call`, run on its own."""
+        return self._partition.call(self.accept_call(request_id, request_json, digest, **options))
 
     def accept_call(
         self,
@@ -137,7 +108,23 @@ class RequestRecords:
         replaces: str = "",
         outbox_due_ms: int | None = None,
     ) -> ScriptCall[Accepted]:
-        """:meth:`accept` as a call to queue on a batch (many requests in one round trip)."""
+        """Create the record of a new request (idempotent on ``request_id``; see ``accept.lua``).
+
+        A known id is never overwritten: the same request answers a duplicate,
+        a different one (another digest) a conflict. A call to queue on a batch
+        (many requests in one round trip), or to run with :meth:`accept`.
+
+        Args:
+            intake_task: the task id of the message that carried a raw request ("" for none).
+            pinned: the request pins its GPUs (a reschedule waits for them).
+            reschedule_of: ``<instance key>@<booked version>`` of the booking
+                this request replaces ("" for a submitted request).
+            rescheduled_data: data of the ``sched.instance.rescheduled`` event
+                written with the record ("" for none).
+            replaces: the request whose booking this one reschedules ("" for
+                none); its results entries carry it as ``reschedule_of``.
+            outbox_due_ms: when the watchdog drives the request if no message does.
+        """
         p = self._partition
         data = dumps(
             {"digest": digest, "request": embedded_json(request_json), "reschedule_of": reschedule_of}
@@ -170,20 +157,21 @@ class RequestRecords:
         event_data: str,
         step_json: str = "",
         *,
-        expected_version: int | None = None,
+        booked_by: str | None = None,
     ) -> ScriptCall[RecordOutcome]:
         """Store the core's result and step, write ``sched.decision.made`` (first writer wins;
         refused as outdated when it read a version below the decision floor, or, with
-        ``expected_version``, when the cluster is no longer at that version)."""
+        ``booked_by``, unless the cluster is still at ``version`` and request ``booked_by``'s
+        booking made it)."""
         p = self._partition
         k = p.keys
-        expected = "" if expected_version is None else expected_version
         args = [
             *p.meta().argv(), request_id, seq, attempt, version, result_json, result_digest,
-            event_data, p.now_ms(), step_json, expected,
+            event_data, p.now_ms(), step_json, "" if booked_by is None else version,
         ]
-        return ScriptCall("record_decision", [k.request(request_id), k.events, k.decision_floor, k.version],
-                          args, _record_outcome)
+        booker = k.request(booked_by if booked_by is not None else request_id)  # unread without booked_by
+        keys = [k.request(request_id), k.events, k.decision_floor, k.version, booker]
+        return ScriptCall("record_decision", keys, args, _record_outcome)
 
     def record(self, request_id: str) -> dict[str, str]:
         """The request record (empty when unknown or expired)."""

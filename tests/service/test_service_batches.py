@@ -135,14 +135,19 @@ def _kill_pool(d: Deployment) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def _slow_batch(d: Deployment, ids: list[str]) -> None:
+    """One worker on the slow cluster, and one batch of ``ids`` (tp 1, 2, 4 in turn)."""
+    d.client.apply_cluster(cluster(*SLOW_CLUSTER))
+    d.start_workers(1)
+    d.client.submit_many([llm_request(rid, tp=(1, 2, 4)[n % 3]) for n, rid in enumerate(ids)])
+
+
 def test_a_worker_killed_mid_batch_decides_each_request_exactly_once(
     deployment: Callable[..., Deployment],
 ) -> None:
     d = deployment(max_crashes=3)
-    d.client.apply_cluster(cluster(*SLOW_CLUSTER))
-    d.start_workers(1)
     ids = [f"k-{n:02d}" for n in range(12)]
-    d.client.submit_many([llm_request(rid, tp=(1, 2, 4)[n % 3]) for n, rid in enumerate(ids)])
+    _slow_batch(d, ids)
     wait_until(lambda: _all_claimed(d, ids, 1), 120, "the batch claimed", interval=0.002)
     _kill_pool(d)  # before it committed: the redelivered message decides them all
 
@@ -150,19 +155,17 @@ def test_a_worker_killed_mid_batch_decides_each_request_exactly_once(
     assert "SIGKILL" in "".join(path.read_text(errors="replace") for path in d.logs.glob("worker-*.log"))
     assert all(d.outcomes()[rid] == {"terminal": 1, "scheduled": 1} for rid in ids), d.outcomes()
     assert {rid: len(made) for rid, made in _decisions(d).items()} == dict.fromkeys(ids, 1)
+    report = replay(d.redis, d.client.rt.cluster)
+    assert (report.replayed, report.differ, d.redis.xlen(d.keys.deadletter)) == (len(ids), 0, 0)
     d.assert_ledger_consistent()
-    assert d.redis.xlen(d.keys.deadletter) == 0
-    assert replay(d.redis, d.client.rt.cluster).differ == 0
 
 
 def test_a_batch_that_keeps_killing_workers_is_dead_lettered_whole_each_request_answered(
     deployment: Callable[..., Deployment],
 ) -> None:
     d = deployment(max_crashes=2)
-    d.client.apply_cluster(cluster(*SLOW_CLUSTER))
-    d.start_workers(1)
     ids = ["p-0", "p-1", "p-2"]
-    d.client.submit_many([llm_request(rid) for rid in ids])
+    _slow_batch(d, ids)
     for start in (1, 2):  # each start is killed once it claimed every request (it drives them)
         wait_until(lambda s=start: _all_claimed(d, ids, s), 120, f"delivery {start}", interval=0.002)
         _kill_pool(d)
