@@ -80,11 +80,31 @@ def run(args: argparse.Namespace, url: str) -> None:
     started = time.perf_counter()
     report = replay(client.rt.client, client.rt.cluster)
     elapsed = time.perf_counter() - started
+    cold = _replay_cold(client, args.cold) if args.cold else None
     client.close()
     print(f"log: {args.decisions} decisions, {events} events (written at {written:.0f} decisions/s by "
           f"{args.workers} workers, with a cancel per placement)")
     print(f"replay: {report.summary()} in {elapsed:.1f} s: {report.replayed / elapsed:.0f} decisions/s "
           f"(reading the log and folding {args.decisions} bookings and releases included)", flush=True)
+    if cold is not None:
+        print(f"replay as before (no memo: each decision cold), the first {cold[0]} decisions: "
+              f"{cold[0] / cold[1]:.1f} decisions/s", flush=True)
+
+
+def _replay_cold(client: Any, count: int) -> tuple[int, float]:
+    """Replay the log's first ``count`` decisions without a memo, as replay did before; (n, seconds)."""
+    from tasks.audit import replay as replay_module
+
+    decisions = [entry_id for entry_id, fields in client.rt.client.xrange(client.rt.keys.events)
+                 if fields.get("type") == "sched.decision.made"][:count]
+    kept = replay_module.SnapshotMemo
+    replay_module.SnapshotMemo = lambda: None  # type: ignore[assignment,misc,return-value]
+    try:
+        started = time.perf_counter()
+        report = replay_module.replay(client.rt.client, client.rt.cluster, until=decisions[-1])
+        return report.replayed, time.perf_counter() - started
+    finally:
+        replay_module.SnapshotMemo = kept  # type: ignore[misc]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cluster-workers", type=int, default=2000)
     parser.add_argument("--instances", type=int, default=4000)
     parser.add_argument("--workers", type=int, default=2, help="worker processes writing the log")
+    parser.add_argument("--cold", type=int, default=200,
+                        help="also replay the first N decisions without a memo, as before (0: not)")
     args = parser.parse_args(argv)
 
     from tasks.edges.localrun import start_redis

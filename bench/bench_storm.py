@@ -127,15 +127,22 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
             "per_s": len(displaced) / elapsed, "placed": placed, "parked": parked, "shape": shape}
 
 
+#: The command line: flag, type, default, help.
+OPTIONS: tuple[tuple[str, type, Any, str], ...] = (
+    ("--cluster-workers", int, 2000, "hosts of 8 H100s"),
+    ("--placements", int, 4000, "gpusched placements booked before the storm (tp 1 and 2)"),
+    ("--lost", float, 0.1, "share of the workers lost at once"),
+    ("--workers", int, 2, "worker processes"),
+    ("--decide-batch-size", int, 50, "requests per gpusched.decide_batch message (1: single messages)"),
+    ("--repeat", int, 1, "storms, each on a fresh database"),
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the storm ``--repeat`` times and print one line each."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cluster-workers", type=int, default=2000)
-    parser.add_argument("--placements", type=int, default=4000)
-    parser.add_argument("--lost", type=float, default=0.1, help="share of the workers lost at once")
-    parser.add_argument("--workers", type=int, default=2, help="worker processes")
-    parser.add_argument("--decide-batch-size", type=int, default=50)
-    parser.add_argument("--repeat", type=int, default=1)
+    for flag, kind, default, text in OPTIONS:
+        parser.add_argument(flag, type=kind, default=default, help=text)
     args = parser.parse_args(argv)
 
     from tasks.edges.localrun import start_redis
