@@ -211,3 +211,23 @@ def test_a_release_wakes_the_parked_requests_in_one_batch(deployment: Callable[.
     woken = [d.redis.hget(d.keys.request(rid), "decider") for rid in parked]
     assert len(set(woken)) == 1  # one gpusched.decide_batch message decided the wake-up
     assert replay(d.redis, d.client.rt.cluster).differ == 0
+
+
+def test_a_lost_worker_s_bookings_are_rescheduled_in_one_batch(deployment: Callable[..., Deployment]) -> None:
+    d = deployment()
+    snapshot = cluster(2, 4)
+    d.client.apply_cluster(snapshot)
+    d.start_workers(1)
+    placed = [f"m-{n}" for n in range(4)]
+    d.client.submit_many([llm_request(rid) for rid in placed])
+    wait_until(lambda: d.settled(set(placed)), 60, "the placements")
+    lost = {meta.request_id for meta in d.client.rt.cluster.instance_meta().values() if 1 in meta.workers}
+    assert len(lost) >= 2  # spread: both workers hold some
+
+    d.client.apply_cluster({**snapshot, "workers": snapshot["workers"][1:]})  # worker 1 vanishes
+    successors = {f"{rid}~1" for rid in lost}
+    wait_until(lambda: successors <= set(d.outcomes()) and d.idle(), 60, "the rescheduled requests")
+    deciders = {d.redis.hget(d.keys.request(rid), "decider") for rid in successors}
+    assert len(deciders) == 1  # one gpusched.decide_batch message
+    assert replay(d.redis, d.client.rt.cluster).differ == 0
+    d.assert_ledger_consistent()
