@@ -15,6 +15,13 @@ from the service's.
     .venv/bin/python bench/bench_service.py --workers 2 --requests 300 --mix tp4
     .venv/bin/python bench/bench_service.py --workers 2 --cluster-workers 2000 --instances 4000
 
+``--batches 0 10 50`` runs a round per batch size for each worker count: 0
+sends single ``gpusched.decide`` messages (``submit()``, as before), N sends
+the requests N at a time with ``submit_many()`` as ``gpusched.decide_batch``
+messages, keeping ``--batch-inflight`` messages per process outstanding.
+Latency is still per request, from the ``submit_many()`` call that carried it
+to its result.
+
 ``--instances N`` starts the round with N control-plane instances already
 running (small one-GPU models spread over every worker by a seeded generator,
 :func:`running_instances`), so the core decides against N + the bench's own
@@ -200,6 +207,9 @@ def run_round(
     logs = Path(tempfile.mkdtemp(prefix="gpusched-bench-"))
     env = {"GPUSCHED_REDIS_URL": url, "GPUSCHED_LOG_LEVEL": "WARNING",
            "GPUSCHED_DECIDE_LOCK": str(not args.optimistic).lower()}
+    batch = getattr(args, "batch", 0)
+    if batch:
+        env["GPUSCHED_DECIDE_BATCH_SIZE"] = str(batch)
     workers = [WorkerProcess(env, f"bench{i}", logs / f"w{i}.log", pool=args.pool).start()
                for i in range(processes)]
     try:
@@ -209,12 +219,13 @@ def run_round(
         reader.start()
         time.sleep(0.3)
         mix = MIXES[args.mix]
-        _drive(client, reader, plan(args.warmup, mix, f"warm{processes}"), args.inflight * processes)
+        inflight = (args.batch_inflight * batch if batch else args.inflight) * processes
+        _drive(client, reader, plan(args.warmup, mix, f"warm{processes}"), inflight, batch)
         measured = plan(args.requests, mix, f"run{processes}")
         pids = _process_pids(server_pid, workers) if args.cpu_split else {}
         cpu_before = _cpu_ticks(pids)
         started = time.perf_counter()
-        loaded = _drive(client, reader, measured, args.inflight * processes)
+        loaded = _drive(client, reader, measured, inflight, batch)
         wall = time.perf_counter() - started
         cpu_after = _cpu_ticks(pids)
         idle = _drive(client, reader, plan(args.latency_requests, mix, f"lat{processes}"), 1)
@@ -228,7 +239,7 @@ def run_round(
     statuses = {s: list(reader.status.get(r["request_id"]) for r in measured).count(s)
                 for s in ("scheduled", "unschedulable", "rejected")}
     return {
-        "processes": processes, "requests": len(measured), "wall_s": wall,
+        "processes": processes, "batch": batch, "requests": len(measured), "wall_s": wall,
         "decisions_per_s": len(loaded) / wall,
         "loaded_p50_ms": percentile(loaded, 50), "loaded_p99_ms": percentile(loaded, 99),
         "p50_ms": percentile(idle, 50), "p99_ms": percentile(idle, 99),
@@ -272,19 +283,29 @@ def _cpu_split(
     }
 
 
-def _drive(client: Any, reader: ResultReader, requests: list[dict[str, Any]], inflight: int) -> list[float]:
-    """Closed loop: keep ``inflight`` requests outstanding; return latencies (ms)."""
+def _drive(
+    client: Any, reader: ResultReader, requests: list[dict[str, Any]], inflight: int, batch: int = 0
+) -> list[float]:
+    """Closed loop: keep ``inflight`` requests outstanding; return latencies (ms).
+
+    ``batch`` > 0: submit ``batch`` requests at a time with ``submit_many()``.
+    """
     submitted: dict[str, float] = {}
     pending = list(requests)
     latencies: list[float] = []
     outstanding: set[str] = set()
     deadline = time.monotonic() + 600
+    step = max(batch, 1)
     while pending or outstanding:
-        while pending and len(outstanding) < inflight:
-            item = pending.pop(0)
-            submitted[item["request_id"]] = time.perf_counter()
-            client.submit(item)
-            outstanding.add(item["request_id"])
+        while pending and len(outstanding) + min(step, len(pending)) <= max(inflight, step):
+            chunk, pending = pending[:step], pending[step:]
+            now = time.perf_counter()
+            submitted.update((item["request_id"], now) for item in chunk)
+            if batch:
+                client.submit_many(chunk)
+            else:
+                client.submit(chunk[0])
+            outstanding.update(item["request_id"] for item in chunk)
         with reader.changed:
             reader.changed.wait(0.05)
         for rid in [r for r in outstanding if r in reader.seen]:
@@ -315,6 +336,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="outstanding requests per process in the throughput phase")
     parser.add_argument("--latency-requests", type=int, default=200,
                         help="requests sent one at a time for the latency figures")
+    parser.add_argument("--batches", type=int, nargs="*", default=[0],
+                        help="batch sizes per round (0: single gpusched.decide messages)")
+    parser.add_argument("--batch-inflight", type=int, default=1,
+                        help="outstanding batch messages per process in a batch round")
     parser.add_argument("--pool", choices=["prefork", "solo"], default="prefork",
                         help="Celery pool of each worker process (prefork: one pool child)")
     parser.add_argument("--optimistic", action="store_true",
@@ -340,13 +365,15 @@ def main(argv: list[str] | None = None) -> int:
           f"mix {args.mix} {MIXES[args.mix]}, {args.requests} requests/round, "
           f"{args.inflight} in flight per process, "
           f"decide lease {'off' if args.optimistic else 'on'}")
-    print(f"{'procs':>5} {'decisions/s':>12} {'p50 ms':>8} {'p99 ms':>8} {'loaded p50':>11} "
+    print(f"{'procs':>5} {'batch':>5} {'decisions/s':>12} {'p50 ms':>8} {'p99 ms':>8} {'loaded p50':>11} "
           f"{'loaded p99':>11} {'core p50':>9}  statuses")
     try:
-        for processes in args.workers:
+        for processes, batch in [(p, b) for p in args.workers for b in args.batches]:
             server_pid = server.process.pid if server is not None and server.process is not None else None
-            row = run_round(url, processes, args, snapshot, server_pid)
-            print(f"{row['processes']:>5} {row['decisions_per_s']:>12.1f} {row['p50_ms']:>8.1f} "
+            row = run_round(url, processes, argparse.Namespace(**{**vars(args), "batch": batch}), snapshot,
+                            server_pid)
+            print(f"{row['processes']:>5} {row['batch'] or '-':>5} {row['decisions_per_s']:>12.1f} "
+                  f"{row['p50_ms']:>8.1f} "
                   f"{row['p99_ms']:>8.1f} {row['loaded_p50_ms']:>11.1f} {row['loaded_p99_ms']:>11.1f} "
                   f"{row['core_p50_ms']:>9.1f}  {row['statuses']}", flush=True)
             if args.cpu_split:

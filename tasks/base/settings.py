@@ -155,6 +155,11 @@ class Settings(BaseSettings):
     transient_backoff_s: float = Field(default=1.0, ge=0)
 
     decide_lock: bool = Field(default=True, description="serialise decide+reserve per partition")
+    decide_batch_size: int = Field(
+        default=50, ge=1, le=200,
+        description="requests per gpusched.decide_batch message: submit_many and the service's own "
+        "wake-ups, reschedules and re-drives (1: one gpusched.decide message each)",
+    )
     decide_lock_wait_s: float = Field(default=5.0, ge=0)
     decide_lock_ttl_s: float = Field(default=10.0, gt=0)
     conflict_max_attempts: int = Field(default=8, ge=1)

@@ -31,44 +31,27 @@ decision first; it goes on as a ``gpusched.resume`` message (:func:`resume`).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from tasks.audit.decision_event import decision_event_data
 from tasks.base.digests import result_digest, sha256_hex
 from tasks.base.events import dumps
-from tasks.base.step import PUBLISH, RESERVE, Step, resumed_step
+from tasks.base.step import Step
+from tasks.decision.commit import Commit, Progress, decide_lease, resumed
 from tasks.decision.core_call import run_core
 from tasks.decision.lease import DecideLease
 from tasks.decision.next_step import next_step
-from tasks.decision.publish import after_final, final_call, publish
-from tasks.decision.reserve import after_reserve, reserve, reserve_call
+from tasks.decision.publish import publish
+from tasks.decision.reserve import reserve
 from tasks.flows import metrics
 from tasks.flows.submit import accept_raw
 from tasks.intake.requests import names_local_paths
 from tasks.state.context import Runtime
+from tasks.state.fold import ClusterFold
 from tasks.state.mirror import Changes
-from tasks.state.outages import outage_of
-from tasks.state.records import Begun, Recorded, RecordOutcome
+from tasks.state.records import Begun, RecordOutcome
 from tasks.state.scripts import ScriptCall
-
-
-@dataclass(frozen=True, slots=True)
-class Progress:
-    """How far one decide message got.
-
-    ``step`` is what the next stage continues with (None: nothing left for this
-    message); ``outcome`` is the publish or park outcome when this message
-    finished the request itself; ``created_ms`` is when the request was
-    accepted (0 when this message did not decide it).
-    """
-
-    step: Step | None
-    outcome: str | None = None
-    created_ms: int = field(default=0, compare=False)  # for the latency metric, not the outcome
-    #: The record refused the decision as outdated (decide again on a fresh snapshot).
-    outdated: bool = False
-
 
 #: Fresh decisions tried when the record keeps refusing one as outdated (a checkpoint or a
 #: cluster change landed in between each time); then the watchdog drives the request again.
@@ -130,30 +113,15 @@ def _decide(rt: Runtime, ref: Any, seq: int, attempt: int, task_id: str, *, fini
 
 
 def _decide_once(rt: Runtime, ref: str, seq: int, attempt: int, task_id: str, *, finish: bool) -> Progress:
-    lease = DecideLease(rt.client, rt.keys, rt.settings) if rt.settings.decide_lock else None
-    try:
+    with decide_lease(rt) as lease:
         begun, changes = _claim(rt, lease, ref, seq, attempt, task_id)
         if begun.recorded is not None:
-            resumed = _resumed(begun.recorded, seq, attempt)
-            return _advance(rt, resumed, lease, finish=finish) if resumed else Progress(None)
+            left = resumed(begun.recorded, seq, attempt)
+            return _advance(rt, left, lease, finish=finish) if left else Progress(None)
         if begun.status != "ok" or begun.request_json is None:
             return Progress(None)
         step, record = _decision(rt, ref, seq, attempt, begun.request_json, begun.epoch, changes)
         return replace(_advance(rt, step, lease, finish=finish, record=record), created_ms=begun.created_ms)
-    except BaseException as error:
-        if lease is not None and outage_of(error) == "stalled":
-            # The soft time limit fired while Redis did not answer: waiting on it again would reach
-            # the hard limit (which kills the pool process); the lease expires on its own.
-            lease.released()
-        raise
-    finally:
-        if lease is not None and lease.may_hold:  # also when a reply was lost or an error came first
-            rt.partition.call(lease.release_call())
-            lease.released()
-
-
-def _resumed(recorded: Recorded, seq: int, attempt: int) -> Step | None:
-    return resumed_step(recorded.state, recorded.step_json, seq, attempt)
 
 
 def _claim(
@@ -190,6 +158,23 @@ def _decision(
     """The decision on the mirror (synced from ``changes``) and the call that records it."""
     started = time.perf_counter()
     fold = rt.mirror.sync(changes)
+    return decide_on(rt, fold, ref, seq, attempt, request_json, epoch, started=started)
+
+
+def decide_on(
+    rt: Runtime, fold: ClusterFold, ref: str, seq: int, attempt: int, request_json: str, epoch: int,
+    *, started: float | None = None, booked_by: str | None = None,
+) -> tuple[Step, ScriptCall[RecordOutcome]]:
+    """The core's decision on ``fold`` (at ``fold.version``), its step and the call recording it.
+
+    Args:
+        started: ``perf_counter()`` when the decision began (the event's ``elapsed_ms``).
+        booked_by: the request whose booking, not yet committed, made ``fold.version`` (a
+            batch's fold holds its earlier bookings: :mod:`tasks.decision.batch`); the record
+            is refused as outdated unless that booking made the version and the cluster is
+            still at it when the record runs.
+    """
+    started = time.perf_counter() if started is None else started
     roots = tuple(rt.settings.model_roots)
     request, result = run_core(rt.chain, request_json, ref, fold, rt.memo, model_roots=roots)
     metrics.count_decision(result.status)
@@ -202,7 +187,7 @@ def _decision(
                                recorded_roots)
     record = rt.records.record_decision_call(
         step.request_id, step.seq, step.attempt, step.version, text, step.result_digest,
-        dumps(data), dumps(step.to_dict()),
+        dumps(data), dumps(step.to_dict()), booked_by=booked_by,
     )
     return step, record
 
@@ -218,26 +203,14 @@ def _advance(
     snapshot holds the booking; the publish or park step only when finishing.
     """
     held = lease is not None and lease.held
-    books = step.action == RESERVE and step.booking is not None and (held or finish)
-    last = replace(step, action=PUBLISH) if books else step
+    commit = Commit(step)
     batch = rt.partition.batch()
-    recorded = batch.script(record) if record is not None else None
-    reserved = batch.script(reserve_call(rt, step)) if books else None
+    commit.queue_booking(rt, batch, record, books=held or finish)
     if lease is not None and held:
         batch.script(lease.release_call())
-    final = final_call(rt, last) if finish else None
-    pending = batch.script(final) if final is not None else None
+    if finish:
+        commit.queue_final(rt, batch)
     batch.execute()
     if lease is not None and held:
         lease.released()
-    if recorded is not None and not recorded.value.recorded:
-        earlier = recorded.value.earlier
-        if recorded.value.outdated:
-            return Progress(None, outdated=True)
-        return Progress(_resumed(earlier, step.seq, step.attempt) if earlier else None)
-    after = after_reserve(rt, step, reserved.value) if reserved is not None else step
-    if not finish or after is None:
-        return Progress(after)
-    if pending is not None and after.action == last.action:
-        return Progress(None, after_final(rt, after, pending.value))
-    return Progress(None, publish(rt, after))  # e.g. conflicts exhausted: park now
+    return commit.progress(rt, finish=finish)

@@ -36,14 +36,14 @@ from typing import Any
 
 import redis
 
-from scheduler_core import canonical_json
+from scheduler_core import SnapshotMemo, canonical_json
 from tasks.audit.archive import Entry, read_archive, read_archived_snapshots
 from tasks.audit.checkpoints import Checkpoint, load_checkpoint
 from tasks.audit.decision_event import outcome_summary
 from tasks.base.digests import result_digest
 from tasks.base.events import Event
 from tasks.decision.core_call import run_core
-from tasks.intake.chain_config import ChainConfigError, parse_chain
+from tasks.intake.chain_config import ChainConfigError, LoadedChain, parse_chain
 from tasks.intake.snapshots import SnapshotRows, parse_snapshot
 from tasks.state.cluster_store import ClusterStore
 from tasks.state.fold import CHANGE_TYPES, ClusterFold
@@ -203,9 +203,13 @@ def replay(
     pending = _decisions_by_version(log.decisions)
     report = ReplayReport(start_version=start.version if start else None)
     fold = start.fold() if start else ClusterFold()
+    # One memo across the whole replay, as a decider keeps one across its decisions: it reuses
+    # what an unchanged worker's rules computed (never a result: property-tested), so a replay
+    # of a 2,000-worker log costs what the decisions' rules cost, not a cold decision each.
+    memo, chains = SnapshotMemo(), _Chains()
     for version, decisions in _fold_versions(fold, log.changes, snapshot_rows, report, pending):
         for decision in decisions:
-            _replay_one(fold, decision, log.decided_requests, report)
+            _replay_one(fold, decision, log.decided_requests, report, memo, chains)
             meter.tick("replayed")
         pending.pop(version, None)
     for decisions in pending.values():
@@ -264,8 +268,28 @@ def _fold_versions(
         yield version, pending.get(version, [])
 
 
+class _Chains:
+    """Each recorded chain parsed once (by its spec's text): a log holds a handful."""
+
+    def __init__(self) -> None:
+        self._parsed: dict[str, LoadedChain] = {}
+
+    def __call__(self, recorded: dict[str, Any]) -> LoadedChain:
+        """The chain of a decision event's ``chain`` spec.
+
+        Raises:
+            ChainConfigError: the spec names no chain this version knows.
+        """
+        spec = {k: v for k, v in recorded.items() if k != "digest"}
+        key = canonical_json(spec)
+        if key not in self._parsed:
+            self._parsed[key] = parse_chain(spec)
+        return self._parsed[key]
+
+
 def _replay_one(
-    fold: ClusterFold, decision: Event, requests: dict[str, str], report: ReplayReport
+    fold: ClusterFold, decision: Event, requests: dict[str, str], report: ReplayReport,
+    memo: SnapshotMemo, chains: _Chains,
 ) -> None:
     request_id = decision.request_id or ""
     request_json = requests.get(decision.stream_id)
@@ -273,12 +297,12 @@ def _replay_one(
         report.skipped.append((decision.stream_id, "its sched.request.received event is missing"))
         return
     try:
-        chain = parse_chain({k: v for k, v in decision.data["chain"].items() if k != "digest"})
+        chain = chains(decision.data["chain"])
     except ChainConfigError as error:
         report.skipped.append((decision.stream_id, f"unknown chain: {error}"))
         return
     roots = decision.data.get("model_roots")  # the deciding worker's, when a local folder was named
-    _, result = run_core(chain, request_json, request_id, fold,
+    _, result = run_core(chain, request_json, request_id, fold, memo,
                          model_roots=tuple(roots) if isinstance(roots, list) else None)
     _, digest = result_digest(result)
     report.replayed += 1

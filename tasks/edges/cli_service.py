@@ -25,6 +25,7 @@ from tasks.edges.cli_support import (
     positive_int,
     positive_seconds,
     read_json,
+    read_json_documents,
     redis_location,
     stream_id,
 )
@@ -168,29 +169,46 @@ def _print(value: Any, pretty: bool) -> None:
 
 # -------------------------------------------------------------------- submit
 def _submit(args: argparse.Namespace) -> int:
-    document = read_json(args.file)  # bad input is reported before the service is contacted
-
-    from tasks.edges.client import Submission, WaitTimeout
-
-    requests = document if isinstance(document, list) else [document]
+    # bad input is reported before the service is contacted
+    requests = [request for source in args.file for request in read_json_documents(source)]
     rejected: list[str] = []
     text = output_format(args) == "text"
     with _service_errors():
         client = _client()
-        for request in requests:
-            try:
-                outcome = client.submit(request, wait=args.wait, timeout=args.timeout,
-                                        terminal=args.terminal)
-            except WaitTimeout as error:  # also NoLiveWorker: no worker heartbeat after a grace
-                raise CliError(str(error), EXIT_FAILURE) from None
-            value = outcome.to_dict() if isinstance(outcome, Submission) else outcome
-            since = _since_placed(client, value) if not isinstance(outcome, Submission) else None
+        for value, since in _submitted(client, requests, args):
             _print_submitted(value, since, text, args.pretty)
             rejected.extend(_rejection_line(value))
             rejected.extend(_conflict_line(value))
     if rejected:
         raise CliError("rejected: " + "; ".join(rejected))
     return 0
+
+
+def _submitted(
+    client: Any, requests: list[Any], args: argparse.Namespace
+) -> Iterator[tuple[dict[str, Any], str | None]]:
+    """Each request's submission (or, with ``--wait``, its result) and what changed since.
+
+    One request is submitted as ``submit`` does; several as one batch
+    (``ServiceClient.submit_many``), then each awaited in order.
+    """
+    from tasks.edges.client import Submission, WaitTimeout
+
+    start = client.last_result_id() if args.wait and len(requests) > 1 else "0-0"
+    outcomes: list[Any] = client.submit_many(requests) if len(requests) > 1 else [None]
+    for request, outcome in zip(requests, outcomes, strict=True):
+        try:
+            if outcome is None:
+                outcome = client.submit(request, wait=args.wait, timeout=args.timeout, terminal=args.terminal)
+            elif args.wait and outcome.result is None and outcome.status != "conflict":
+                outcome = client.wait(outcome.request_id, timeout=args.timeout, start_id=start,
+                                      terminal=args.terminal)
+        except WaitTimeout as error:  # also NoLiveWorker: no worker heartbeat after a grace
+            raise CliError(str(error), EXIT_FAILURE) from None
+        if isinstance(outcome, Submission):
+            yield (outcome.result if args.wait and outcome.result is not None else outcome.to_dict()), None
+        else:
+            yield outcome, _since_placed(client, outcome)
 
 
 def _since_placed(client: Any, result: dict[str, Any]) -> str | None:
@@ -526,7 +544,9 @@ def register(commands: Any, cluster_actions: Callable[[Any], None] | None = None
                   "Validate and record requests, and queue their decisions. Exit 0 accepted, "
                   "scheduled or unschedulable; 2 rejected or unreadable; 1 Redis unreachable, a "
                   "timeout, or no live worker while waiting.")
-    submit.add_argument("file", metavar="FILE.json", help="a request or a list of requests; - for stdin")
+    submit.add_argument("file", metavar="FILE.json", nargs="+",
+                        help="a request, a list of requests or JSON lines (one request per line); - for "
+                        "stdin; several requests are submitted as one batch")
     submit.add_argument("--wait", action="store_true", help="print the result when it is published")
     submit.add_argument("--terminal", action="store_true",
                         help="with --wait: skip the 'unschedulable' notice, wait for the final result")

@@ -162,7 +162,27 @@ def read_json(source: str) -> Any:
             nested too deeply for the parser, or holds a number Python refuses
             (e.g. an integer of more than 4,300 digits); exit code 2.
     """
+    return _parse_json(_read_text(source), source)
+
+
+def read_json_documents(source: str) -> list[Any]:
+    """Read one JSON document, or JSON lines (one document per non-empty line), from a path or ``-``.
+
+    A document that is a list counts as its items. Raises :class:`CliError` as
+    :func:`read_json` does; for JSON lines, naming the line.
+    """
     text = _read_text(source)
+    lines = [(number, line) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
+    try:
+        documents = [_parse_json(text, source)]
+    except CliError:
+        if len(lines) < 2:
+            raise
+        documents = [_parse_json(line, f"{source} line {number}") for number, line in lines]
+    return [item for doc in documents for item in (doc if isinstance(doc, list) else [doc])]
+
+
+def _parse_json(text: str, source: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import redis
@@ -31,6 +32,7 @@ from tasks.flows.recovery import export_state
 from tasks.flows.recovery import recover as recover_partition
 from tasks.flows.snapshot_diff import diff_snapshot
 from tasks.flows.submit import Submission, submit_request
+from tasks.flows.submit_batch import submit_requests
 from tasks.intake.cluster_events import SnapshotEvent, check_against_worker, event_worker_id, parse_event
 from tasks.intake.limits import IntakeLimits, InvalidField
 from tasks.intake.requests import normalize
@@ -72,7 +74,8 @@ class ServiceClient:
         self.settings = settings or get_settings()
         self._app = client_app(self.settings)
         self._sender = TaskSender(self._app)
-        self.rt: Runtime = build_runtime(self.settings, self._sender.decide, self._sender.resume)
+        self.rt: Runtime = build_runtime(self.settings, self._sender.decide, self._sender.resume,
+                                         dispatch_batch=self._sender.decide_batch)
         self._blocking = redis_client(self.settings, blocking=True, max_block_ms=WAIT_BLOCK_MS)
 
     # ------------------------------------------------------------------ submit
@@ -113,6 +116,27 @@ class ServiceClient:
             return submission
         return self.wait(submission.request_id, timeout=timeout, start_id=start, terminal=terminal)
 
+    def submit_many(self, requests: Sequence[Any]) -> list[Submission]:
+        """Submit many requests (Contract 1 dicts) at once; one :class:`Submission` each, in order.
+
+        Each request is taken in exactly as :meth:`submit` takes it — its own id,
+        validation (an invalid one is ``rejected`` alone, with its result), record,
+        ``duplicate`` and ``conflict`` answers, result entry, cancel and replay —
+        but the records are written in one round trip and the accepted requests
+        are decided as ``gpusched.decide_batch`` messages of up to
+        ``decide_batch_size`` requests (docs/service.md, *Batches*). Wait for the
+        results with :meth:`wait` per request. With ``submit_via = "queue"`` each
+        request goes as its own raw message (that user cannot write records).
+
+        Raises:
+            tasks.state.generation.DataLost, redis.RedisError: as :meth:`submit`
+                (submitting the same requests again is safe).
+        """
+        self.rt.generation.ensure_ok(create=False)
+        if self.settings.submit_via == "queue":
+            return [self._enqueue(request) for request in requests]
+        return self._acknowledged(submit_requests(self.rt, requests))
+
     def _submit(self, request: Any) -> Submission:
         self.rt.generation.ensure_ok(create=False)
         if self.settings.submit_via == "queue":
@@ -150,6 +174,10 @@ class ServiceClient:
         return Submission(normalized.request_id, RecordState.QUEUED)
 
     # -------------------------------------------------------------------- wait
+    def last_result_id(self) -> str:
+        """The results stream's last entry id (a :meth:`wait` from it sees every later result)."""
+        return self._last_result_id()
+
     def _last_result_id(self) -> str:
         if self.rt.replication.required:  # never past an entry a failover could take away
             position = self.rt.replication.position()

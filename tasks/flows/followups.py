@@ -38,7 +38,7 @@ from tasks.base.digests import sha256_hex
 from tasks.base.events import append_event, dumps
 from tasks.base.rows import Released, json_list, released_items
 from tasks.flows import metrics
-from tasks.flows.enqueue import enqueue
+from tasks.flows.enqueue import enqueue_many
 from tasks.flows.notices import announce_released, announce_suspension, rescheduling_suspended
 from tasks.flows.vanished import SNAPSHOT_GONE, outage_share, rebook_returned
 from tasks.state.context import Runtime
@@ -142,8 +142,7 @@ def _wake(rt: Runtime, facts: Any) -> tuple[list[str], list[Any]]:
     due = rt.partition.lease_deadline_ms()
     woken = rt.parked.wake(plan.targets, describe(changes), due)
     metrics.count_wakeups(len(woken))
-    for request_id, seq in woken:
-        enqueue(rt, request_id, seq, 0)
+    enqueue_many(rt, [(request_id, seq, 0) for request_id, seq in woken])  # a storm: in batches
     later = [fact for fact in facts if fact.get("version")] if plan.deferred else []
     return [request_id for request_id, _ in woken], later
 
@@ -177,14 +176,18 @@ def reschedule_released(rt: Runtime, released: Sequence[Released], reason: str) 
     booking that already has one is not rescheduled again.
     """
     new_ids: list[str] = []
+    fresh: list[tuple[str, int, int]] = []
     for item in released:
-        new_id = _reschedule_one(rt, item, reason)
-        if new_id is not None:
-            new_ids.append(new_id)
+        moved = _reschedule_one(rt, item, reason)
+        if moved is not None:
+            new_ids.append(moved[0])
+            fresh += [(moved[0], 0, 0)] if moved[1] else []
+    enqueue_many(rt, fresh)  # a lost worker's bookings: decided in batches
     return new_ids
 
 
-def _reschedule_one(rt: Runtime, item: Released, reason: str) -> str | None:
+def _reschedule_one(rt: Runtime, item: Released, reason: str) -> tuple[str, bool] | None:
+    """The new request of one released booking, and whether it was recorded now (to enqueue)."""
     record = rt.records.record(item.meta.request_id) if item.meta.request_id else {}
     if item.meta.source != "gpusched" or not record.get("request"):
         append_event(rt.client, rt.keys.events, "sched.instance.lost",
@@ -197,8 +200,8 @@ def _reschedule_one(rt: Runtime, item: Released, reason: str) -> str | None:
     for new_id in _successor_ids(old_id):
         state, replaces = rt.client.hmget(rt.keys.request(new_id), "state", "reschedule_of")
         if state is not None:
-            if replaces == origin:
-                return _moved(rt, old_id, new_id)  # an earlier run of this follow-up got this far
+            if replaces == origin:  # an earlier run of this follow-up got this far
+                return _moved(rt, old_id, new_id), False
             continue  # the id is taken by another request
         request = _json_with_id(record["request"], new_id)
         accepted = rt.records.accept(
@@ -206,12 +209,10 @@ def _reschedule_one(rt: Runtime, item: Released, reason: str) -> str | None:
             rescheduled_data=moved, replaces=old_id, outbox_due_ms=rt.partition.lease_deadline_ms(),
         )
         if accepted.accepted:
-            _moved(rt, old_id, new_id)
             metrics.count_reschedule()
-            enqueue(rt, new_id, 0, 0)
-            return new_id
+            return _moved(rt, old_id, new_id), True
         if accepted.reschedule_of == origin:
-            return _moved(rt, old_id, new_id)
+            return _moved(rt, old_id, new_id), False
     raise AssertionError("unreachable: the successor ids are endless")
 
 

@@ -23,6 +23,7 @@ from tasks.intake.limits import IntakeLimits
 from tasks.intake.requests import Normalized, error_of, normalize
 from tasks.state.context import Runtime
 from tasks.state.outages import OUT_OF_MEMORY_CANDIDATES, RedisOutOfMemory, is_out_of_memory
+from tasks.state.records import Accepted
 
 log = get_logger(__name__)
 
@@ -95,24 +96,14 @@ def submit_request(rt: Runtime, request: Any) -> Submission:
 def _record(rt: Runtime, normalized: Normalized) -> Submission:
     """Record a normalised request (or publish its rejection), then queue its decision."""
     if normalized.rejection is not None:
-        outcome, detail = publish_rejection(rt, normalized)
-        if outcome == "published":
-            return Submission(normalized.request_id, "rejected",
-                              result=json.loads(normalized.rejection.model_dump_json()))
-        state = rt.records.record(normalized.request_id).get("state", "")
-        if outcome == "conflict":
-            return Submission(normalized.request_id, "conflict", state=state,
-                              digest=normalized.digest, stored_digest=detail or "")
-        return Submission(normalized.request_id, "duplicate", state=state)
+        return rejected_submission(rt, normalized)
     accepted = rt.records.accept(
         normalized.request_id, normalized.request_json, normalized.digest,
         pinned=normalized.pinned, outbox_due_ms=rt.partition.lease_deadline_ms(),
     )
-    if accepted.conflict:  # the caller gets both digests; the audit log has its event
-        return Submission(normalized.request_id, "conflict", state=accepted.state,
-                          digest=normalized.digest, stored_digest=accepted.stored_digest)
-    if not accepted.accepted:
-        return Submission(normalized.request_id, "duplicate", state=accepted.state)
+    submission = accepted_submission(normalized, accepted)
+    if submission.status != "accepted":
+        return submission
     try:
         enqueue(rt, normalized.request_id, 0, 0)
     except Exception as error:
@@ -121,6 +112,30 @@ def _record(rt: Runtime, normalized: Normalized) -> Submission:
         # channel an out-of-memory publish left closed (AttributeError on its next publish).
         log.warning("enqueue_deferred_to_watchdog", request_id=normalized.request_id,
                     error=repr(error))
+    return submission
+
+
+def rejected_submission(rt: Runtime, normalized: Normalized) -> Submission:
+    """Publish an invalid request's rejection (a new id only) and say what the id holds."""
+    outcome, detail = publish_rejection(rt, normalized)
+    if outcome == "published":
+        assert normalized.rejection is not None
+        return Submission(normalized.request_id, "rejected",
+                          result=json.loads(normalized.rejection.model_dump_json()))
+    state = rt.records.record(normalized.request_id).get("state", "")
+    if outcome == "conflict":
+        return Submission(normalized.request_id, "conflict", state=state,
+                          digest=normalized.digest, stored_digest=detail or "")
+    return Submission(normalized.request_id, "duplicate", state=state)
+
+
+def accepted_submission(normalized: Normalized, accepted: Accepted) -> Submission:
+    """The submission a record's ``accept`` reply means (``accepted``: its decision is to queue)."""
+    if accepted.conflict:  # the caller gets both digests; the audit log has its event
+        return Submission(normalized.request_id, "conflict", state=accepted.state,
+                          digest=normalized.digest, stored_digest=accepted.stored_digest)
+    if not accepted.accepted:
+        return Submission(normalized.request_id, "duplicate", state=accepted.state)
     return Submission(normalized.request_id, "accepted")
 
 

@@ -51,7 +51,7 @@ from tasks.intake.limits import MAX_JSON_DEPTH
 from tasks.intake.requests import service_rejection
 from tasks.runtime.broker import RideOutChannel
 from tasks.runtime.celery_app import worker_runtime
-from tasks.runtime.task_contract import CLUSTER_EVENT, DECIDE, DRAIN_DELAYED, RESUME
+from tasks.runtime.task_contract import CLUSTER_EVENT, DECIDE, DECIDE_BATCH, DRAIN_DELAYED, RESUME
 from tasks.state.outages import TRANSIENT_ERRORS
 
 log = get_logger(__name__)
@@ -59,7 +59,7 @@ log = get_logger(__name__)
 _kombu_log = logging.getLogger(__name__)
 
 #: The task names the workers run; any other is refused at the door.
-SERVICE_TASKS = frozenset({DECIDE, RESUME, CLUSTER_EVENT, DRAIN_DELAYED})
+SERVICE_TASKS = frozenset({DECIDE, DECIDE_BATCH, RESUME, CLUSTER_EVENT, DRAIN_DELAYED})
 #: Attempts to write a dead letter while Redis is unreachable (the message is already popped).
 DEAD_LETTER_ATTEMPTS = 5
 

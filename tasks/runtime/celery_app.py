@@ -68,7 +68,7 @@ from tasks.runtime import preflight
 from tasks.runtime.broker import shutting_down
 from tasks.runtime.middleware import NODE_STACK, request_logging
 from tasks.runtime.middleware.queue_guard import accepted_tasks
-from tasks.runtime.task_contract import CLUSTER_EVENT, DECIDE, RESUME
+from tasks.runtime.task_contract import CLUSTER_EVENT, DECIDE, DECIDE_BATCH, RESUME
 from tasks.state.context import Runtime, get_runtime
 from tasks.state.sentinel import broker_config, broker_transport_options
 
@@ -204,6 +204,10 @@ class TaskSender:
         with structlog.contextvars.bound_contextvars(request_id=request_id):
             self._app.send_task(DECIDE, args=(request_id, seq, attempt), countdown=countdown or None)
 
+    def decide_batch(self, items: list[tuple[str, int, int]]) -> None:
+        """Send ``gpusched.decide_batch(items)`` (the runtime's ``dispatch_batch``)."""
+        self._app.send_task(DECIDE_BATCH, args=([list(item) for item in items],))
+
     def submit(self, request: Any) -> str:
         """Send a raw request as ``gpusched.decide``'s argument (a worker records it); returns its id."""
         with structlog.contextvars.bound_contextvars(request_id=_request_id(request)):
@@ -229,7 +233,7 @@ _WORKER_SENDER = TaskSender(app)
 
 def worker_runtime() -> Runtime:
     """This thread's runtime in a worker process, sending through :data:`app`."""
-    return get_runtime(_WORKER_SENDER.decide, _WORKER_SENDER.resume)
+    return get_runtime(_WORKER_SENDER.decide, _WORKER_SENDER.resume, _WORKER_SENDER.decide_batch)
 
 
 # ------------------------------------------------------------- Celery signals

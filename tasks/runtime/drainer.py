@@ -38,6 +38,7 @@ from __future__ import annotations
 from tasks.base.lifecycle import RecordState
 from tasks.base.logging import get_logger
 from tasks.base.step import resumed_step
+from tasks.flows.enqueue import dispatch_many
 from tasks.flows.followups import run_followup
 from tasks.flows.timers import fire_timer
 from tasks.runtime.oom_watch import WATCH, report_outages
@@ -63,9 +64,10 @@ def drain_once(rt: Runtime) -> dict[str, int]:
         return {"enqueued": 0, "followups": 0, "timers": 0, "refused": 1}
     if WATCH.has_closed:
         report_outages(rt.client, rt.keys.events)
-    enqueued = 0
-    for member, lease in rt.delays.claim_due(rt.keys.outbox, BATCH):
-        enqueued += drive(rt, member, lease)
+    decisions: list[tuple[str, int, int]] = []
+    due = rt.delays.claim_due(rt.keys.outbox, BATCH)
+    enqueued = sum(drive(rt, member, lease, decisions) for member, lease in due)
+    dispatch_many(rt, decisions)  # a re-drive storm (a recovery, lost messages): in batches
     followups = 0
     for followup_id, _ in rt.delays.claim_due(rt.keys.followups, BATCH):
         done = run_followup(rt, followup_id)
@@ -80,8 +82,13 @@ def drain_once(rt: Runtime) -> dict[str, int]:
     return {"enqueued": enqueued, "followups": followups, "timers": fired}
 
 
-def drive(rt: Runtime, member: str, lease: int) -> int:
-    """Re-drive one due outbox entry according to its request's state; 1 if sent."""
+def drive(rt: Runtime, member: str, lease: int, decisions: list[tuple[str, int, int]] | None = None) -> int:
+    """Re-drive one due outbox entry according to its request's state; 1 if sent.
+
+    Args:
+        decisions: where to add a decision to send (the caller sends them, in batches);
+            None: send it now, alone.
+    """
     request_id, seq, attempt = parse_outbox_member(member)
     action, detail = rt.delays.redrive(request_id, seq, attempt, lease)
     if action == "gone":
@@ -91,6 +98,8 @@ def drive(rt: Runtime, member: str, lease: int) -> int:
         if step is None:
             return 0
         rt.resume(step.to_dict())
+    elif decisions is not None:
+        decisions.append((request_id, seq, attempt))
     else:
         rt.dispatch(request_id, seq, attempt, 0.0)
     log.info("request_redriven", request_id=request_id, action=action, seq=seq, attempt=attempt)

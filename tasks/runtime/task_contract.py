@@ -7,6 +7,9 @@ Four tasks (names are the wire contract with control planes and workers):
   ``gpusched.decide(raw_request)`` (any Celery-protocol client) first accepts
   the request, under the intake's id rule
   (:func:`tasks.intake.requests.request_id_of`), at seq 0, attempt 0;
+* ``gpusched.decide_batch(items)`` decides many recorded requests in one
+  message, each item ``[request_id, seq, attempt]`` as ``gpusched.decide``
+  takes them (at most :data:`MAX_BATCH_REQUESTS` items; :mod:`tasks.decision.batch`);
 * ``gpusched.resume(step)`` finishes a leftover :class:`~tasks.base.step.Step`
   (a decision another delivery recorded first, or a booked request whose
   publish was lost): book it if needed, then publish or park;
@@ -28,20 +31,25 @@ from dataclasses import dataclass
 from typing import Any
 
 from tasks.base.step import Step
+from tasks.base.task_names import CLUSTER_EVENT, DECIDE, DECIDE_BATCH, DRAIN_DELAYED, RESUME
 from tasks.intake.limits import InvalidField
 from tasks.intake.names import REQUEST_ID, check_name
 from tasks.intake.requests import request_id_of
 
-#: Task names (the wire contract).
-DECIDE = "gpusched.decide"
-RESUME = "gpusched.resume"
-CLUSTER_EVENT = "gpusched.cluster_event"
-DRAIN_DELAYED = "gpusched.drain_delayed"
+#: The task names (the wire contract) live in the base room; re-exported here.
+__all__ = ["CLUSTER_EVENT", "DECIDE", "DECIDE_BATCH", "DRAIN_DELAYED", "RESUME"]
+
+#: Most items one ``gpusched.decide_batch`` message may carry (its size bound on the wire: an
+#: item is at most a 200-character id and two integers, so a batch stays far below
+#: ``max_message_bytes``). A control plane's deploy (tens of replicas) or the service's own
+#: storms fit a few messages; a bigger batch would hold the decide lease past a second.
+MAX_BATCH_REQUESTS = 200
 
 
 #: Each task's parameters in order, and how many are required (the tasks' signatures as data).
 PARAMETERS: dict[str, tuple[tuple[str, ...], int]] = {
     DECIDE: (("request", "seq", "attempt"), 1),
+    DECIDE_BATCH: (("items",), 1),
     RESUME: (("step",), 1),
     CLUSTER_EVENT: (("event",), 1),
     DRAIN_DELAYED: ((), 0),
@@ -64,6 +72,8 @@ def argument_problem(task_name: str, args: Sequence[Any], kwargs: Mapping[str, A
         return problem
     if task_name == DECIDE:
         return _decide_problem(bound)
+    if task_name == DECIDE_BATCH:
+        return _batch_problem(bound["items"])
     if task_name == RESUME:
         return _step_problem(bound["step"])
     return None
@@ -85,8 +95,10 @@ def _bound(
     return bound, f"missing argument {missing[0]!r}" if missing else None
 
 
-def _decide_problem(bound: Mapping[str, Any]) -> str | None:
+def _decide_problem(bound: Mapping[str, Any], *, ids_only: bool = False) -> str | None:
     request = bound["request"]
+    if ids_only and not isinstance(request, str):
+        return f"request must be a request id, not {type(request).__name__}"
     if not isinstance(request, str | Mapping):
         return f"request must be a request id or a request object, not {type(request).__name__}"
     if isinstance(request, str):
@@ -99,6 +111,25 @@ def _decide_problem(bound: Mapping[str, Any]) -> str | None:
         if type(value) is not int or value < 0:
             return f"{name} must be an integer of 0 or more"
     return None
+
+
+def _batch_problem(items: Any) -> str | None:
+    """The container of a batch: a list of 1 to :data:`MAX_BATCH_REQUESTS` items.
+
+    A malformed item is not the batch's fault: :func:`batch_items` drops it alone.
+    """
+    if not isinstance(items, list):
+        return f"items must be a list, not {type(items).__name__}"
+    if not 1 <= len(items) <= MAX_BATCH_REQUESTS:
+        return f"items must hold 1 to {MAX_BATCH_REQUESTS} requests, not {len(items)}"
+    return None
+
+
+def item_problem(item: Any) -> str | None:
+    """What is wrong with one batch item (``[request_id, seq, attempt]``), None if nothing."""
+    if not isinstance(item, list | tuple) or len(item) != 3:
+        return "an item must be [request_id, seq, attempt]"
+    return _decide_problem({"request": item[0], "seq": item[1], "attempt": item[2]}, ids_only=True)
 
 
 def _step_problem(step: Any) -> str | None:
@@ -144,6 +175,41 @@ def driven_request(
             return None
         return DrivenRequest(step.request_id, step.seq, step.attempt, step.result_digest)
     return None
+
+
+def driven_requests(
+    task_name: str | None, args: Sequence[Any], kwargs: Mapping[str, Any] | None = None
+) -> list[DrivenRequest]:
+    """Every request step a message drives: one per well-formed item of a batch, else
+    :func:`driven_request`'s (none when it names none)."""
+    if task_name != DECIDE_BATCH:
+        driven = driven_request(task_name, args, kwargs)
+        return [driven] if driven is not None else []
+    items = args[0] if args else (kwargs or {}).get("items")
+    return [DrivenRequest(*item) for item in batch_items(items)[0]]
+
+
+def batch_items(items: Any) -> tuple[list[tuple[str, int, int]], list[tuple[int, str]]]:
+    """A batch's well-formed items, each request once (its first item), and the others.
+
+    Returns:
+        ``([(request_id, seq, attempt), ...], [(position, problem), ...])``: an item
+        naming a request an earlier item names is dropped too (one decision per
+        request and message).
+    """
+    kept: list[tuple[str, int, int]] = []
+    dropped: list[tuple[int, str]] = []
+    seen: set[str] = set()
+    for position, item in enumerate(items if isinstance(items, list) else ()):
+        problem = item_problem(item)
+        if problem is None and item[0] in seen:
+            problem = f"request {item[0]!r} is named by an earlier item"
+        if problem is not None:
+            dropped.append((position, problem))
+            continue
+        seen.add(item[0])
+        kept.append((item[0], item[1], item[2]))
+    return kept, dropped
 
 
 def _decide_request(

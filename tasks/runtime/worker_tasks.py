@@ -4,6 +4,9 @@
   whole decision in one message (record, book, publish or park). A step is
   left over only when another delivery recorded this attempt's decision
   first; it is sent on as one ``gpusched.resume`` message.
+* ``gpusched.decide_batch`` → :func:`tasks.decision.batch.decide_batch`: many
+  recorded requests under one lease hold, committed in one pipeline (malformed
+  items dead-lettered alone); leftover steps go on as ``gpusched.resume``.
 * ``gpusched.resume`` → :func:`tasks.decision.decide.resume`: finish a
   leftover step (also what the watchdog sends for a booked request whose
   publish was lost).
@@ -25,13 +28,21 @@ from celery.exceptions import Ignore  # type: ignore[import-untyped]
 
 from tasks.base.logging import get_logger
 from tasks.base.step import Step
+from tasks.decision import batch as batches
 from tasks.decision import decide as decision
 from tasks.flows import metrics
 from tasks.flows.cluster_changes import handle_cluster_event
 from tasks.runtime.celery_app import app, worker_runtime
 from tasks.runtime.drainer import drain_once
 from tasks.runtime.middleware import TASK_STACK, Delivery, run_task
-from tasks.runtime.task_contract import CLUSTER_EVENT, DECIDE, DRAIN_DELAYED, RESUME
+from tasks.runtime.task_contract import (
+    CLUSTER_EVENT,
+    DECIDE,
+    DECIDE_BATCH,
+    DRAIN_DELAYED,
+    RESUME,
+    batch_items,
+)
 from tasks.state.context import Runtime
 
 log = get_logger(__name__)
@@ -69,6 +80,28 @@ def decide(self: MiddlewareTask, request: Any, seq: int = 0, attempt: int = 0) -
         raise Ignore()
     log.info("request_finished", outcome=progress.outcome)
     return progress.outcome
+
+
+@app.task(name=DECIDE_BATCH, base=MiddlewareTask, bind=True)  # type: ignore[untyped-decorator]
+def decide_batch(self: MiddlewareTask, items: list[Any]) -> dict[str, int]:
+    """Decide, book and publish (or park) every request of a batch (see :mod:`tasks.decision.batch`)."""
+    rt = runtime()
+    task_id = str(self.request.id)
+    kept, dropped = batch_items(items)
+    batches.refuse_items(rt, task_id, dropped)
+    started = time.perf_counter()
+    progress = batches.decide_batch(rt, kept, task_id)
+    elapsed = time.perf_counter() - started
+    for _ in range(progress.decided):  # each request's share of the message
+        metrics.observe_decision(elapsed / progress.decided)
+    now_ms = rt.partition.now_ms()
+    for request_id, outcome in progress.outcomes.items():
+        if outcome == "published" and progress.created_ms.get(request_id):
+            metrics.observe_submit_to_result((now_ms - progress.created_ms[request_id]) / 1000)
+    for step in progress.leftover:
+        rt.resume(step.to_dict())
+    log.info("batch_finished", **progress.summary())
+    return progress.summary()
 
 
 @app.task(name=RESUME, base=MiddlewareTask, bind=True)  # type: ignore[untyped-decorator]

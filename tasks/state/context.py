@@ -46,6 +46,8 @@ from tasks.state.sentinel import master_client
 
 #: Sends decision ``(request_id, seq, attempt)`` as ``gpusched.decide`` after ``countdown`` seconds.
 Dispatch = Callable[[str, int, int, float], None]
+#: Sends decisions ``[(request_id, seq, attempt), ...]`` as one ``gpusched.decide_batch`` message.
+DispatchBatch = Callable[[list[tuple[str, int, int]]], None]
 #: Sends a leftover step as ``gpusched.resume`` (e.g. a booked request whose publish was lost).
 Resume = Callable[[dict[str, Any]], None]
 
@@ -143,6 +145,8 @@ class Runtime:
     replication: Replication
     #: Per-worker allocatable state the core reuses across this thread's decisions.
     memo: SnapshotMemo = field(default_factory=SnapshotMemo)
+    #: Sends many decisions as one batch message (None: each is sent alone).
+    dispatch_batch: DispatchBatch | None = None
 
     @property
     def settings(self) -> Settings:
@@ -181,6 +185,7 @@ def build_runtime(
     clock: Clock | None = None,
     chain: LoadedChain | None = None,
     memory: GenerationMemory | None = None,
+    dispatch_batch: DispatchBatch | None = None,
 ) -> Runtime:
     """Wire a runtime (tests pass a fakeredis client, a fake clock and a collecting dispatch).
 
@@ -207,6 +212,7 @@ def build_runtime(
         resume=resume,
         generation=DataGeneration(partition, memory, replication),
         replication=replication,
+        dispatch_batch=dispatch_batch,
     )
 
 
@@ -222,7 +228,7 @@ _CACHED = _Cached()
 _GENERATION = [0]
 
 
-def get_runtime(dispatch: Dispatch, resume: Resume) -> Runtime:
+def get_runtime(dispatch: Dispatch, resume: Resume, dispatch_batch: DispatchBatch | None = None) -> Runtime:
     """The runtime of this thread, built on first use, after a fork and after a reset.
 
     Every runtime of the process shares the process's memory of the data
@@ -233,7 +239,8 @@ def get_runtime(dispatch: Dispatch, resume: Resume) -> Runtime:
         settings = get_settings()
         path = Path(settings.generation_file) if settings.generation_file else None
         memory = process_memory(settings.redis_url, Keys(settings.cluster).prefix, path)
-        _CACHED.runtime = build_runtime(settings, dispatch, resume, memory=memory)
+        _CACHED.runtime = build_runtime(settings, dispatch, resume, memory=memory,
+                                        dispatch_batch=dispatch_batch)
         _CACHED.key = key
     return _CACHED.runtime
 

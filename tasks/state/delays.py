@@ -16,6 +16,8 @@ the broker's visibility timeout.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tasks.state.partition import Partition
 
 #: At most 2**REDRIVE_DOUBLINGS watchdog periods between two re-drives of one attempt
@@ -62,6 +64,13 @@ class DelaySets:
         p = self._partition
         due = p.now_ms() + int(p.settings.stuck_after_s * 1000)
         p.client.zadd(p.keys.outbox, {outbox_member(request_id, seq, attempt): due}, xx=True)
+
+    def arm_watchdogs(self, items: Sequence[tuple[str, int, int]]) -> None:
+        """:meth:`arm_watchdog` for many decisions (one batch message), in one command."""
+        p = self._partition
+        due = p.now_ms() + int(p.settings.stuck_after_s * 1000)
+        members = {outbox_member(request_id, seq, attempt): due for request_id, seq, attempt in items}
+        p.client.zadd(p.keys.outbox, members, xx=True)
 
     def redrive(self, request_id: str, seq: int, attempt: int, lease: int) -> tuple[str, str]:
         """The watchdog's step for a due outbox entry (see ``redrive.lua``).

@@ -8,6 +8,13 @@ since, through the same :class:`~tasks.state.fold.ClusterFold` the replay uses. 
 gap in the changes stream (trimmed, or a version that does not follow) falls
 back to a full read. After :meth:`ClusterMirror.sync` the fold is a
 consistent snapshot at ``fold.version``.
+
+A batch of decisions (:mod:`tasks.decision.batch`) books ahead: each booking
+it decides is applied to the fold at the next version
+(:meth:`ClusterMirror.book_ahead`) before it is committed, so the batch's next
+decision sees it as it would after a commit; once the commit's replies are in,
+:meth:`ClusterMirror.settle` keeps them (each booked at the version foreseen:
+the stream's entries for them are then skipped) or takes them back.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from typing import Any
 from scheduler_core import ModelInstance, Worker
 from tasks.base.rows import parse_meta
 from tasks.state.cluster_store import ClusterStore
-from tasks.state.fold import ClusterFold, decode_data
+from tasks.state.fold import RESERVATION_BOOKED, ClusterFold, decode_data
 from tasks.state.scripts import Batch, Pending
 from tasks.state.streams import read_range
 
@@ -59,10 +66,15 @@ class ClusterMirror:
         self.cluster = cluster
         self.fold = ClusterFold()
         self.last_id: str | None = None
+        #: Bookings applied ahead of their commit: version → instance key.
+        self._ahead: dict[int, str] = {}
+        #: Bookings applied ahead and committed, whose stream entries are still to come.
+        self._settled: dict[int, str] = {}
 
     def reload(self) -> ClusterFold:
         """Read the whole state again (first use, or a gap in the changes stream)."""
         version, last_id, workers, instances, metas = self.cluster.read_state()
+        self._ahead, self._settled = {}, {}
         self.fold.load(
             version,
             (Worker.model_validate_json(row) for row in workers.values()),
@@ -127,8 +139,33 @@ class ClusterMirror:
                 return self.fold
             entries = None
 
+    def book_ahead(self, booked_data: str) -> None:
+        """Apply a booking not yet committed at the next version (its change's data JSON)."""
+        version = self.fold.version + 1
+        data = decode_data(booked_data)
+        self.fold.apply_change(RESERVATION_BOOKED, version, data, self.cluster.snapshot_rows)
+        self._ahead[version] = str(data["instance_key"])
+
+    def settle(self, *, committed: bool) -> None:
+        """Keep the bookings applied ahead (``committed``: each booked at its version), or undo them.
+
+        Undone, the fold is back at the version it was synced to, and the next
+        :meth:`sync` applies whatever the stream recorded meanwhile.
+        """
+        if not self._ahead:
+            return
+        if committed:
+            self._settled.update(self._ahead)
+        else:
+            self.fold.apply_released(min(self._ahead) - 1, list(self._ahead.values()))
+        self._ahead = {}
+
     def _apply(self, fields: dict[str, str]) -> bool:
         version = int(fields["version"])
+        if version in self._settled:  # already in the fold: booked ahead, then committed
+            key = self._settled.pop(version)
+            booked = fields["type"] == RESERVATION_BOOKED
+            return booked and decode_data(fields["data"]).get("instance_key") == key
         if version != self.fold.version + 1:
             # A change after the position the state was read at always follows
             # its version; anything else is a gap, or Redis went back in time.

@@ -86,7 +86,11 @@ class RequestRecords:
     def __init__(self, partition: Partition) -> None:
         self._partition = partition
 
-    def accept(
+    def accept(self, request_id: str, request_json: str, digest: str, **options: Any) -> Accepted:
+        """Create the record of a new request: :meth:`accept_call`, run on its own."""
+        return self._partition.call(self.accept_call(request_id, request_json, digest, **options))
+
+    def accept_call(
         self,
         request_id: str,
         request_json: str,
@@ -98,13 +102,16 @@ class RequestRecords:
         rescheduled_data: str = "",
         replaces: str = "",
         outbox_due_ms: int | None = None,
-    ) -> Accepted:
+    ) -> ScriptCall[Accepted]:
         """Create the record of a new request (idempotent on ``request_id``; see ``accept.lua``).
 
         A known id is never overwritten: the same request answers a duplicate,
-        a different one (another digest) a conflict.
+        a different one (another digest) a conflict. A call to queue on a batch
+        (many requests in one round trip), or to run with :meth:`accept`.
 
         Args:
+            intake_task: the task id of the message that carried a raw request ("" for none).
+            pinned: the request pins its GPUs (a reschedule waits for them).
             reschedule_of: ``<instance key>@<booked version>`` of the booking
                 this request replaces ("" for a submitted request).
             rescheduled_data: data of the ``sched.instance.rescheduled`` event
@@ -117,7 +124,7 @@ class RequestRecords:
         data = dumps(
             {"digest": digest, "request": embedded_json(request_json), "reschedule_of": reschedule_of}
         )
-        reply = p.run(
+        return ScriptCall(
             "accept",
             [p.keys.request(request_id), p.keys.events, p.keys.outbox],
             [
@@ -125,10 +132,8 @@ class RequestRecords:
                 p.now_ms(), data, "" if outbox_due_ms is None else outbox_due_ms,
                 "1" if pinned else "0", reschedule_of, rescheduled_data, replaces,
             ],
+            _accepted,
         )
-        if reply[0] == "accepted":
-            return Accepted(True)
-        return Accepted(False, reply[1], reply[2], reply[3], reply[0] == "conflict", reply[4])
 
     def begin_call(self, request_id: str, seq: int, attempt: int, task_id: str) -> ScriptCall[Begun]:
         """Claim decision ``(seq, attempt)`` (see ``begin.lua``)."""
@@ -146,22 +151,33 @@ class RequestRecords:
         result_digest: str,
         event_data: str,
         step_json: str = "",
+        *,
+        booked_by: str | None = None,
     ) -> ScriptCall[RecordOutcome]:
         """Store the core's result and step, write ``sched.decision.made`` (first writer wins;
-        refused as outdated when it read a version below the decision floor)."""
+        refused as outdated when it read a version below the decision floor, or, with
+        ``booked_by``, unless the cluster is still at ``version`` and request ``booked_by``'s
+        booking made it)."""
         p = self._partition
         k = p.keys
         args = [
             *p.meta().argv(), request_id, seq, attempt, version, result_json, result_digest,
-            event_data, p.now_ms(), step_json,
+            event_data, p.now_ms(), step_json, "" if booked_by is None else version,
         ]
-        return ScriptCall("record_decision", [k.request(request_id), k.events, k.decision_floor], args,
-                          _record_outcome)
+        booker = k.request(booked_by if booked_by is not None else request_id)  # unread without booked_by
+        keys = [k.request(request_id), k.events, k.decision_floor, k.version, booker]
+        return ScriptCall("record_decision", keys, args, _record_outcome)
 
     def record(self, request_id: str) -> dict[str, str]:
         """The request record (empty when unknown or expired)."""
         p = self._partition
         return dict(p.client.hgetall(p.keys.request(request_id)))  # type: ignore[arg-type]
+
+
+def _accepted(reply: Any) -> Accepted:
+    if reply[0] == "accepted":
+        return Accepted(True)
+    return Accepted(False, reply[1], reply[2], reply[3], reply[0] == "conflict", reply[4])
 
 
 def _begun(reply: Any) -> Begun:

@@ -16,7 +16,7 @@ from scheduler_core import ErrorOut, ScheduleResult
 from tasks.base.logging import get_logger
 from tasks.flows import metrics
 from tasks.runtime.middleware.base import Delivery
-from tasks.runtime.task_contract import DrivenRequest, driven_request
+from tasks.runtime.task_contract import DrivenRequest, driven_requests
 
 log = get_logger(__name__)
 
@@ -28,7 +28,9 @@ def give_up(delivery: Delivery, reason: str, detail: str, count: int, *, finish:
     unfinished one a terminal ``rejected`` result (``error.code =
     dead_lettered``) — only when ``dead_letter.lua`` finds that the message owns
     the request's current step (it claimed the attempt, carries the recorded
-    decision, or accepted the raw request).
+    decision, or accepted the raw request). A batch (``gpusched.decide_batch``) is
+    dead-lettered whole: one dead letter per request it carries, each request
+    finished under the same rule.
 
     Args:
         finish: False for a message that failed validation (its arguments): it is
@@ -37,8 +39,19 @@ def give_up(delivery: Delivery, reason: str, detail: str, count: int, *, finish:
     Raises:
         celery.exceptions.Ignore: always (the message is acknowledged).
     """
-    driven = driven_request(delivery.task_name, delivery.args, delivery.kwargs) if finish else None
-    driven = driven or DrivenRequest("")
+    drives = driven_requests(delivery.task_name, delivery.args, delivery.kwargs) if finish else []
+    for driven in drives or [DrivenRequest("")]:  # a batch: one dead letter per request, each answered
+        result_id = _dead_letter(delivery, driven, reason, detail, count, finish=finish)
+        log.error("dead_lettered", reason=reason, detail=detail, request_id=driven.request_id,
+                  result_id=result_id)
+    metrics.count_dead_letter(reason)
+    raise Ignore()
+
+
+def _dead_letter(
+    delivery: Delivery, driven: DrivenRequest, reason: str, detail: str, count: int, *, finish: bool
+) -> str:
+    """One dead letter for the request ``driven`` of the message; the results entry id (or "")."""
     rejection = ScheduleResult(
         request_id=driven.request_id or "-",
         status="rejected",
@@ -58,7 +71,4 @@ def give_up(delivery: Delivery, reason: str, detail: str, count: int, *, finish:
         request_json=json.dumps(driven.raw, sort_keys=True, default=str) if raw else "",
         finish=finish,
     )
-    metrics.count_dead_letter(reason)
-    log.error("dead_lettered", reason=reason, detail=detail, request_id=driven.request_id,
-              result_id=result_id)
-    raise Ignore()
+    return result_id

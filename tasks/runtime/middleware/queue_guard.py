@@ -21,13 +21,13 @@ from typing import Any
 from tasks.base.keys import Keys
 from tasks.runtime.middleware.base import Delivery, Middleware, Proceed
 from tasks.runtime.middleware.dead_letters import give_up
-from tasks.runtime.task_contract import CLUSTER_EVENT, DECIDE, DRAIN_DELAYED, RESUME
+from tasks.runtime.task_contract import CLUSTER_EVENT, DECIDE, DECIDE_BATCH, DRAIN_DELAYED, RESUME
 
 
 def accepted_tasks(keys: Keys) -> dict[str, frozenset[str]]:
     """Queue name → the task names it runs."""
     return {
-        keys.requests_queue: frozenset({DECIDE}),
+        keys.requests_queue: frozenset({DECIDE, DECIDE_BATCH}),
         keys.commits_queue: frozenset({RESUME}),
         keys.cluster_queue: frozenset({CLUSTER_EVENT, DRAIN_DELAYED}),
     }

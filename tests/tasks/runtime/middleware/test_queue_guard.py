@@ -7,7 +7,7 @@ from celery.exceptions import Ignore
 
 from tasks.runtime.middleware.base import Delivery, run_task
 from tasks.runtime.middleware.queue_guard import OnlyItsOwnQueue, accepted_tasks
-from tasks.runtime.task_contract import CLUSTER_EVENT, DECIDE, DRAIN_DELAYED, RESUME
+from tasks.runtime.task_contract import CLUSTER_EVENT, DECIDE, DECIDE_BATCH, DRAIN_DELAYED, RESUME
 from tasks.testing import Harness
 
 
@@ -29,7 +29,7 @@ def test_a_cluster_event_pushed_onto_the_requests_queue_is_dead_lettered(h: Harn
 def test_each_queue_runs_its_own_tasks_and_in_process_calls_pass(h: Harness) -> None:
     keys = h.rt.keys
     assert accepted_tasks(keys) == {
-        keys.requests_queue: {DECIDE}, keys.commits_queue: {RESUME},
+        keys.requests_queue: {DECIDE, DECIDE_BATCH}, keys.commits_queue: {RESUME},
         keys.cluster_queue: {CLUSTER_EVENT, DRAIN_DELAYED},
     }
     assert _deliver(h, DECIDE, keys.requests_queue) == [DECIDE]

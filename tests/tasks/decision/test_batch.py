@@ -1,0 +1,68 @@
+"""A batch of decisions: booked ahead, recorded only on the cluster version they read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from builders import RTX_4090, uniform_worker
+from service_builders import small_request, uniform_cluster
+
+from tasks.decision import batch
+from tasks.decision.replay import replay
+from tasks.testing import Harness, booking_violations
+
+
+def _recorded(h: Harness) -> list[tuple[str, int]]:
+    """(request id, cluster version) of every recorded decision, in log order."""
+    return [(e.request_id or "", int(e.data["cluster_version"])) for e in h.events(["sched.decision.made"])]
+
+
+def _accepted(h: Harness, ids: list[str]) -> list[tuple[str, int, int]]:
+    for rid in ids:
+        assert h.submit(small_request(rid)).status == "accepted"
+    h.queue.clear()  # the batch decides them, not their single messages
+    return [(rid, 0, 0) for rid in ids]
+
+
+def test_a_batch_books_ahead_and_records_each_decision_at_the_version_it_read() -> None:
+    h = Harness()
+    h.apply(uniform_cluster(2, 2))
+    items = _accepted(h, ["a", "b", "c"])
+    progress = batch.decide_batch(h.rt, items, "batch-1")
+    assert (progress.outcomes, progress.rounds) == (dict.fromkeys(["a", "b", "c"], "published"), 1)
+    assert _recorded(h) == [("a", 1), ("b", 2), ("c", 3)]  # each saw the bookings before it
+    assert {h.record(rid)["booked_version"] for rid in "abc"} == {"2", "3", "4"}
+    assert booking_violations(h.rt) == []
+    report = replay(h.rt.client, h.rt.cluster)
+    assert (report.replayed, report.identical) == (3, 3)
+
+
+def test_a_change_landing_during_a_batch_outdates_what_read_its_bookings_ahead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The decisions after the first read a cluster holding the first booking before it was
+    committed; a worker added in between takes the version the first booking was foreseen at.
+    Recorded as read, those decisions would replay against another cluster: they are refused
+    (nothing written), the mirror takes its bookings back, and a second round decides them on
+    the fresh snapshot."""
+    h = Harness()
+    h.apply(uniform_cluster(2, 2))
+    items = _accepted(h, ["a", "b", "c"])
+    commit = batch._commit
+    rounds: list[int] = []
+
+    def change_first(*args: Any) -> None:
+        rounds.append(1)
+        if len(rounds) == 1:
+            h.event({"kind": "worker_added", "worker": uniform_worker(3, "w3", 2, RTX_4090)})
+        commit(*args)
+
+    monkeypatch.setattr(batch, "_commit", change_first)
+    progress = batch.decide_batch(h.rt, items, "batch-1")
+
+    assert progress.rounds == 2 and set(progress.outcomes) == {"a", "b", "c"}
+    assert _recorded(h) == [("a", 1), ("b", 3), ("c", 4)]  # b and c again, after the new worker (v2)
+    assert booking_violations(h.rt) == []
+    report = replay(h.rt.client, h.rt.cluster)
+    assert (report.replayed, report.identical, report.skipped) == (3, 3, [])
