@@ -7,9 +7,10 @@ Public API::
     plan = tune({"explicit_args": {...}, "platform": {...}, "pipeline": {...}})
 
 Besides the two entry points, the names a service built on the core needs:
-the wire models, the chain, its plugins by name and the precise policy's settings, the reason codes and the
-wake rules they imply, the claims arithmetic the ledger shares with the core,
-the GPU-id parser and the request-id rule.
+the wire models, the chain, its plugins by name and the policies' settings
+(keyed by type), the reason codes and the wake rules they imply (with the
+strategies' wake floors), the claims arithmetic the ledger shares with the
+core, the GPU-id parser and the request-id rule.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from scheduler_core._schemas import (
 )
 from scheduler_core.accounting import gpu_capacity, instance_claims, occupied_workers
 from scheduler_core.caching import SnapshotMemo
+from scheduler_core.cycle import PolicySettings
 from scheduler_core.decision import EMPTY_KEY, UNHASHABLE_REQUEST_ID, canonical_json, request_id_for, schedule
 from scheduler_core.diffusion import TuneRequest, TuneResult, tune
 from scheduler_core.framework import Chain
@@ -41,12 +43,12 @@ from scheduler_core.plugins import (
     STRATEGIES_BY_NAME,
     chain_of,
     chain_wake_table,
-    free_bytes_floor,
-    free_share_floor,
+    wake_floor,
     worker_admits,
 )
 from scheduler_core.precise.settings import PreciseSettings
 from scheduler_core.reasons import MORE_CAPACITY, ClusterChange, Reason
+from scheduler_core.wake import GpuFloor
 
 __all__ = [
     "DEFAULT_CHAIN",
@@ -63,10 +65,12 @@ __all__ = [
     "EstimateOut",
     "EventOut",
     "Gpu",
+    "GpuFloor",
     "GpuId",
     "LaunchOut",
     "ModelInstance",
     "ModelSpec",
+    "PolicySettings",
     "PreciseSettings",
     "Reason",
     "ScheduleRequest",
@@ -79,8 +83,6 @@ __all__ = [
     "chain_of",
     "chain_wake_table",
     "encodable",
-    "free_bytes_floor",
-    "free_share_floor",
     "gpu_capacity",
     "instance_claims",
     "occupied_workers",
@@ -91,5 +93,6 @@ __all__ = [
     "schedule",
     "selected_worker_names",
     "tune",
+    "wake_floor",
     "worker_admits",
 ]

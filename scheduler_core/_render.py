@@ -337,11 +337,12 @@ def with_diffusion_plan(
     return result.model_copy(update={"launch": launch, "events": events})
 
 
-def with_policy(result: ScheduleResult, policy: str) -> ScheduleResult:
-    """The result as decided under ``policy``; for a scheduled one, the estimate's fraction
-    is the chosen candidate's own (``policy: precise`` has no fraction per GPU type)."""
+def with_policy(result: ScheduleResult, policy: str, candidate_fraction: bool) -> ScheduleResult:
+    """The result as decided under ``policy``; with ``candidate_fraction``, the estimate's
+    fraction is the chosen candidate's own (a policy with no fraction per GPU type, such as
+    ``precise``), none for an unscheduled result."""
     update: dict[str, Any] = {"policy": policy}
-    if result.estimate is not None:
+    if candidate_fraction and result.estimate is not None:
         fractions: dict[str, float] = {}
         if result.selected is not None:
             chosen = result.candidates[result.selected]

@@ -51,8 +51,9 @@ MODEL_CATEGORIES = frozenset(
     {"llm", "embedding", "image", "reranker", "speech_to_text", "text_to_speech", "unknown"}
 )
 
-#: Scheduling policies this build implements (``gpustack`` is the default).
-POLICIES = ("gpustack", "precise")
+#: Scheduling policies this build implements (``gpustack`` is the default), in the order the
+#: registry registered them (:func:`scheduler_core.plugins.register_policy`).
+POLICIES: list[str] = []
 
 
 #: Largest byte count or id accepted (a signed 64-bit integer): GPUStack stores them in

@@ -24,9 +24,10 @@ from scheduler_core.params import BackendParameters, ParameterError
 SKIP_GPU_COUNT_CHECK_ENV = "GPUSTACK_SKIP_GPU_COUNT_CHECK"
 _TRUTHY_ENV = frozenset({"1", "true", "yes", "on"})
 
-_TP = ("tp-size", "tensor-parallel-size")
-_PP = ("pp-size", "pipeline-parallel-size")
-_DP = ("dp-size", "data-parallel-size")
+#: SGLang's spellings of the parallel sizes (``server_args.py``), shared by both policies.
+TP_NAMES = ("tp-size", "tensor-parallel-size")
+PP_NAMES = ("pp-size", "pipeline-parallel-size")
+DP_NAMES = ("dp-size", "data-parallel-size")
 _PARAMS_FIELD = "model.backend_parameters"
 #: GPUStack's prefix for an error of the selector's constructor (``scheduler.py: find_candidate``).
 INIT_CONTEXT = "Failed to initialize SGLang candidates selector"
@@ -65,9 +66,9 @@ def _positive(value: int | None, flag: str) -> int | None:
 MAX_FLAG_VALUE = 1 << 20
 #: The integer flags placement reads.
 _SIZE_FLAGS = (
-    *_TP,
-    *_PP,
-    *_DP,
+    *TP_NAMES,
+    *PP_NAMES,
+    *DP_NAMES,
     "nnodes",
     "num-gpus",
     "chunked-prefill-size",
@@ -90,9 +91,9 @@ def _check_sizes(params: BackendParameters) -> None:
 
 def world_size(params: BackendParameters) -> tuple[int | None, list[str]]:
     """``tp × pp × dp`` from the flags (dp ignored under ``--enable-dp-attention``)."""
-    tp = _positive(params.find_int(_TP), _TP[0])
-    pp = _positive(params.find_int(_PP), _PP[0])
-    dp = _positive(params.find_int(_DP), _DP[0])
+    tp = _positive(params.find_int(TP_NAMES), TP_NAMES[0])
+    pp = _positive(params.find_int(PP_NAMES), PP_NAMES[0])
+    dp = _positive(params.find_int(DP_NAMES), DP_NAMES[0])
     if params.find_bool(["enable-dp-attention"]):
         dp = None  # DP attention reuses the TP group's GPUs
     size, strategies = 1, []
@@ -253,10 +254,10 @@ def validate_arguments(plan: Plan, model_params: ModelParameters) -> float:
         RequestError: the flags contradict each other or the model.
     """
     params = plan.params
-    tp = params.find_int(_TP) or 1
+    tp = params.find_int(TP_NAMES) or 1
     _check_heads(tp, model_params)
-    pp = params.find_int(_PP) or 1
-    dp = params.find_int(_DP) or 1
+    pp = params.find_int(PP_NAMES) or 1
+    dp = params.find_int(DP_NAMES) or 1
     mixed_chunk = _mixed_chunk(params)
     nnodes = _nnodes(params)
     if (tp * pp) % nnodes != 0:

@@ -36,16 +36,16 @@ from scheduler_core._schemas import ModelInstance, ModelSpec, ScheduleRequest, S
 from scheduler_core.arguments import FIND_CONTEXT, Plan, TpRule, build_plan, validate_arguments
 from scheduler_core.caching import SnapshotMemo, StageRunner
 from scheduler_core.cluster import ClusterState, group_workers_by_gpu_type, sort_workers_by_gpu_count
+from scheduler_core.cycle import CycleState, DecisionInputs
 from scheduler_core.diffusion_launch import ExplicitArgs, explicit_diffusion_args
 from scheduler_core.errors import RequestError
 from scheduler_core.estimate import ModelFacts, estimate_vram, is_llm, model_ram_claim, resolve_model_facts
-from scheduler_core.framework import GPUSTACK, PRECISE, Chain, run_filters, run_strategies
+from scheduler_core.framework import Chain, Policy, run_filters, run_strategies
 from scheduler_core.limits import MAX_DEPTH, encodable, flat_canonical_json, too_deep
 from scheduler_core.mem_fraction import FractionFlags, FractionInputs, MemFractionCalculator
 from scheduler_core.model_config import ModelConfigError, ModelParameters, model_parameters_from_config
 from scheduler_core.model_folder import ModelFolderError
-from scheduler_core.plugins import chain_for, scorer_of
-from scheduler_core.precise.facts import PreciseFacts, precise_facts
+from scheduler_core.plugins import chain_for, policy_of, scorer_of
 from scheduler_core.selection import Selection
 from scheduler_core.workers import DuplicateGpu, InvalidText, WorkerView, worker_view
 
@@ -162,16 +162,18 @@ def _schedule(
     except ValidationError as error:
         return _render.validation_rejection(request_id, error)
     chain = chain_for(parsed.policy, configured)
-    if chain.policy == GPUSTACK:
-        return _decided(parsed, request_id, chain, memo)
-    return _render.with_policy(_decided(parsed, request_id, chain, memo), chain.policy)
+    policy = policy_of(chain)
+    result = _decided(parsed, request_id, chain, policy, memo)
+    if policy.name == result.policy and not policy.candidate_fraction:
+        return result
+    return _render.with_policy(result, policy.name, policy.candidate_fraction)
 
 
 def _decided(
-    parsed: ScheduleRequest, request_id: str, chain: Chain, memo: SnapshotMemo | None
+    parsed: ScheduleRequest, request_id: str, chain: Chain, policy: Policy, memo: SnapshotMemo | None
 ) -> ScheduleResult:
     try:
-        return _decide(parsed, request_id, chain, memo)
+        return _decide(parsed, request_id, chain, policy, memo)
     except RequestError as error:
         if error.context is not None:
             return _render.argument_rejection(error, request_id, _filter_messages(parsed, chain, memo))
@@ -322,10 +324,10 @@ def _filter_messages(request: ScheduleRequest, chain: Chain, memo: SnapshotMemo 
 
 
 def _decide(
-    request: ScheduleRequest, request_id: str, chain: Chain, memo: SnapshotMemo | None
+    request: ScheduleRequest, request_id: str, chain: Chain, policy: Policy, memo: SnapshotMemo | None
 ) -> ScheduleResult:
     prepared = _prepare(request, memo)
-    if chain.policy == PRECISE:
+    if policy.leaves_out_replaced:
         _check_replaces(request)
     if not prepared.views:
         return _render.no_workers(request_id)
@@ -333,8 +335,8 @@ def _decide(
     filtered = run_filters(model, prepared.views, chain.filters)
     if not filtered.workers:
         return _render.blocked(request_id, filtered.messages, filtered.blocked_by)
-    selection = _selection(request, prepared, filtered.workers, memo, chain)
-    outcome = run_strategies(selection, chain.strategies)
+    selection = _selection(request, prepared, filtered.workers, memo, chain, policy)
+    outcome = run_strategies(selection, chain.strategies, policy.headline)
     scorer = scorer_of(chain)
     scores = scorer.score(outcome.candidates, selection)
     chosen = scorer.pick(outcome.candidates, scores)
@@ -360,12 +362,14 @@ def _selection(
     workers: Sequence[WorkerView],
     memo: SnapshotMemo | None,
     chain: Chain,
+    policy: Policy,
 ) -> Selection:
-    """Phase 4's inputs, complete: cluster view, ordering, grouping and the fractions
-    (and, for ``policy: precise``, its facts, without the claim of the instance replaced)."""
+    """Phase 4's inputs, complete: the strategies' own facts (their ``prepare``), cluster view
+    (without the claim of the instance replaced, when the policy honours ``replaces``),
+    ordering, grouping and the fractions."""
     model = request.model
-    precise = _precise(request, prepared, chain)
-    instances = _counted_instances(request, precise is not None)
+    state = _cycle_state(request, prepared, chain)
+    instances = _counted_instances(request, policy.leaves_out_replaced)
     cluster = ClusterState(prepared.views, instances, memo)
     # A memo keeps the ordering and the per-type copies while the filter passes the same
     # views, so the copies keep their identity across decisions (the runner's reuse needs it).
@@ -391,21 +395,17 @@ def _selection(
         ordered=ordered,
         workers_by_type=grouped,
         runner=StageRunner(cluster, memo),
-        precise=precise,
+        state=state,
     )
 
 
-def _precise(request: ScheduleRequest, prepared: Prepared, chain: Chain) -> PreciseFacts | None:
-    if chain.policy != PRECISE:
-        return None
-    return precise_facts(
-        request,
-        prepared.facts,
-        prepared.model_params,
-        prepared.plan.params,
-        prepared.categories,
+def _cycle_state(request: ScheduleRequest, prepared: Prepared, chain: Chain) -> CycleState:
+    """Every strategy's ``prepare`` on the request (raises what they raise)."""
+    inputs = DecisionInputs(
+        request, prepared.facts, prepared.model_params, prepared.plan.params, prepared.categories,
         chain.settings,
     )
+    return chain.prepare(inputs)
 
 
 def _check_replaces(request: ScheduleRequest) -> None:
@@ -423,11 +423,12 @@ def _check_replaces(request: ScheduleRequest) -> None:
     raise RequestError("replaces", f"matches no instance ({' and '.join(n for n in named if n)})")
 
 
-def _counted_instances(request: ScheduleRequest, precise: bool) -> Sequence[ModelInstance]:
-    """The instances whose claims count: all of them, except (precise) the one the request replaces."""
+def _counted_instances(request: ScheduleRequest, leaves_out_replaced: bool) -> Sequence[ModelInstance]:
+    """The instances whose claims count: all of them, except (when the policy honours
+    ``replaces``) the one the request replaces."""
     instances = request.model_instances or ()
     replaced = request.replaces
-    if not precise or replaced is None:
+    if not leaves_out_replaced or replaced is None:
         return instances
     return [instance for instance in instances if not replaced.matches(instance)]
 

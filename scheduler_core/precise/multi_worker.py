@@ -22,15 +22,19 @@ from scheduler_core.arguments import TpRule
 from scheduler_core.caching import Rule
 from scheduler_core.candidates import Candidate, Subordinate
 from scheduler_core.cluster import ram_not_enough
+from scheduler_core.cycle import CycleState, DecisionInputs
 from scheduler_core.events import Action, Level, list_message
 from scheduler_core.framework import Clears
-from scheduler_core.precise.facts import PreciseFacts
+from scheduler_core.precise.facts import PreciseFacts, facts_of
+from scheduler_core.precise.facts import prepare as prepare_facts
 from scheduler_core.precise.fit import Fit, Miss, Room, Verdicts, room
 from scheduler_core.precise.messages import miss_line
 from scheduler_core.precise.single_worker import claim_of, slots_of, verdicts_of
+from scheduler_core.precise.wake import floor_for, widest
 from scheduler_core.precise.windows import Balance, balance, balanced, sorted_slots, window_starts
 from scheduler_core.reasons import MORE_CAPACITY, Reason
 from scheduler_core.selection import Selection
+from scheduler_core.wake import GpuFloor, WakeQuery
 from scheduler_core.workers import Gpu, WorkerView
 
 #: Nodes a distributed candidate may span at most when the request sets no world size.
@@ -172,17 +176,25 @@ class PreciseMultiWorker:
         Reason.INSUFFICIENT_VRAM: MORE_CAPACITY,
     }
 
+    def prepare(self, inputs: DecisionInputs, state: CycleState) -> None:
+        """The request's :class:`PreciseFacts` (shared with the single-worker stage)."""
+        prepare_facts(inputs, state)
+
+    def wake_floor(self, query: WakeQuery) -> GpuFloor | None:
+        """Context plus a quarter of the weights over the most nodes × GPUs per node a shape
+        may use; None without distributed inference (the stage is skipped)."""
+        if query.model.distributed_inference_across_workers is False:
+            return None
+        nodes = min(len(query.workers), MAX_AUTO_NODES)
+        return floor_for(query, nodes * min(widest(query.workers), MAX_AUTO_GPUS_PER_NODE))
+
     def skip(self, selection: Selection) -> bool:
-        """Skipped under manual selection, without distributed inference, for diffusion and gpustack."""
-        facts = selection.precise
-        return (
-            facts is None or bool(selection.selected_workers) or not selection.distributed or facts.diffusion
-        )
+        """Skipped under manual selection, without distributed inference, for diffusion."""
+        return bool(selection.selected_workers) or not selection.distributed or facts_of(selection).diffusion
 
     def __call__(self, selection: Selection) -> list[Candidate]:
         """The candidates of the first shape (fewest GPUs) that has any, over every GPU type."""
-        facts = selection.precise
-        assert facts is not None  # skip() guards it
+        facts = facts_of(selection)
         verdicts = verdicts_of(selection, facts)
         best: tuple[Miss, Shape] | None = None
         for gpu_type, workers in selection.workers_by_type.items():

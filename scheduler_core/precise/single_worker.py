@@ -18,15 +18,19 @@ from scheduler_core.arguments import TpRule
 from scheduler_core.caching import Rule
 from scheduler_core.candidates import Candidate, Claim
 from scheduler_core.cluster import ram_not_enough
+from scheduler_core.cycle import CycleState, DecisionInputs
 from scheduler_core.estimate import RamClaimRule
 from scheduler_core.events import Action, Level, list_message
 from scheduler_core.framework import Clears
-from scheduler_core.precise.facts import PreciseFacts
+from scheduler_core.precise.facts import PreciseFacts, facts_of
+from scheduler_core.precise.facts import prepare as prepare_facts
 from scheduler_core.precise.fit import Fit, Miss, Slot, Verdicts, budget_of, room, usable, verdict_of
 from scheduler_core.precise.messages import miss_line
+from scheduler_core.precise.wake import floor_for, widest
 from scheduler_core.precise.windows import balance, layouts, sorted_slots, window_starts
 from scheduler_core.reasons import MORE_CAPACITY, Reason
 from scheduler_core.selection import Selection
+from scheduler_core.wake import GpuFloor, WakeQuery
 from scheduler_core.workers import Gpu, WorkerView
 
 
@@ -126,14 +130,22 @@ class PreciseSingleWorker:
         Reason.NO_BALANCED_GPU_SET: MORE_CAPACITY,
     }
 
+    def prepare(self, inputs: DecisionInputs, state: CycleState) -> None:
+        """The request's :class:`PreciseFacts` (shared with the multi-worker stage)."""
+        prepare_facts(inputs, state)
+
+    def wake_floor(self, query: WakeQuery) -> GpuFloor:
+        """Context plus a quarter of the weights over the widest worker's GPUs
+        (:mod:`scheduler_core.precise.wake`)."""
+        return floor_for(query, widest(query.workers))
+
     def skip(self, selection: Selection) -> bool:
-        """Manual selection runs GPUStack's manual stage; a selection without precise facts is not ours."""
-        return bool(selection.selected_workers) or selection.precise is None
+        """Manual selection runs GPUStack's manual stage."""
+        return bool(selection.selected_workers)
 
     def __call__(self, selection: Selection) -> list[Candidate]:
         """Every fitting GPU set of every worker, by GPU type and worker order."""
-        facts = selection.precise
-        assert facts is not None  # skip() guards it
+        facts = facts_of(selection)
         candidates: list[Candidate] = []
         best: tuple[Miss, int, WorkerView] | None = None
         verdicts = verdicts_of(selection, facts)

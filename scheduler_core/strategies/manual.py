@@ -21,6 +21,8 @@ from scheduler_core.events import Action, Level, list_message
 from scheduler_core.framework import Clears
 from scheduler_core.reasons import MORE_CAPACITY, ClusterChange, Reason
 from scheduler_core.selection import Selection
+from scheduler_core.strategies.stage import GpustackStage
+from scheduler_core.wake import ANY_GPU, GpuFloor, WakeQuery
 from scheduler_core.workers import Gpu, WorkerView
 
 _HETEROGENEOUS = (
@@ -36,7 +38,7 @@ class _Request:
     ram: int
 
 
-class ManualGpuSelection:
+class ManualGpuSelection(GpustackStage):
     """Placement on the GPUs the user selected."""
 
     name = "manual_gpu_selection"
@@ -47,6 +49,11 @@ class ManualGpuSelection:
         # the selection itself names GPUs of several types: only a new snapshot can change that
         Reason.HETEROGENEOUS_GPUS: frozenset({ClusterChange.SNAPSHOT}),
     }
+
+    def wake_floor(self, query: WakeQuery) -> GpuFloor | None:
+        """No floor for a manual selection (the stage overcommits rather than skip a GPU);
+        None without one (the stage returns nothing)."""
+        return ANY_GPU if query.manual else None
 
     def skip(self, selection: Selection) -> bool:
         """Never skipped; returns nothing without a manual selection."""

@@ -27,6 +27,7 @@ from scheduler_core.events import Action, Level, list_message
 from scheduler_core.framework import Clears
 from scheduler_core.reasons import MORE_CAPACITY, Reason
 from scheduler_core.selection import Selection
+from scheduler_core.strategies.stage import GpustackStage
 from scheduler_core.workers import WorkerView
 
 _NO_COMBINATION = (
@@ -36,7 +37,7 @@ _NO_COMBINATION = (
 )
 
 
-class MultiWorkerMultiGpu:
+class MultiWorkerMultiGpu(GpustackStage):
     """Distributed placement over whole nodes with equal GPU counts."""
 
     name = "multi_worker_multi_gpu"

@@ -21,6 +21,7 @@ from scheduler_core.events import Action, Level, list_message
 from scheduler_core.framework import Clears
 from scheduler_core.reasons import MORE_CAPACITY, Reason
 from scheduler_core.selection import Selection
+from scheduler_core.strategies.stage import GpustackStage
 from scheduler_core.workers import Gpu, WorkerView
 
 
@@ -91,7 +92,7 @@ def _candidates(inputs: _Inputs, worker: WorkerView, outcome: _WorkerOutcome) ->
 _RULE = Rule("single_worker_single_gpu", _fits, _candidates, reads_reported=False)
 
 
-class SingleWorkerSingleGpu:
+class SingleWorkerSingleGpu(GpustackStage):
     """Auto placement on a single GPU; skipped when more than one GPU is required."""
 
     name = "single_worker_single_gpu"

@@ -26,6 +26,7 @@ from scheduler_core.events import Action, Level, list_message
 from scheduler_core.framework import Clears
 from scheduler_core.reasons import MORE_CAPACITY, Reason
 from scheduler_core.selection import Selection, effective_vram
+from scheduler_core.strategies.stage import GpustackStage
 from scheduler_core.workers import Gpu, WorkerView
 
 
@@ -136,7 +137,7 @@ def _candidate(inputs: _Inputs, worker: WorkerView, outcome: _WorkerOutcome) -> 
 _RULE = Rule("single_worker_multi_gpu", _best_group, _candidate, reads_reported=False)
 
 
-class SingleWorkerMultiGpu:
+class SingleWorkerMultiGpu(GpustackStage):
     """Auto placement on several GPUs of one worker; at most one candidate per worker."""
 
     name = "single_worker_multi_gpu"

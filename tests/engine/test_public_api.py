@@ -24,6 +24,8 @@ PUBLIC = [
     "LaunchOut",
     "ModelInstance",
     "ModelSpec",
+    "GpuFloor",
+    "PolicySettings",
     "PreciseSettings",
     "Reason",
     "ScheduleRequest",
@@ -37,8 +39,6 @@ PUBLIC = [
     "chain_of",
     "chain_wake_table",
     "encodable",
-    "free_bytes_floor",
-    "free_share_floor",
     "gpu_capacity",
     "instance_claims",
     "occupied_workers",
@@ -49,6 +49,7 @@ PUBLIC = [
     "schedule",
     "selected_worker_names",
     "tune",
+    "wake_floor",
     "worker_admits",
 ]
 
