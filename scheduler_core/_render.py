@@ -21,9 +21,11 @@ from scheduler_core._schemas import (
     ErrorOut,
     EstimateOut,
     EventOut,
+    FailureOut,
     LaunchOut,
     ScheduleResult,
     SubordinateOut,
+    WorkerRefOut,
 )
 from scheduler_core.arguments import INIT_CONTEXT
 from scheduler_core.candidates import Candidate, Claim, Subordinate
@@ -40,6 +42,7 @@ from scheduler_core.messages import (
     NO_SUITABLE_WORKERS,
     UNKNOWN_WEIGHT_SIZE,
 )
+from scheduler_core.outcomes import ReasonFailures
 from scheduler_core.params import flatten_to_argv
 from scheduler_core.reasons import Reason
 from scheduler_core.selection import Selection
@@ -295,7 +298,23 @@ def decision(
         warnings=warnings,
         estimate=estimate_out(selection, facts),
         launch=launch,
+        failures=failures_out(outcome.failures),
     )
+
+
+def failures_out(failures: Sequence[ReasonFailures]) -> list[FailureOut] | None:
+    """The stages' failures per reason (None when there are none: the field is left out)."""
+    if not failures:
+        return None
+    return [
+        FailureOut(
+            stage=failure.stage,
+            reason=failure.reason.value,
+            workers=failure.workers,
+            examples=[WorkerRefOut(id=worker_id, name=name) for worker_id, name in failure.examples],
+        )
+        for failure in failures
+    ]
 
 
 #: Event action of gpusched's warnings about the estimate (not a GPUStack action).

@@ -27,6 +27,7 @@ from scheduler_core._schemas import ModelSpec
 from scheduler_core.candidates import Candidate
 from scheduler_core.cycle import CycleState, DecisionInputs, PolicySettings
 from scheduler_core.events import Action, Event, Level
+from scheduler_core.outcomes import ReasonFailures, StageOutcome
 from scheduler_core.reasons import ClusterChange, Reason
 from scheduler_core.selection import Selection
 from scheduler_core.wake import GpuFloor, WakeQuery, union_of
@@ -89,8 +90,8 @@ class Strategy(Protocol):
         """True when GPUStack's ``should_skip_candidate_func`` skips this stage."""
         ...
 
-    def __call__(self, selection: Selection) -> list[Candidate]:
-        """Candidates on the selection's filtered workers."""
+    def __call__(self, selection: Selection) -> StageOutcome:
+        """Candidates on the selection's filtered workers, and the workers failed per reason."""
         ...
 
 
@@ -220,12 +221,14 @@ def passes_filters(model: ModelSpec, worker: WorkerView, filters: Sequence[Worke
 
 @dataclass(frozen=True, slots=True)
 class SelectorOutcome:
-    """Candidates in selector order, GPUStack's messages, the events, the deciding stage."""
+    """Candidates in selector order, GPUStack's messages, the events, the deciding stage,
+    and the failures per reason of every stage that ran (in stage order)."""
 
     candidates: tuple[Candidate, ...]
     messages: tuple[str, ...]
     events: tuple[Event, ...]
     stage: str | None
+    failures: tuple[ReasonFailures, ...] = ()
 
 
 def _set_messages(selection: Selection) -> None:
@@ -242,16 +245,26 @@ def run_strategies(
     (``SGLangResourceFitSelector.select_candidates``)."""
     log = selection.log
     log.events.add(Level.INFO, Action.DEFAULT, headline(selection))
+    failures: list[ReasonFailures] = []
     for strategy in strategies:
         if strategy.skip(selection):
             continue
-        candidates = strategy(selection)
+        outcome = strategy(selection)
+        candidates = outcome.candidates
+        failures += outcome.failures
         if len(candidates) == 1 and candidates[0].overcommit:
             _set_messages(selection)
         if candidates:
-            return SelectorOutcome(tuple(candidates), tuple(log.messages), log.events.events, strategy.name)
+            return _outcome(selection, candidates, strategy.name, failures)
     _set_messages(selection)
-    return SelectorOutcome((), tuple(log.messages), log.events.events, None)
+    return _outcome(selection, (), None, failures)
+
+
+def _outcome(
+    selection: Selection, candidates: Sequence[Candidate], stage: str | None, failures: list[ReasonFailures]
+) -> SelectorOutcome:
+    log = selection.log
+    return SelectorOutcome(tuple(candidates), tuple(log.messages), log.events.events, stage, tuple(failures))
 
 
 def wake_table(

@@ -25,6 +25,7 @@ from scheduler_core.cluster import ram_not_enough
 from scheduler_core.cycle import CycleState, DecisionInputs
 from scheduler_core.events import Action, Level, list_message
 from scheduler_core.framework import Clears
+from scheduler_core.outcomes import FailureTally, StageOutcome
 from scheduler_core.precise.facts import PreciseFacts, facts_of
 from scheduler_core.precise.facts import prepare as prepare_facts
 from scheduler_core.precise.fit import Fit, Miss, Room, Verdicts, room
@@ -162,6 +163,16 @@ def _memory_gpus(worker: WorkerView) -> int:
     return sum(1 for gpu in worker.gpus if gpu.index is not None and gpu.total)
 
 
+@dataclass(frozen=True, slots=True)
+class _TypeRun:
+    """What the stage's run over one GPU type's workers reads and tallies into."""
+
+    facts: PreciseFacts
+    verdicts: Verdicts
+    gpu_type: str | None
+    tally: FailureTally
+
+
 class PreciseMultiWorker:
     """Several workers with k GPUs each, scored; partly used nodes take part."""
 
@@ -192,10 +203,12 @@ class PreciseMultiWorker:
         """Skipped under manual selection, without distributed inference, for diffusion."""
         return bool(selection.selected_workers) or not selection.distributed or facts_of(selection).diffusion
 
-    def __call__(self, selection: Selection) -> list[Candidate]:
-        """The candidates of the first shape (fewest GPUs) that has any, over every GPU type."""
+    def __call__(self, selection: Selection) -> StageOutcome:
+        """The candidates of the first shape (fewest GPUs) that has any, over every GPU type;
+        a worker that offers a shape no window misses with that miss's reason."""
         facts = facts_of(selection)
         verdicts = verdicts_of(selection, facts)
+        tally = FailureTally(self.name)
         best: tuple[Miss, Shape] | None = None
         for gpu_type, workers in selection.workers_by_type.items():
             eligible = [
@@ -203,33 +216,31 @@ class PreciseMultiWorker:
                 for w in workers
                 if not ram_not_enough(selection.ram_claim, selection.cluster.allocatable(w, gpu_type))
             ]
-            found, miss = self._of_type(selection, facts, verdicts, gpu_type, eligible)
+            found, miss = self._of_type(selection, _TypeRun(facts, verdicts, gpu_type, tally), eligible)
             if found:
-                return found
+                return tally.outcome(found)
             if miss is not None and (best is None or miss[0].usable > best[0].usable):
                 best = miss
         _record(selection, facts, best)
-        return []
+        return tally.outcome(())
 
     def _of_type(
-        self,
-        selection: Selection,
-        facts: PreciseFacts,
-        verdicts: Verdicts,
-        gpu_type: str | None,
-        workers: list[WorkerView],
+        self, selection: Selection, of_type: _TypeRun, workers: list[WorkerView]
     ) -> tuple[list[Candidate], tuple[Miss, Shape] | None]:
+        facts, verdicts, gpu_type = of_type.facts, of_type.verdicts, of_type.gpu_type
         widest = max((_memory_gpus(w) for w in workers), default=0)
         best: tuple[Miss, Shape] | None = None
         limit = facts.settings.max_shape_candidates
         for shape in shapes(facts, selection.gpu_count, len(workers), widest, selection.tp_rule):
             inputs = _OfferInputs(facts, shape, selection.ram_claim, verdicts)
             offers: list[_Offer] = []
-            for _, offer in selection.runner.run(_OFFER_RULE, inputs, gpu_type, workers):
+            for worker, offer in selection.runner.run(_OFFER_RULE, inputs, gpu_type, workers):
                 if isinstance(offer, _Offer):
                     offers.append(offer)
-                elif offer is not None and (best is None or offer.usable > best[0].usable):
-                    best = (offer, shape)
+                elif offer is not None:
+                    of_type.tally.add(offer.reason, worker)
+                    if best is None or offer.usable > best[0].usable:
+                        best = (offer, shape)
             offers.sort(key=lambda o: (o.window.least, o.worker.id))
             found: list[Candidate] = []
             for run in _runs(offers, shape.nodes, balance(facts, shape.tp)):

@@ -22,6 +22,7 @@ from scheduler_core.cycle import CycleState, DecisionInputs
 from scheduler_core.estimate import RamClaimRule
 from scheduler_core.events import Action, Level, list_message
 from scheduler_core.framework import Clears
+from scheduler_core.outcomes import FailureTally, StageOutcome
 from scheduler_core.precise.facts import PreciseFacts, facts_of
 from scheduler_core.precise.facts import prepare as prepare_facts
 from scheduler_core.precise.fit import Fit, Miss, Slot, Verdicts, budget_of, room, usable, verdict_of
@@ -143,9 +144,11 @@ class PreciseSingleWorker:
         """Manual selection runs GPUStack's manual stage."""
         return bool(selection.selected_workers)
 
-    def __call__(self, selection: Selection) -> list[Candidate]:
-        """Every fitting GPU set of every worker, by GPU type and worker order."""
+    def __call__(self, selection: Selection) -> StageOutcome:
+        """Every fitting GPU set of every worker, by GPU type and worker order; a worker
+        whose best GPU set misses fails with the reason of that miss."""
         facts = facts_of(selection)
+        tally = FailureTally(self.name)
         candidates: list[Candidate] = []
         best: tuple[Miss, int, WorkerView] | None = None
         verdicts = verdicts_of(selection, facts)
@@ -161,11 +164,14 @@ class PreciseSingleWorker:
             )
             for worker, result in selection.runner.run(_RULE, inputs, gpu_type, workers):
                 candidates.extend(result.candidates)
-                if result.miss is not None and (best is None or result.miss.usable > best[0].usable):
-                    best = (result.miss, result.gpus, worker)
+                miss = result.miss
+                if miss is not None and not result.candidates:
+                    tally.add(miss.reason, worker)
+                    if best is None or miss.usable > best[0].usable:
+                        best = (miss, result.gpus, worker)
         if not candidates:
             _record(selection, facts, best)
-        return candidates
+        return tally.outcome(candidates)
 
 
 def verdicts_of(selection: Selection, facts: PreciseFacts) -> Verdicts:

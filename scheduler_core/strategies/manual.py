@@ -19,6 +19,7 @@ from scheduler_core.candidates import Candidate, Subordinate
 from scheduler_core.cluster import gpu_rate
 from scheduler_core.events import Action, Level, list_message
 from scheduler_core.framework import Clears
+from scheduler_core.outcomes import FailureTally, StageOutcome
 from scheduler_core.reasons import MORE_CAPACITY, ClusterChange, Reason
 from scheduler_core.selection import Selection
 from scheduler_core.strategies.stage import GpustackStage
@@ -59,10 +60,12 @@ class ManualGpuSelection(GpustackStage):
         """Never skipped; returns nothing without a manual selection."""
         return False
 
-    def __call__(self, selection: Selection) -> list[Candidate]:
-        """Manual candidates after GPUStack's overcommit triage."""
+    def __call__(self, selection: Selection) -> StageOutcome:
+        """Manual candidates after GPUStack's overcommit triage; the selected workers fail with
+        the reason of GPUStack's text when the triage leaves none."""
+        tally = FailureTally(self.name)
         if not selection.selected_workers:
-            return []
+            return tally.outcome(())
         workers = selection.ordered
         gpu_count = selection.gpu_count or 0
         types = list(selection.manual.by_type)
@@ -71,14 +74,19 @@ class ManualGpuSelection(GpustackStage):
             selection.log.events.add(
                 Level.ERROR, Action.MANUAL_MULTI, list_message(_HETEROGENEOUS), Reason.HETEROGENEOUS_GPUS
             )
-            return []
+            chosen = set(selection.selected_workers)
+            tally.add_all(Reason.HETEROGENEOUS_GPUS, (w for w in workers if w.name in chosen))
+            return tally.outcome(())
         request = _Request(
             vram=selection.vram_claim * (gpu_count if selection.is_diffusion else 1),
             ram=selection.ram_claim,
         )
         copies = {t: _selected_copies(selection, workers, t) for t in types}
         candidates = _candidates(selection, copies, request, gpu_count)
-        return _triage(selection, workers, candidates, request, total_selected)
+        kept = _triage(selection, workers, candidates, request, total_selected)
+        if candidates and not kept and selection.model.replicas > 1:
+            tally.add_all(Reason.OVERCOMMIT_NOT_ALLOWED, (c.worker for c in candidates))
+        return tally.outcome(kept)
 
 
 def _selected_count(selection: Selection) -> int:

@@ -24,6 +24,7 @@ from scheduler_core.cluster import balanced_groups, ram_not_enough
 from scheduler_core.estimate import RamClaimRule
 from scheduler_core.events import Action, Level, list_message
 from scheduler_core.framework import Clears
+from scheduler_core.outcomes import FailureTally, StageOutcome
 from scheduler_core.reasons import MORE_CAPACITY, Reason
 from scheduler_core.selection import Selection, effective_vram
 from scheduler_core.strategies.stage import GpustackStage
@@ -150,8 +151,10 @@ class SingleWorkerMultiGpu(GpustackStage):
         """Manual selection runs only the manual stage."""
         return bool(selection.selected_workers)
 
-    def __call__(self, selection: Selection) -> list[Candidate]:
-        """One candidate per worker that can hold the model on a balanced GPU group."""
+    def __call__(self, selection: Selection) -> StageOutcome:
+        """One candidate per worker that can hold the model on a balanced GPU group; a worker
+        of two or more GPUs without one fails with the reason of GPUStack's text for it."""
+        tally = FailureTally(self.name)
         candidates: list[Candidate] = []
         for gpu_type, workers in selection.workers_by_type.items():
             inputs = _Inputs(
@@ -166,11 +169,21 @@ class SingleWorkerMultiGpu(GpustackStage):
                 selection.ram_rule,
             )
             several = selection.runner.subset(("several_gpus", gpu_type), workers, _several_gpus)
-            outcomes = [outcome for _, outcome in selection.runner.run(_RULE, inputs, gpu_type, several)]
+            ran = selection.runner.run(_RULE, inputs, gpu_type, several)
+            workers_run = [worker for worker, _ in ran]
+            outcomes = [outcome for _, outcome in ran]
             found = [outcome.candidate for outcome in outcomes]
             candidates += [candidate for candidate in found if candidate is not None]
-            _track_failures(selection, gpu_type, outcomes, found)
-        return candidates
+            _track_failures(selection, gpu_type, outcomes, found, _Failed(tally, workers_run))
+        return tally.outcome(candidates)
+
+
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    """Where the walk tallies a failing worker: the stage's tally and the workers in order."""
+
+    tally: FailureTally
+    workers: list[WorkerView]
 
 
 def _several_gpus(worker: WorkerView) -> bool:
@@ -195,6 +208,7 @@ def _track_failures(
     gpu_type: str | None,
     outcomes: list[_WorkerCandidate],
     found: list[Candidate | None],
+    failed: _Failed,
 ) -> None:
     """GPUStack's walk over the workers of one GPU type, without visiting each of them.
 
@@ -207,6 +221,7 @@ def _track_failures(
     Args:
         outcomes: the workers' parts, in worker order.
         found: each part's candidate (None: the worker failed).
+        failed: tallies each failing worker under the reason of its stretch's text.
     """
     tracker = selection.log.multi_gpu
     peaks = [outcome.peak_total for outcome in outcomes]
@@ -220,6 +235,7 @@ def _track_failures(
     failing = [position for position, candidate in enumerate(found) if candidate is None]
     setters = _record_breakers(peaks, tracker.vram)
     recorded: tuple[int, int, int] | None = None
+    reason = Reason.INSUFFICIENT_VRAM  # set by the first stretch with a failure, which records
     for setter, start, end in zip([None, *setters], [0, *setters], [*setters, len(outcomes)], strict=True):
         if setter is not None:
             peak = outcomes[setter].peak
@@ -228,12 +244,15 @@ def _track_failures(
         first = bisect_left(failing, start)
         if first < len(failing) and failing[first] < end:
             state = (tracker.vram, tracker.satisfied, tracker.total_gpus)
-            if state != recorded:  # the failure text depends on the tracker only
+            if state != recorded:  # the failure text (and its reason) depends on the tracker only
                 recorded = state
-                _record_failure(selection, gpu_type)
+                reason = _record_failure(selection, gpu_type)
+            last = bisect_left(failing, end, first)
+            failed.tally.add_all(reason, (failed.workers[i] for i in failing[first:last]))
 
 
-def _record_failure(selection: Selection, gpu_type: str | None) -> None:
+def _record_failure(selection: Selection, gpu_type: str | None) -> Reason:
+    """Record GPUStack's failure line for the tracker's state (the tp check first); its reason."""
     tracker = selection.log.multi_gpu
     tp_message = selection.tp_rule.problem(tracker.satisfied)
     if tp_message:
@@ -243,6 +262,7 @@ def _record_failure(selection: Selection, gpu_type: str | None) -> None:
         lines = [_capacity_message(selection, gpu_type)]
         reason = Reason.INSUFFICIENT_VRAM
     selection.log.events.add(Level.INFO, Action.AUTO_SINGLE_WORKER_MULTI_GPU, list_message(lines), reason)
+    return reason
 
 
 def _capacity_message(selection: Selection, gpu_type: str | None) -> str:

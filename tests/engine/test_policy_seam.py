@@ -25,6 +25,7 @@ from scheduler_core.cycle import CycleState, DecisionInputs, PolicySettings
 from scheduler_core.events import Action, Level
 from scheduler_core.framework import Clears, Policy
 from scheduler_core.messages import default_message
+from scheduler_core.outcomes import FailureTally, StageOutcome
 from scheduler_core.plugins import DEFAULT_CHAIN, register_policy, unregister_policy
 from scheduler_core.reasons import MORE_CAPACITY, Reason
 from scheduler_core.scoring import GpustackScorer
@@ -97,18 +98,21 @@ class _ToyStage:
     def skip(self, selection: Selection) -> bool:
         return False
 
-    def __call__(self, selection: Selection) -> list[Candidate]:
+    def __call__(self, selection: Selection) -> StageOutcome:
         booked = selection.state.read(ToyFacts).booked
+        tally = FailureTally(self.name)
         for worker in selection.ordered:
             allocatable = selection.cluster.allocatable(worker, worker.gpus[0].type)
             free = [g.index for g in worker.gpus
                     if g.index is not None and allocatable.vram[g.index] >= booked]
             if len(free) >= self.gpus:
                 vram = dict.fromkeys(free[: self.gpus], booked)
-                return [Candidate(worker, worker.gpus[0].type, tuple(vram), Claim(vram, 0, None, booked))]
+                claim = Claim(vram, 0, None, booked)
+                return tally.outcome([Candidate(worker, worker.gpus[0].type, tuple(vram), claim)])
+            tally.add(Reason.INSUFFICIENT_VRAM, worker)
         selection.log.events.add(Level.INFO, Action.AUTO_SINGLE_GPU, "- No GPU has the toy's bytes.",
                                  Reason.INSUFFICIENT_VRAM)
-        return []
+        return tally.outcome(())
 
 
 def _headline(selection: Selection) -> str:

@@ -86,3 +86,18 @@ def test_the_map_is_rebuilt_only_when_the_cluster_version_moved() -> None:
     assert fresh["version"] > first["version"]
     assert {holder["label"] for holder in fresh["holders"]} == {"placed", "later"}
     assert fresh["parked"][0]["reason"] == "label_mismatch"  # read at every call, never cached
+
+
+def test_a_parked_requests_page_lists_the_workers_each_stage_failed() -> None:
+    """30 GiB fits no GPU of h100-a's 2 (nor b, not ready and filtered out): the request page
+    lists, per stage and reason, the count and the first workers, linked to their pages."""
+    h = _harness()
+    h.submit(small_request("huge", env={"GPUSTACK_MODEL_VRAM_CLAIM": str(200 << 30)}))
+    h.pump()
+    client = TestClient(create_app(h.rt.settings, h.rt))
+    page = client.get("/requests/huge").text
+    assert 'id="workers-failed"' in page
+    assert "<td>single_worker_single_gpu</td><td><code>insufficient_vram</code></td><td class=\"n\">1</td>" in page
+    assert '<a href="/workers/1">h100-a</a>' in page
+    api = client.get("/api/requests/huge").json()
+    assert api["why_not"]["workers_failed"][0]["examples"] == [{"id": 1, "name": "h100-a"}]
