@@ -32,8 +32,9 @@ from scheduler_core._schemas import (
 from scheduler_core.accounting import gpu_capacity, instance_claims, occupied_workers
 from scheduler_core.caching import SnapshotMemo
 from scheduler_core.cycle import PolicySettings
-from scheduler_core.decision import EMPTY_KEY, UNHASHABLE_REQUEST_ID, canonical_json, request_id_for, schedule
+from scheduler_core.decision import UNHASHABLE_REQUEST_ID, canonical_json, request_id_for, schedule
 from scheduler_core.diffusion import TuneRequest, TuneResult, tune
+from scheduler_core.errors import RequestError
 from scheduler_core.framework import Chain
 from scheduler_core.gpu_ids import GpuId, parse_gpu_id, selected_worker_names
 from scheduler_core.limits import encodable, render_text, render_value
@@ -48,6 +49,14 @@ from scheduler_core.plugins import (
 )
 from scheduler_core.precise.settings import PreciseSettings
 from scheduler_core.reasons import MORE_CAPACITY, ClusterChange, Reason
+from scheduler_core.validation import (
+    EMPTY_KEY,
+    Problem,
+    dotted_field,
+    first_problem,
+    parse_request,
+    request_field,
+)
 from scheduler_core.wake import GpuFloor
 
 __all__ = [
@@ -72,7 +81,9 @@ __all__ = [
     "ModelSpec",
     "PolicySettings",
     "PreciseSettings",
+    "Problem",
     "Reason",
+    "RequestError",
     "ScheduleRequest",
     "ScheduleResult",
     "SnapshotMemo",
@@ -82,13 +93,17 @@ __all__ = [
     "canonical_json",
     "chain_of",
     "chain_wake_table",
+    "dotted_field",
     "encodable",
+    "first_problem",
     "gpu_capacity",
     "instance_claims",
     "occupied_workers",
     "parse_gpu_id",
+    "parse_request",
     "render_text",
     "render_value",
+    "request_field",
     "request_id_for",
     "schedule",
     "selected_worker_names",

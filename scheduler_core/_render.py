@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from itertools import compress, repeat
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from scheduler_core._schemas import (
     CandidateOut,
@@ -185,14 +185,6 @@ def rejected(request_id: str, code: str, message: str, field: str | None) -> Sch
         status="rejected",
         error=ErrorOut(code=code, message=message, field=field),
     )
-
-
-def validation_rejection(request_id: str, error: ValidationError) -> ScheduleResult:
-    """A request that does not parse, with pydantic's first error and its location."""
-    first = error.errors(include_url=False)[0]
-    field = ".".join(str(part) for part in first["loc"]) or "request"
-    message = str(first["msg"]).removeprefix("Value error, ")
-    return rejected(request_id, "invalid_request", message, field)
 
 
 def argument_rejection(

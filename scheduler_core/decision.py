@@ -2,7 +2,8 @@
 
 The orchestrator of a decision, in named phases:
 
-1. **parse** the request (pydantic, wrong types rejected with the field);
+1. **parse** the request (:func:`scheduler_core.validation.parse_request`: its depth rule,
+   then pydantic; wrong types rejected with the field);
 2. **prepare**: worker views, the model's facts and hyperparameters, GPUStack's
    selector constructor and argument checks (:mod:`scheduler_core.arguments`);
 3. **filter** the workers (:mod:`scheduler_core.filters`);
@@ -29,8 +30,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from pydantic import ValidationError
-
 from scheduler_core import _render
 from scheduler_core._schemas import ModelInstance, ModelSpec, ScheduleRequest, ScheduleResult, Worker
 from scheduler_core.arguments import FIND_CONTEXT, Plan, TpRule, build_plan, validate_arguments
@@ -41,12 +40,13 @@ from scheduler_core.diffusion_launch import ExplicitArgs, explicit_diffusion_arg
 from scheduler_core.errors import RequestError
 from scheduler_core.estimate import ModelFacts, estimate_vram, is_llm, model_ram_claim, resolve_model_facts
 from scheduler_core.framework import Chain, Policy, run_filters, run_strategies
-from scheduler_core.limits import MAX_DEPTH, encodable, flat_canonical_json, too_deep
+from scheduler_core.limits import NOT_UNICODE, encodable, flat_canonical_json, too_deep
 from scheduler_core.mem_fraction import FractionFlags, FractionInputs, MemFractionCalculator
 from scheduler_core.model_config import ModelConfigError, ModelParameters, model_parameters_from_config
 from scheduler_core.model_folder import ModelFolderError
 from scheduler_core.plugins import chain_for, policy_of, scorer_of
 from scheduler_core.selection import Selection
+from scheduler_core.validation import parse_request
 from scheduler_core.workers import DuplicateGpu, InvalidText, WorkerView, worker_view
 
 _T = TypeVar("_T")
@@ -56,8 +56,6 @@ MAX_REQUEST_ID = 200
 #: The id of a rejection for a request that has no id and cannot be hashed into one: only a
 #: Python value that contains itself (JSON cannot express one); nesting never prevents a digest.
 UNHASHABLE_REQUEST_ID = "req-unhashable"
-#: Request fields typed all the way down: pydantic names the field of anything deep in them.
-_TYPED_CLUSTER_FIELDS = frozenset({"workers", "model_instances"})
 
 
 def canonical_json(value: Any) -> str:
@@ -88,32 +86,6 @@ def request_id_for(raw: Any) -> str:
         raise RequestError("request", "contains itself (a circular reference)") from None
     digest = hashlib.sha256(text.encode()).hexdigest()[:24]
     return f"req-{digest}"
-
-
-#: How a field path names an empty key (``{"": ...}``): a path part that is not blank.
-EMPTY_KEY = '""'
-
-
-def deep_field(raw: Mapping[str, Any]) -> str | None:
-    """The field of a request that nests more than :data:`MAX_DEPTH` levels, or None.
-
-    Named as the service names it: the top-level field, or the model's field
-    (``model.env``). ``model.hf_config`` is left to
-    :func:`~scheduler_core.model_config.model_parameters_from_config`, which refuses it
-    with GPUStack's message; ``workers`` and ``model_instances`` are typed, so
-    validation names the field of anything deep in them. Iterative: any depth.
-    """
-    for key, value in raw.items():
-        if key in _TYPED_CLUSTER_FIELDS:
-            continue
-        if key == "model" and isinstance(value, Mapping):
-            inner = next((name for name, item in value.items()
-                          if name != "hf_config" and too_deep(item)), None)
-            if inner is not None:
-                return f"model.{inner or EMPTY_KEY}"
-        elif too_deep(value):
-            return str(key) or EMPTY_KEY
-    return None
 
 
 def schedule(
@@ -153,14 +125,10 @@ def schedule(
 def _schedule(
     request: Any, request_id: str, configured: Chain | None, memo: SnapshotMemo | None
 ) -> ScheduleResult:
-    deep = deep_field(request) if isinstance(request, Mapping) else None
-    if deep is not None:
-        message = f"nested more than {MAX_DEPTH} levels deep"
-        return _render.rejected(request_id, "invalid_request", message, deep)
     try:
-        parsed = request if isinstance(request, ScheduleRequest) else ScheduleRequest.model_validate(request)
-    except ValidationError as error:
-        return _render.validation_rejection(request_id, error)
+        parsed = parse_request(request)
+    except RequestError as error:
+        return _render.rejected(request_id, error.code, error.message, error.field)
     chain = chain_for(parsed.policy, configured)
     policy = policy_of(chain)
     result = _decided(parsed, request_id, chain, policy, memo)
@@ -267,7 +235,7 @@ def _check_text(request: ScheduleRequest, memo: SnapshotMemo | None) -> None:
         raise RequestError(f"model_instances.{failed}.name", _SURROGATE)
 
 
-_SURROGATE = "is not valid Unicode (it holds a lone surrogate)"
+_SURROGATE = NOT_UNICODE
 _INSTANCE_NAME = operator.attrgetter("name")
 
 
