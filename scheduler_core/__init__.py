@@ -37,16 +37,9 @@ from scheduler_core.diffusion import TuneRequest, TuneResult, tune
 from scheduler_core.errors import RequestError
 from scheduler_core.framework import Chain
 from scheduler_core.gpu_ids import GpuId, parse_gpu_id, selected_worker_names
+from scheduler_core.hooks import chain_wake_table, deciding, wake_floor, worker_admits
 from scheduler_core.limits import encodable, render_text, render_value
-from scheduler_core.plugins import (
-    DEFAULT_CHAIN,
-    FILTERS_BY_NAME,
-    STRATEGIES_BY_NAME,
-    chain_of,
-    chain_wake_table,
-    wake_floor,
-    worker_admits,
-)
+from scheduler_core.plugins import DEFAULT_CHAIN, FILTERS_BY_NAME, STRATEGIES_BY_NAME, chain_of
 from scheduler_core.precise.settings import PreciseSettings
 from scheduler_core.reasons import MORE_CAPACITY, ClusterChange, Reason
 from scheduler_core.validation import (
@@ -93,6 +86,7 @@ __all__ = [
     "canonical_json",
     "chain_of",
     "chain_wake_table",
+    "deciding",
     "dotted_field",
     "encodable",
     "first_problem",

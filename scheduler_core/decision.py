@@ -22,7 +22,6 @@ rejected`` with an error naming the field. Reuse across decisions lives in
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import operator
@@ -108,18 +107,14 @@ def schedule(
         ``scheduled`` with candidates, ``selected`` and launch arguments;
         ``unschedulable`` with GPUStack's messages when nothing fits now;
         ``rejected`` with an error naming the field for invalid input. Never raises.
+        Changes no interpreter state: a long-lived caller decides inside
+        :func:`scheduler_core.hooks.deciding` (the garbage collector paused).
     """
     try:
         request_id = request_id_for(request)
     except RequestError as error:
         return _render.rejected(UNHASHABLE_REQUEST_ID, error.code, error.message, error.field)
-    collecting = gc.isenabled()
-    gc.disable()  # a decision allocates many short-lived objects; cyclic GC only slows it
-    try:
-        return _schedule(request, request_id, chain, memo)
-    finally:
-        if collecting:
-            gc.enable()
+    return _schedule(request, request_id, chain, memo)
 
 
 def _schedule(

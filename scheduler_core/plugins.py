@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from scheduler_core import _schemas
-from scheduler_core._schemas import ModelSpec, ScheduleResult, Worker
 from scheduler_core.cycle import PolicySettings
 from scheduler_core.filters import ClusterFilter, GpuSelectorFilter, LabelFilter, StatusFilter
 from scheduler_core.framework import (
@@ -20,14 +19,9 @@ from scheduler_core.framework import (
     Scorer,
     Strategy,
     WorkerFilter,
-    passes_filters,
-    wake_table,
 )
 from scheduler_core.precise.policy import PRECISE_POLICY
-from scheduler_core.reasons import ClusterChange, Reason
 from scheduler_core.strategies.policy import GPUSTACK_POLICY
-from scheduler_core.wake import ANY_GPU, GpuFloor, WakeQuery
-from scheduler_core.workers import worker_view
 
 #: GPUStack's worker filters, in its order (``scheduler/scheduler.py: find_candidate``).
 DEFAULT_FILTERS: tuple[WorkerFilter, ...] = (
@@ -139,37 +133,3 @@ def chain_of(
         scorer=None if scorer is None else SCORERS_BY_NAME[scorer],
         settings=settings or PolicySettings(),
     )
-
-
-def chain_wake_table(chain: Chain = DEFAULT_CHAIN) -> dict[ClusterChange, frozenset[Reason]]:
-    """Which reasons each kind of cluster change can clear, for ``chain``'s plugins
-    (see :func:`scheduler_core.framework.wake_table`)."""
-    return wake_table(chain.filters, chain.strategies)
-
-
-def worker_admits(model: ModelSpec, worker: Worker, chain: Chain = DEFAULT_CHAIN) -> bool:
-    """Whether ``worker`` alone passes ``chain``'s filters for ``model``."""
-    return passes_filters(model, worker_view(worker), chain.filters)
-
-
-def wake_floor(
-    model: ModelSpec, result: ScheduleResult, chain: Chain, workers: Sequence[Worker]
-) -> GpuFloor:
-    """The least a freed GPU must offer to place the parked decision's model: the union of
-    the answers of the strategies that decided it (:meth:`Chain.wake_floor`).
-
-    Args:
-        model: the request's model.
-        result: the decision that parked it (its policy picks the strategies asked).
-        chain: the configured chain (it lends its settings; see :func:`chain_for`).
-        workers: the cluster the decision saw.
-
-    Returns:
-        :data:`~scheduler_core.wake.ANY_GPU` for a rejected or filter-blocked result (no
-        estimate) or a policy no longer registered; else the union of the floors.
-    """
-    estimate = result.estimate
-    if estimate is None or result.status == "rejected" or result.policy not in POLICIES:
-        return ANY_GPU
-    decided = chain_for(result.policy, chain)
-    return decided.wake_floor(WakeQuery(model, estimate, decided.settings, workers))

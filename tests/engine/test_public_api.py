@@ -38,6 +38,7 @@ PUBLIC = [
     "UNHASHABLE_REQUEST_ID",
     "Worker",
     "canonical_json",
+    "deciding",
     "dotted_field",
     "first_problem",
     "chain_of",
@@ -75,3 +76,32 @@ def test_nothing_public_leaks_beyond_all():
         if not name.startswith("_") and not isinstance(value, types.ModuleType)
     }
     assert leaked - {"annotations"} == set(scheduler_core.__all__)
+
+
+def test_schedule_changes_no_interpreter_state_and_deciding_restores_the_collector():
+    """``schedule()`` leaves the garbage collector as it found it, even mid-decision; the
+    service's ``deciding()`` pauses it and restores the caller's setting (nested too)."""
+    import gc
+
+    from builders import RTX_4090, model, request, uniform_worker
+
+    seen = []
+    real = scheduler_core.decision._schedule
+
+    def spy(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    raw = request(model(), [uniform_worker(1, "a", 1, RTX_4090)])
+    assert gc.isenabled()
+    scheduler_core.decision._schedule = spy
+    try:
+        scheduler_core.schedule(raw)
+        with scheduler_core.deciding():
+            scheduler_core.schedule(raw)
+            with scheduler_core.deciding():
+                pass
+            assert not gc.isenabled()
+    finally:
+        scheduler_core.decision._schedule = real
+    assert seen == [True, False] and gc.isenabled()
