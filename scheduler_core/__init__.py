@@ -30,7 +30,6 @@ from scheduler_core._schemas import (
     Worker,
 )
 from scheduler_core.accounting import gpu_capacity, instance_claims, occupied_workers
-from scheduler_core.caching import SnapshotMemo
 from scheduler_core.cycle import PolicySettings
 from scheduler_core.decision import UNHASHABLE_REQUEST_ID, canonical_json, request_id_for, schedule
 from scheduler_core.diffusion import TuneRequest, TuneResult, tune
@@ -39,6 +38,7 @@ from scheduler_core.framework import Chain
 from scheduler_core.gpu_ids import GpuId, parse_gpu_id, selected_worker_names
 from scheduler_core.hooks import chain_wake_table, deciding, wake_floor, worker_admits
 from scheduler_core.limits import encodable, render_text, render_value
+from scheduler_core.memo import SnapshotMemo
 from scheduler_core.plugins import DEFAULT_CHAIN, FILTERS_BY_NAME, STRATEGIES_BY_NAME, chain_of
 from scheduler_core.precise.settings import PreciseSettings
 from scheduler_core.reasons import MORE_CAPACITY, ClusterChange, Reason

@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 from scheduler_core import _render
 from scheduler_core._schemas import ModelInstance, ModelSpec, ScheduleRequest, ScheduleResult, Worker
 from scheduler_core.arguments import FIND_CONTEXT, Plan, TpRule, build_plan, validate_arguments
-from scheduler_core.caching import SnapshotMemo, StageRunner
+from scheduler_core.caching import StageRunner
 from scheduler_core.cluster import ClusterState, group_workers_by_gpu_type, sort_workers_by_gpu_count
 from scheduler_core.cycle import CycleState, DecisionInputs
 from scheduler_core.diffusion_launch import ExplicitArgs, explicit_diffusion_args
@@ -41,6 +41,7 @@ from scheduler_core.estimate import ModelFacts, estimate_vram, is_llm, model_ram
 from scheduler_core.framework import Chain, Policy, run_filters, run_strategies
 from scheduler_core.limits import NOT_UNICODE, encodable, flat_canonical_json, too_deep
 from scheduler_core.mem_fraction import FractionFlags, FractionInputs, MemFractionCalculator
+from scheduler_core.memo import SlotKey, SnapshotMemo
 from scheduler_core.model_config import ModelConfigError, ModelParameters, model_parameters_from_config
 from scheduler_core.model_folder import ModelFolderError
 from scheduler_core.plugins import chain_for, policy_of, scorer_of
@@ -101,7 +102,7 @@ def schedule(
             request's ``policy``, and a chain of another policy lends only its filters,
             candidate cap and settings (:func:`scheduler_core.plugins.chain_for`).
         memo: state reused across calls by a long-lived decider (see
-            :class:`~scheduler_core.caching.SnapshotMemo`); it never changes a result.
+            :class:`~scheduler_core.memo.SnapshotMemo`); it never changes a result.
 
     Returns:
         ``scheduled`` with candidates, ``selected`` and launch arguments;
@@ -173,8 +174,14 @@ def _prepare(request: ScheduleRequest, memo: SnapshotMemo | None) -> Prepared:
     return Prepared(views, facts, categories, model_params, plan, user_fraction, diffusion_args)
 
 
+#: What a decision keeps in a memo: the validated views, the ordering and grouping of the
+#: filtered workers, the fraction calculator's inputs per GPU type, the checked instance names.
+VIEWS, ORDERED = SlotKey("views"), SlotKey("ordered")
+FRACTION_INPUTS, INSTANCE_NAMES = SlotKey("fraction_inputs"), SlotKey("instance_names")
+
+
 def _reused(
-    memo: SnapshotMemo | None, slot: object, items: Sequence[object], compute: Callable[[], _T]
+    memo: SnapshotMemo | None, slot: SlotKey, items: Sequence[object], compute: Callable[[], _T]
 ) -> _T:
     return compute() if memo is None else memo.derived(slot, items, compute)
 
@@ -184,7 +191,7 @@ def _views(request: ScheduleRequest, memo: SnapshotMemo | None) -> list[WorkerVi
     workers = request.workers
     if workers is None:
         raise RequestError("workers", "workers are required when no cluster state is held")
-    return _reused(memo, "views", workers, lambda: _validated_views(workers, memo))
+    return _reused(memo, VIEWS, workers, lambda: _validated_views(workers, memo))
 
 
 def _validated_views(workers: Sequence[Worker], memo: SnapshotMemo | None) -> list[WorkerView]:
@@ -224,7 +231,7 @@ def _check_text(request: ScheduleRequest, memo: SnapshotMemo | None) -> None:
     # only the ones appended since the last check are read.
     failed = (
         _first_bad_name(instances) if memo is None
-        else memo.first_failure("instance_names", instances, _name_encodable)
+        else memo.first_failure(INSTANCE_NAMES, instances, _name_encodable)
     )
     if failed is not None:
         raise RequestError(f"model_instances.{failed}.name", _SURROGATE)
@@ -336,7 +343,7 @@ def _selection(
     cluster = ClusterState(prepared.views, instances, memo)
     # A memo keeps the ordering and the per-type copies while the filter passes the same
     # views, so the copies keep their identity across decisions (the runner's reuse needs it).
-    ordered, grouped = _reused(memo, "ordered", workers, lambda: _grouped(workers))
+    ordered, grouped = _reused(memo, ORDERED, workers, lambda: _grouped(workers))
     categories = prepared.categories
     diffusion = "image" in categories
     fractions: dict[str | None, float] = {"*": 0.0}
@@ -442,4 +449,4 @@ def _fraction_inputs(
     """The calculator's worker inputs, reused while the same workers are passed (no manual selection)."""
     if not calculator.inputs_depend_on_workers_only:
         return calculator.inputs(workers)
-    return _reused(memo, ("fraction_inputs", gpu_type), workers, lambda: calculator.inputs(workers))
+    return _reused(memo, FRACTION_INPUTS.of(gpu_type), workers, lambda: calculator.inputs(workers))

@@ -22,6 +22,7 @@ from scheduler_core.cycle import CycleState, DecisionInputs
 from scheduler_core.estimate import RamClaimRule
 from scheduler_core.events import Action, Level, list_message
 from scheduler_core.framework import Clears
+from scheduler_core.memo import SlotKey
 from scheduler_core.outcomes import FailureTally, StageOutcome
 from scheduler_core.precise.facts import PreciseFacts, facts_of
 from scheduler_core.precise.facts import prepare as prepare_facts
@@ -115,6 +116,9 @@ def _attach(inputs: _Inputs, worker: WorkerView, outcome: _Outcome) -> _WorkerRe
     return _WorkerResult(candidates, outcome.miss, outcome.gpus)
 
 
+#: The per-rank budgets by GPU size and layout, and the verdicts by GPU set and layout.
+BUDGETS, VERDICTS = SlotKey("precise_budget"), SlotKey("precise_verdict")
+
 _RULE = Rule("precise_single_worker", _evaluate, _attach, reads_reported=True)
 
 
@@ -179,8 +183,8 @@ def verdicts_of(selection: Selection, facts: PreciseFacts) -> Verdicts:
     GPU set (totals, platform, usable memory) and tp/pp is decided once, each budget (GPU size
     and tp/pp) computed once (with a memo, also across decisions for the same facts)."""
     runner = selection.runner
-    budgets = runner.memoized("precise_budget", facts, partial(budget_of, facts))
-    return runner.memoized("precise_verdict", facts, partial(verdict_of, facts, budgets))
+    budgets = runner.memoized(BUDGETS, facts, partial(budget_of, facts))
+    return runner.memoized(VERDICTS, facts, partial(verdict_of, facts, budgets))
 
 
 def _record(selection: Selection, facts: PreciseFacts, best: tuple[Miss, int, WorkerView] | None) -> None:

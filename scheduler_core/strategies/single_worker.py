@@ -24,6 +24,7 @@ from scheduler_core.cluster import balanced_groups, ram_not_enough
 from scheduler_core.estimate import RamClaimRule
 from scheduler_core.events import Action, Level, list_message
 from scheduler_core.framework import Clears
+from scheduler_core.memo import SlotKey
 from scheduler_core.outcomes import FailureTally, StageOutcome
 from scheduler_core.reasons import MORE_CAPACITY, Reason
 from scheduler_core.selection import Selection, effective_vram
@@ -138,6 +139,10 @@ def _candidate(inputs: _Inputs, worker: WorkerView, outcome: _WorkerOutcome) -> 
 _RULE = Rule("single_worker_multi_gpu", _best_group, _candidate, reads_reported=False)
 
 
+#: The workers of a GPU type with two GPUs or more (the only ones the stage considers).
+SEVERAL_GPUS = SlotKey("several_gpus")
+
+
 class SingleWorkerMultiGpu(GpustackStage):
     """Auto placement on several GPUs of one worker; at most one candidate per worker."""
 
@@ -168,7 +173,7 @@ class SingleWorkerMultiGpu(GpustackStage):
                 selection.tp_rule,
                 selection.ram_rule,
             )
-            several = selection.runner.subset(("several_gpus", gpu_type), workers, _several_gpus)
+            several = selection.runner.subset(SEVERAL_GPUS.of(gpu_type), workers, _several_gpus)
             ran = selection.runner.run(_RULE, inputs, gpu_type, several)
             workers_run = [worker for worker, _ in ran]
             outcomes = [outcome for _, outcome in ran]

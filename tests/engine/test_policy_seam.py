@@ -34,7 +34,8 @@ from scheduler_core.wake import ANY_GPU, GpuFloor, WakeQuery, union_of
 
 CORE = Path(scheduler_core.__file__).resolve().parent
 #: The modules that run any policy: they must name none.
-GENERIC = ("framework", "selection", "decision", "messages", "cycle", "wake", "_render", "caching")
+GENERIC = ("framework", "selection", "decision", "messages", "cycle", "wake", "_render", "caching", "memo",
+           "outcomes", "validation", "hooks")
 
 
 def _imports(path: Path) -> set[str]:
