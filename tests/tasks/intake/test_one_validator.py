@@ -7,6 +7,7 @@ refuse it with the same text.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -29,10 +30,8 @@ DEPTH = 64
 
 
 def _nested(levels: int) -> Any:
-    value: Any = 1
-    for _ in range(levels):
-        value = [value]
-    return value
+    """``1`` inside ``levels`` lists."""
+    return functools.reduce(lambda inner, _: [inner], range(levels), 1)
 
 
 def test_the_field_rule_names_the_top_level_or_the_models_field() -> None:
