@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from scheduler_core._units import byte_to_gib
 from scheduler_core.events import list_message
-
-if TYPE_CHECKING:
-    from scheduler_core.selection import Selection
+from scheduler_core.selection import Selection, effective_vram
 
 #: GPUStack's state-message header for an instance that could not be placed
 #: (``scheduler/scheduler.py: _schedule_one``).
@@ -38,7 +34,8 @@ def default_message(selection: Selection) -> str:
     if highest != 0 and not selection.is_diffusion:
         lines.append(
             f"With --mem-fraction-static={highest}, all GPUs combined need to provide at least "
-            f"{byte_to_gib(int(selection.vram_claim / highest))} GiB of total VRAM and each GPU "
+            f"{byte_to_gib(int(effective_vram(selection.vram_claim, highest, False)))} GiB of total VRAM "
+            "and each GPU "
             f"needs {int(highest * 100)}% of allocatable VRAM."
         )
     return list_message(lines)

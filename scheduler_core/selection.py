@@ -108,10 +108,6 @@ class Selection:
         """The fraction of this type, 0 when unknown (diffusion never has one)."""
         return self.mfs_by_type.get(gpu_type) or 0.0
 
-    def effective_vram(self, gpu_type: str | None) -> float:
-        """GPUStack's ``_cal_effective_vram``: the claim divided by the fraction (LLMs)."""
-        return effective_vram(self.vram_claim, self.fraction(gpu_type), self.is_diffusion)
-
     def vram_claims(
         self,
         worker: WorkerView,

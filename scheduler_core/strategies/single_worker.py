@@ -273,7 +273,7 @@ def _record_failure(selection: Selection, gpu_type: str | None) -> Reason:
 def _capacity_message(selection: Selection, gpu_type: str | None) -> str:
     tracker = selection.log.multi_gpu
     if selection.is_diffusion:
-        needed = byte_to_gib(int(selection.effective_vram(gpu_type)))
+        needed = byte_to_gib(int(effective_vram(selection.vram_claim, selection.fraction(gpu_type), True)))
         return (
             f"SGLang Diffusion requires each GPU to provide {needed} GiB of allocatable VRAM "
             "when running in parallel."
