@@ -19,15 +19,12 @@ from scheduler_core.gpu_ids import parse_gpu_id, selected_worker_names
 from scheduler_core.mem_fraction import ManualSelection
 from scheduler_core.model_config import ModelParameters
 from scheduler_core.params import BackendParameters, ParameterError
+from scheduler_core.sglang_args import DP_NAMES, PP_NAMES, TP_NAMES
 
 #: Env switch that lets a manual selection differ from the world size.
 SKIP_GPU_COUNT_CHECK_ENV = "GPUSTACK_SKIP_GPU_COUNT_CHECK"
 _TRUTHY_ENV = frozenset({"1", "true", "yes", "on"})
 
-#: SGLang's spellings of the parallel sizes (``server_args.py``), shared by both policies.
-TP_NAMES = ("tp-size", "tensor-parallel-size")
-PP_NAMES = ("pp-size", "pipeline-parallel-size")
-DP_NAMES = ("dp-size", "data-parallel-size")
 _PARAMS_FIELD = "model.backend_parameters"
 #: GPUStack's prefix for an error of the selector's constructor (``scheduler.py: find_candidate``).
 INIT_CONTEXT = "Failed to initialize SGLang candidates selector"

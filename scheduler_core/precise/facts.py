@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler_core._schemas import ScheduleRequest
-from scheduler_core.arguments import DP_NAMES, PP_NAMES, TP_NAMES
 from scheduler_core.cycle import CycleState, DecisionInputs
 from scheduler_core.errors import RequestError
 from scheduler_core.estimate import ModelFacts, vram_claim_override
@@ -40,6 +39,7 @@ from scheduler_core.precise.weights import (
     stage_layers,
 )
 from scheduler_core.selection import Selection
+from scheduler_core.sglang_args import DP_NAMES, PP_NAMES, TP_NAMES
 
 _DEEPSEEK_V4 = ("DeepseekV4ForCausalLM", "DeepseekV4ForCausalLMNextN", "DeepseekV4ForCausalLMDSpark")
 

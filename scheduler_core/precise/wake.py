@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from scheduler_core._schemas import ModelSpec, Worker
-from scheduler_core.arguments import DP_NAMES, PP_NAMES, TP_NAMES
 from scheduler_core.params import BackendParameters
 from scheduler_core.precise.settings import PreciseSettings
+from scheduler_core.sglang_args import DP_NAMES, PP_NAMES, TP_NAMES
 from scheduler_core.wake import ANY_GPU, GpuFloor, WakeQuery
 
 #: The fullest rank holds at least this fraction's inverse of an even split (16-bit runs of a
