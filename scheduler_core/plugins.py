@@ -58,7 +58,7 @@ def register_policy(policy: Policy) -> Chain:
         raise ValueError(f"policy {policy.name!r} or its strategies {clash} are registered already")
     POLICIES[policy.name] = policy
     STRATEGIES_BY_NAME.update((s.name, s) for s in policy.strategies)
-    SCORERS_BY_NAME[policy.scorer.name] = policy.scorer
+    SCORERS_BY_NAME.setdefault(policy.scorer.name, policy.scorer)
     _schemas.POLICIES.append(policy.name)
     chain = CHAINS_BY_POLICY[policy.name] = Chain(DEFAULT_FILTERS, policy.strategies, scorer=policy.scorer)
     return chain
@@ -72,7 +72,9 @@ def unregister_policy(name: str) -> None:
     for strategy in policy.strategies:
         if not any(strategy in other.strategies for other in POLICIES.values()):
             STRATEGIES_BY_NAME.pop(strategy.name, None)
-    SCORERS_BY_NAME.pop(policy.scorer.name, None)
+    scorer = policy.scorer
+    if SCORERS_BY_NAME.get(scorer.name) is scorer and not any(p.scorer is scorer for p in POLICIES.values()):
+        del SCORERS_BY_NAME[scorer.name]
     _schemas.POLICIES.remove(name)
     CHAINS_BY_POLICY.pop(name, None)
 

@@ -26,7 +26,14 @@ from scheduler_core.events import Action, Level
 from scheduler_core.framework import Clears, Policy
 from scheduler_core.messages import default_message
 from scheduler_core.outcomes import FailureTally, StageOutcome
-from scheduler_core.plugins import DEFAULT_CHAIN, register_policy, unregister_policy
+from scheduler_core.plugins import (
+    DEFAULT_CHAIN,
+    POLICIES,
+    SCORERS_BY_NAME,
+    STRATEGIES_BY_NAME,
+    register_policy,
+    unregister_policy,
+)
 from scheduler_core.reasons import MORE_CAPACITY, Reason
 from scheduler_core.scoring import GpustackScorer
 from scheduler_core.selection import Selection
@@ -125,12 +132,15 @@ TOY = Policy("toy", (_ToyStage("toy_two_gpus", 2), _ToyStage("toy_one_gpu", 1)),
 
 @pytest.fixture
 def toy() -> Iterator[None]:
+    before = (dict(STRATEGIES_BY_NAME), dict(SCORERS_BY_NAME), list(POLICIES))
     register_policy(TOY)
     BUILT.clear()
     try:
         yield
     finally:
         unregister_policy("toy")
+        # the registry is as it was: the built-in policies keep their plugins
+        assert (dict(STRATEGIES_BY_NAME), dict(SCORERS_BY_NAME), list(POLICIES)) == before
 
 
 def test_an_unregistered_policy_is_rejected_naming_the_field() -> None:
