@@ -299,11 +299,12 @@ def failures_out(failures: Sequence[ReasonFailures]) -> list[FailureOut] | None:
     if not failures:
         return None
     return [
-        FailureOut(
+        _construct(
+            FailureOut,
             stage=failure.stage,
             reason=failure.reason.value,
             workers=failure.workers,
-            examples=[WorkerRefOut(id=worker_id, name=name) for worker_id, name in failure.examples],
+            examples=[_construct(WorkerRefOut, id=worker_id, name=name) for worker_id, name in failure.examples],
         )
         for failure in failures
     ]

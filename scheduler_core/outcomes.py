@@ -13,9 +13,9 @@ GPUStack's message texts stay in the decision log the stages record into
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import islice
 
 from scheduler_core.candidates import Candidate
 from scheduler_core.reasons import Reason
@@ -52,25 +52,37 @@ class StageOutcome:
 
 @dataclass(slots=True)
 class FailureTally:
-    """One stage's failures while it runs (a worker counted once per reason)."""
+    """One stage's failures while it runs (a worker counted once per reason).
+
+    Workers are only appended while the stage runs (thousands on a large cluster, at C
+    speed); the counts and examples are made once, by :meth:`outcome`.
+    """
 
     stage: str
-    _by_reason: dict[Reason, dict[int, str]] = field(default_factory=dict)
+    _by_reason: dict[Reason, list[WorkerView]] = field(default_factory=dict)
 
     def add(self, reason: Reason, worker: WorkerView) -> None:
         """Count ``worker`` as failed for ``reason`` (again: no change)."""
-        self._by_reason.setdefault(reason, {})[worker.id] = worker.name
+        self._by_reason.setdefault(reason, []).append(worker)
 
     def add_all(self, reason: Reason, workers: Iterable[WorkerView]) -> None:
         """Count every worker of ``workers`` as failed for ``reason``."""
-        seen = self._by_reason.setdefault(reason, {})
-        for worker in workers:
-            seen[worker.id] = worker.name
+        self._by_reason.setdefault(reason, []).extend(workers)
 
     def outcome(self, candidates: Sequence[Candidate]) -> StageOutcome:
         """The stage's outcome: ``candidates`` and the tallied failures."""
-        failures = tuple(
-            ReasonFailures(self.stage, reason, len(seen), tuple(islice(seen.items(), MAX_EXAMPLES)))
-            for reason, seen in self._by_reason.items()
-        )
+        failures = tuple(_failures(self.stage, reason, found) for reason, found in self._by_reason.items())
         return StageOutcome(candidates, failures)
+
+
+_WORKER_ID = operator.attrgetter("id")
+
+
+def _failures(stage: str, reason: Reason, workers: list[WorkerView]) -> ReasonFailures:
+    """The distinct workers' count and the first :data:`MAX_EXAMPLES` of them."""
+    examples: dict[int, str] = {}
+    for worker in workers:
+        examples.setdefault(worker.id, worker.name)
+        if len(examples) == MAX_EXAMPLES:
+            break
+    return ReasonFailures(stage, reason, len(set(map(_WORKER_ID, workers))), tuple(examples.items()))

@@ -110,6 +110,7 @@ class SingleWorkerSingleGpu(GpustackStage):
         if selection.gpu_count is not None and selection.gpu_count > 1:
             return tally.outcome(())
         candidates: list[Candidate] = []
+        failed: list[WorkerView] = []
         events = selection.log.events
         for gpu_type, workers in selection.workers_by_type.items():
             inputs = _Inputs(
@@ -123,6 +124,8 @@ class SingleWorkerSingleGpu(GpustackStage):
             for worker, outcome in selection.runner.run(_RULE, inputs, gpu_type, workers):
                 if outcome.message is not None:
                     events.add(Level.INFO, Action.AUTO_SINGLE_GPU, outcome.message, Reason.INSUFFICIENT_VRAM)
-                    tally.add(Reason.INSUFFICIENT_VRAM, worker)
+                    failed.append(worker)
                 candidates.extend(outcome.candidates)
+        if failed:
+            tally.add_all(Reason.INSUFFICIENT_VRAM, failed)
         return tally.outcome(candidates)

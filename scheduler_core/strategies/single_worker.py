@@ -175,20 +175,26 @@ class SingleWorkerMultiGpu(GpustackStage):
             )
             several = selection.runner.subset(SEVERAL_GPUS.of(gpu_type), workers, _several_gpus)
             ran = selection.runner.run(_RULE, inputs, gpu_type, several)
-            workers_run = [worker for worker, _ in ran]
             outcomes = [outcome for _, outcome in ran]
             found = [outcome.candidate for outcome in outcomes]
             candidates += [candidate for candidate in found if candidate is not None]
-            _track_failures(selection, gpu_type, outcomes, found, _Failed(tally, workers_run))
+            _track_failures(selection, gpu_type, outcomes, found, _Failed(tally, ran))
         return tally.outcome(candidates)
 
 
 @dataclass(frozen=True, slots=True)
 class _Failed:
-    """Where the walk tallies a failing worker: the stage's tally and the workers in order."""
+    """Where the walk tallies a failing worker: the stage's tally and the run, in worker order."""
 
     tally: FailureTally
-    workers: list[WorkerView]
+    ran: list[tuple[WorkerView, _WorkerCandidate]]
+
+    def add(self, reason: Reason, positions: list[int]) -> None:
+        """Tally the workers at ``positions`` of the run (at C speed: thousands may fail)."""
+        self.tally.add_all(reason, map(_WORKER, map(self.ran.__getitem__, positions)))
+
+
+_WORKER = operator.itemgetter(0)
 
 
 def _several_gpus(worker: WorkerView) -> bool:
@@ -253,7 +259,7 @@ def _track_failures(
                 recorded = state
                 reason = _record_failure(selection, gpu_type)
             last = bisect_left(failing, end, first)
-            failed.tally.add_all(reason, (failed.workers[i] for i in failing[first:last]))
+            failed.add(reason, failing[first:last])
 
 
 def _record_failure(selection: Selection, gpu_type: str | None) -> Reason:
