@@ -304,7 +304,7 @@ def failures_out(failures: Sequence[ReasonFailures]) -> list[FailureOut] | None:
             stage=failure.stage,
             reason=failure.reason.value,
             workers=failure.workers,
-            examples=[_construct(WorkerRefOut, id=worker_id, name=name) for worker_id, name in failure.examples],
+            examples=[_construct(WorkerRefOut, id=ref_id, name=name) for ref_id, name in failure.examples],
         )
         for failure in failures
     ]
