@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools" / "sglang-o
 
 from workload import DEFAULT_ARRIVALS, DEFAULT_SEEDS, GIB, MIB, Deployment, cluster, trace
 
-from scheduler_core import PreciseSettings, schedule
+from scheduler_core import PolicySettings, PreciseSettings, schedule
 from scheduler_core.params import BackendParameters
 from scheduler_core.plugins import PRECISE_CHAIN
 
@@ -418,7 +418,8 @@ def replay(
     policy, sharing = RUNS[label]
     chain = None
     if margin:
-        chain = dataclasses.replace(PRECISE_CHAIN, settings=PreciseSettings(admission_margin=margin))
+        settings = PolicySettings.of(PreciseSettings(admission_margin=margin))
+        chain = dataclasses.replace(PRECISE_CHAIN, settings=settings)
     workers = cluster(seed)
     deployments = trace(seed, arrivals)
     gpus = _gpus(workers)

@@ -7,9 +7,10 @@ Public API::
     plan = tune({"explicit_args": {...}, "platform": {...}, "pipeline": {...}})
 
 Besides the two entry points, the names a service built on the core needs:
-the wire models, the chain, its plugins by name and the precise policy's settings, the reason codes and the
-wake rules they imply, the claims arithmetic the ledger shares with the core,
-the GPU-id parser and the request-id rule.
+the wire models, the chain, its plugins by name and the policies' settings
+(keyed by type), the reason codes and the wake rules they imply (with the
+strategies' wake floors), the claims arithmetic the ledger shares with the
+core, the GPU-id parser and the request-id rule.
 """
 
 from __future__ import annotations
@@ -30,24 +31,27 @@ from scheduler_core._schemas import (
 )
 from scheduler_core.accounting import gpu_capacity, instance_claims, occupied_workers
 from scheduler_core.arguments import evaluated_gpus_per_replica
-from scheduler_core.caching import SnapshotMemo
-from scheduler_core.decision import EMPTY_KEY, UNHASHABLE_REQUEST_ID, canonical_json, request_id_for, schedule
+from scheduler_core.cycle import PolicySettings
+from scheduler_core.decision import UNHASHABLE_REQUEST_ID, canonical_json, request_id_for, schedule
 from scheduler_core.diffusion import TuneRequest, TuneResult, tune
+from scheduler_core.errors import RequestError
 from scheduler_core.framework import Chain
 from scheduler_core.gpu_ids import GpuId, parse_gpu_id, selected_worker_names
+from scheduler_core.hooks import chain_wake_table, deciding, wake_floor, worker_admits
 from scheduler_core.limits import encodable, render_text, render_value
-from scheduler_core.plugins import (
-    DEFAULT_CHAIN,
-    FILTERS_BY_NAME,
-    STRATEGIES_BY_NAME,
-    chain_of,
-    chain_wake_table,
-    free_bytes_floor,
-    free_share_floor,
-    worker_admits,
-)
+from scheduler_core.memo import SnapshotMemo
+from scheduler_core.plugins import DEFAULT_CHAIN, FILTERS_BY_NAME, STRATEGIES_BY_NAME, chain_of
 from scheduler_core.precise.settings import PreciseSettings
 from scheduler_core.reasons import MORE_CAPACITY, ClusterChange, Reason
+from scheduler_core.validation import (
+    EMPTY_KEY,
+    Problem,
+    dotted_field,
+    first_problem,
+    parse_request,
+    request_field,
+)
+from scheduler_core.wake import GpuFloor
 
 __all__ = [
     "DEFAULT_CHAIN",
@@ -64,12 +68,16 @@ __all__ = [
     "EstimateOut",
     "EventOut",
     "Gpu",
+    "GpuFloor",
     "GpuId",
     "LaunchOut",
     "ModelInstance",
     "ModelSpec",
+    "PolicySettings",
     "PreciseSettings",
+    "Problem",
     "Reason",
+    "RequestError",
     "ScheduleRequest",
     "ScheduleResult",
     "SnapshotMemo",
@@ -79,19 +87,23 @@ __all__ = [
     "canonical_json",
     "chain_of",
     "chain_wake_table",
+    "deciding",
+    "dotted_field",
     "encodable",
     "evaluated_gpus_per_replica",
-    "free_bytes_floor",
-    "free_share_floor",
+    "first_problem",
     "gpu_capacity",
     "instance_claims",
     "occupied_workers",
     "parse_gpu_id",
+    "parse_request",
     "render_text",
     "render_value",
+    "request_field",
     "request_id_for",
     "schedule",
     "selected_worker_names",
     "tune",
+    "wake_floor",
     "worker_admits",
 ]

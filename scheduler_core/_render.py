@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from itertools import compress, repeat
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from scheduler_core._schemas import (
     CandidateOut,
@@ -21,9 +21,11 @@ from scheduler_core._schemas import (
     ErrorOut,
     EstimateOut,
     EventOut,
+    FailureOut,
     LaunchOut,
     ScheduleResult,
     SubordinateOut,
+    WorkerRefOut,
 )
 from scheduler_core.arguments import INIT_CONTEXT
 from scheduler_core.candidates import Candidate, Claim, Subordinate
@@ -40,6 +42,7 @@ from scheduler_core.messages import (
     NO_SUITABLE_WORKERS,
     UNKNOWN_WEIGHT_SIZE,
 )
+from scheduler_core.outcomes import ReasonFailures
 from scheduler_core.params import flatten_to_argv
 from scheduler_core.reasons import Reason
 from scheduler_core.selection import Selection
@@ -184,14 +187,6 @@ def rejected(request_id: str, code: str, message: str, field: str | None) -> Sch
     )
 
 
-def validation_rejection(request_id: str, error: ValidationError) -> ScheduleResult:
-    """A request that does not parse, with pydantic's first error and its location."""
-    first = error.errors(include_url=False)[0]
-    field = ".".join(str(part) for part in first["loc"]) or "request"
-    message = str(first["msg"]).removeprefix("Value error, ")
-    return rejected(request_id, "invalid_request", message, field)
-
-
 def argument_rejection(
     error: RequestError, request_id: str, filter_messages: Sequence[str]
 ) -> ScheduleResult:
@@ -295,7 +290,24 @@ def decision(
         warnings=warnings,
         estimate=estimate_out(selection, facts),
         launch=launch,
+        failures=failures_out(outcome.failures),
     )
+
+
+def failures_out(failures: Sequence[ReasonFailures]) -> list[FailureOut] | None:
+    """The stages' failures per reason (None when there are none: the field is left out)."""
+    if not failures:
+        return None
+    return [
+        _construct(
+            FailureOut,
+            stage=failure.stage,
+            reason=failure.reason.value,
+            workers=failure.workers,
+            examples=[_construct(WorkerRefOut, id=ref_id, name=name) for ref_id, name in failure.examples],
+        )
+        for failure in failures
+    ]
 
 
 #: Event action of gpusched's warnings about the estimate (not a GPUStack action).
@@ -337,11 +349,12 @@ def with_diffusion_plan(
     return result.model_copy(update={"launch": launch, "events": events})
 
 
-def with_policy(result: ScheduleResult, policy: str) -> ScheduleResult:
-    """The result as decided under ``policy``; for a scheduled one, the estimate's fraction
-    is the chosen candidate's own (``policy: precise`` has no fraction per GPU type)."""
+def with_policy(result: ScheduleResult, policy: str, candidate_fraction: bool) -> ScheduleResult:
+    """The result as decided under ``policy``; with ``candidate_fraction``, the estimate's
+    fraction is the chosen candidate's own (a policy with no fraction per GPU type, such as
+    ``precise``), none for an unscheduled result."""
     update: dict[str, Any] = {"policy": policy}
-    if result.estimate is not None:
+    if candidate_fraction and result.estimate is not None:
         fractions: dict[str, float] = {}
         if result.selected is not None:
             chosen = result.candidates[result.selected]

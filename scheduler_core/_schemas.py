@@ -51,8 +51,9 @@ MODEL_CATEGORIES = frozenset(
     {"llm", "embedding", "image", "reranker", "speech_to_text", "text_to_speech", "unknown"}
 )
 
-#: Scheduling policies this build implements (``gpustack`` is the default).
-POLICIES = ("gpustack", "precise")
+#: Scheduling policies this build implements (``gpustack`` is the default), in the order the
+#: registry registered them (:func:`scheduler_core.plugins.register_policy`).
+POLICIES: list[str] = []
 
 
 #: Largest byte count or id accepted (a signed 64-bit integer): GPUStack stores them in
@@ -559,6 +560,25 @@ class ErrorOut(_Out):
     field: Annotated[str, AfterValidator(render_text)] | None = None
 
 
+class WorkerRefOut(_Out):
+    """A worker named in a failure: its id and name."""
+
+    id: int
+    name: str
+
+
+class FailureOut(_Out):
+    """The workers one strategy could not use, for one reason (``describe``'s "why not worker 7").
+
+    ``workers`` counts distinct workers; ``examples`` are the first few the stage met.
+    """
+
+    stage: str
+    reason: str
+    workers: int
+    examples: list[WorkerRefOut]
+
+
 class ScheduleResult(_Out):
     """The scheduling decision (Contract 1)."""
 
@@ -580,4 +600,7 @@ class ScheduleResult(_Out):
     warnings: list[str] = Field(default_factory=list)
     estimate: EstimateOut | None = None
     launch: LaunchOut | None = None
+    #: Per strategy that ran and reason, the workers it failed (additive: left out of the JSON
+    #: when no stage failed a worker, so every result without one reads as before).
+    failures: list[FailureOut] | None = Field(default=None, exclude_if=_is_none)
     error: ErrorOut | None = None

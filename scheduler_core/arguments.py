@@ -19,14 +19,12 @@ from scheduler_core.gpu_ids import parse_gpu_id, selected_worker_names
 from scheduler_core.mem_fraction import ManualSelection
 from scheduler_core.model_config import ModelParameters
 from scheduler_core.params import BackendParameters, ParameterError
+from scheduler_core.sglang_args import DP_NAMES, PP_NAMES, TP_NAMES
 
 #: Env switch that lets a manual selection differ from the world size.
 SKIP_GPU_COUNT_CHECK_ENV = "GPUSTACK_SKIP_GPU_COUNT_CHECK"
 _TRUTHY_ENV = frozenset({"1", "true", "yes", "on"})
 
-_TP = ("tp-size", "tensor-parallel-size")
-_PP = ("pp-size", "pipeline-parallel-size")
-_DP = ("dp-size", "data-parallel-size")
 _PARAMS_FIELD = "model.backend_parameters"
 #: GPUStack's prefix for an error of the selector's constructor (``scheduler.py: find_candidate``).
 INIT_CONTEXT = "Failed to initialize SGLang candidates selector"
@@ -65,9 +63,9 @@ def _positive(value: int | None, flag: str) -> int | None:
 MAX_FLAG_VALUE = 1 << 20
 #: The integer flags placement reads.
 _SIZE_FLAGS = (
-    *_TP,
-    *_PP,
-    *_DP,
+    *TP_NAMES,
+    *PP_NAMES,
+    *DP_NAMES,
     "nnodes",
     "num-gpus",
     "chunked-prefill-size",
@@ -90,9 +88,9 @@ def _check_sizes(params: BackendParameters) -> None:
 
 def world_size(params: BackendParameters) -> tuple[int | None, list[str]]:
     """``tp × pp × dp`` from the flags (dp ignored under ``--enable-dp-attention``)."""
-    tp = _positive(params.find_int(_TP), _TP[0])
-    pp = _positive(params.find_int(_PP), _PP[0])
-    dp = _positive(params.find_int(_DP), _DP[0])
+    tp = _positive(params.find_int(TP_NAMES), TP_NAMES[0])
+    pp = _positive(params.find_int(PP_NAMES), PP_NAMES[0])
+    dp = _positive(params.find_int(DP_NAMES), DP_NAMES[0])
     if params.find_bool(["enable-dp-attention"]):
         dp = None  # DP attention reuses the TP group's GPUs
     size, strategies = 1, []
@@ -120,9 +118,9 @@ def evaluated_gpus_per_replica(model: ModelSpec) -> int | None:
     if _skip_gpu_count_check(model):
         return share
     params = BackendParameters(model.backend_parameters)
-    sizes = [params.find_int(_TP), params.find_int(_PP)]
+    sizes = [params.find_int(TP_NAMES), params.find_int(PP_NAMES)]
     if not params.find_bool(["enable-dp-attention"]):
-        sizes.append(params.find_int(_DP))
+        sizes.append(params.find_int(DP_NAMES))
     chosen = [size for size in sizes if size]  # GPUStack multiplies the truthy ones
     world = math.prod(chosen) if chosen else 0
     if world > 0:
@@ -280,10 +278,10 @@ def validate_arguments(plan: Plan, model_params: ModelParameters) -> float:
         RequestError: the flags contradict each other or the model.
     """
     params = plan.params
-    tp = params.find_int(_TP) or 1
+    tp = params.find_int(TP_NAMES) or 1
     _check_heads(tp, model_params)
-    pp = params.find_int(_PP) or 1
-    dp = params.find_int(_DP) or 1
+    pp = params.find_int(PP_NAMES) or 1
+    dp = params.find_int(DP_NAMES) or 1
     mixed_chunk = _mixed_chunk(params)
     nnodes = _nnodes(params)
     if (tp * pp) % nnodes != 0:

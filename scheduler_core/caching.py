@@ -1,4 +1,5 @@
-"""Reuse of work within and across decisions: the only module that knows about it.
+"""Reuse of work within and across decisions: the runner (with :mod:`scheduler_core.memo`,
+the only modules that know about it).
 
 The rules (filters, strategies, the fraction calculator, scoring) are pure and
 cache-free. Three things here make them cheap to run over large clusters, and
@@ -17,14 +18,9 @@ none changes a result (property tests compare decisions with and without):
   :meth:`StageRunner.memoized` hands out one per decision, shared by every
   strategy, and with a memo across decisions while its signature (every other
   input of the function) is equal.
-* :class:`SnapshotMemo` is what a long-lived decider (the service's worker
-  process) keeps across ``schedule()`` calls: validated worker views, orderings
-  and groupings derived from a worker list, per-worker values (allocatable
-  memory, spread loads) and per-worker stage outcomes, each valid only while
-  the objects it was computed from are the same objects; values per item of a
-  worker (a candidate's spread score, :meth:`SnapshotMemo.item_values`),
-  dropped when their worker's instances change; which items of a growing list
-  already passed a check (:meth:`SnapshotMemo.first_failure`).
+* :class:`~scheduler_core.memo.SnapshotMemo` (:mod:`scheduler_core.memo`) is
+  what a long-lived decider keeps across ``schedule()`` calls; this module
+  is the runner that uses it.
 
 Nomad's ``FeasibilityWrapper`` is the model: the checker stays small, the
 wrapper alone decides when its answer can be reused.
@@ -32,15 +28,12 @@ wrapper alone decides when its answer can be reused.
 
 from __future__ import annotations
 
-import operator
-from collections import Counter
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from itertools import filterfalse
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
-from scheduler_core._schemas import ModelInstance
-from scheduler_core.accounting import Allocatable, occupied_workers
-from scheduler_core.cluster import ClusterState, InstanceIndex, index_instances
+from scheduler_core.accounting import Allocatable
+from scheduler_core.cluster import ClusterState
+from scheduler_core.memo import LastRun, Memoized, SlotKey, SnapshotMemo, StageOutcomes, same_objects
 from scheduler_core.workers import Gpu, WorkerView
 
 _T = TypeVar("_T")
@@ -85,439 +78,6 @@ class WorkerRule(Protocol[_I, _O, _P_co]):
         ...
 
 
-def _extends(longer: Sequence[object], prefix: Sequence[object]) -> bool:
-    """True when ``longer`` starts with the very objects of ``prefix``, in order."""
-    return len(longer) >= len(prefix) and all(map(operator.is_, prefix, longer))
-
-
-def same_objects(first: Sequence[object], second: Sequence[object]) -> bool:
-    """True when both sequences hold the very same objects in the same order."""
-    return len(first) == len(second) and all(map(operator.is_, first, second))
-
-
-class StageOutcomes:
-    """One rule's per-worker outcomes for one set of inputs and GPU type.
-
-    ``entries`` maps a worker id to ``(worker copy, generation, outcome)``; an
-    outcome is valid while the copy is the same object and the worker's
-    generation in :attr:`SnapshotMemo.generations` is unchanged.
-    """
-
-    __slots__ = ("entries", "last")
-
-    def __init__(self) -> None:
-        self.entries: dict[int, _StageEntry] = {}
-        #: The last full run: the workers it ran over, their results and the memo's journal mark.
-        self.last: LastRun | None = None
-
-
-class LastRun:
-    """One run of a rule over a worker sequence, kept so that the next run over the same
-    workers only evaluates the workers whose instances changed since (the journal)."""
-
-    __slots__ = ("mark", "positions", "results", "workers")
-
-    def __init__(
-        self,
-        workers: Sequence[WorkerView],
-        results: list[tuple[WorkerView, object]],
-        mark: tuple[int, int],
-        positions: dict[int, int] | None = None,
-    ) -> None:
-        self.workers = workers
-        self.results = results
-        self.mark = mark
-        #: Each worker's position (None: a worker id listed twice, so no patching).
-        self.positions = positions if positions is not None else _positions(workers)
-
-
-def _positions(workers: Sequence[WorkerView]) -> dict[int, int] | None:
-    positions = {worker.id: position for position, worker in enumerate(workers)}
-    return positions if len(positions) == len(workers) else None
-
-
-_MODEL_ID = operator.attrgetter("model_id")
-
-
-class Memoized(Generic[_K, _V]):
-    """``compute(argument)``, evaluated at most once per argument while this object lives.
-
-    ``compute`` must be a pure function of ``signature`` (whatever else it reads,
-    fixed when the object is made) and of its argument. Two objects are equal (and
-    hash alike) when their signatures are: that lets a rule carry one in its
-    hashable inputs without changing what the inputs mean. Not thread-safe.
-    """
-
-    __slots__ = ("_compute", "_hash", "_values", "signature")
-
-    #: Values kept at most; beyond it the table starts over.
-    LIMIT = 4096
-
-    def __init__(self, signature: Hashable, compute: Callable[[_K], _V]) -> None:
-        self.signature = signature
-        self._compute = compute
-        self._values: dict[_K, _V] = {}
-        self._hash = hash(signature)
-
-    def __call__(self, argument: _K) -> _V:
-        """The value for ``argument`` (computed on first use)."""
-        values = self._values
-        if argument in values:
-            return values[argument]
-        value = self._compute(argument)
-        if len(values) >= self.LIMIT:
-            values.clear()
-        values[argument] = value
-        return value
-
-    def __eq__(self, other: object) -> bool:
-        return self is other or (isinstance(other, Memoized) and self.signature == other.signature)
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __repr__(self) -> str:
-        return f"Memoized({self.signature!r})"
-
-
-class _Kept:
-    """Values computed from workers' states, for :meth:`SnapshotMemo.worker_values` and
-    :meth:`SnapshotMemo.item_values`: each value belongs to one worker and is dropped when
-    that worker's generation changes (the journal); all are dropped when the worker views do.
-
-    ``values`` is keyed by worker id, or by an item's identity (then ``items`` keeps the
-    item alive, so its id stays its own, and ``by_worker`` lists each worker's keys).
-    """
-
-    __slots__ = ("by_worker", "items", "mark", "values", "views")
-
-    def __init__(self, views: Sequence[WorkerView], mark: tuple[int, int]) -> None:
-        self.values: dict[int, object] = {}
-        self.items: dict[int, object] = {}
-        self.by_worker: dict[int, list[int]] = {}
-        self.views = tuple(views)
-        self.mark = mark
-
-    def clear(self) -> None:
-        self.values.clear()
-        self.items.clear()
-        self.by_worker.clear()
-
-    def drop(self, worker_id: int) -> None:
-        """Forget what belongs to the worker."""
-        self.values.pop(worker_id, None)
-        for key in self.by_worker.pop(worker_id, ()):
-            self.values.pop(key, None)
-            self.items.pop(key, None)
-
-
-class SnapshotMemo:
-    """State remembered *across* decisions on a slowly changing cluster.
-
-    Holds three kinds of entries, each reused only while the objects it was
-    computed from are the very same objects (the memo keeps references, so
-    identities cannot be recycled):
-
-    * per-worker values (allocatable resources per GPU type, spread counts),
-      valid while the worker view is the same object and no instance bound to
-      the worker changed: each new instance list is compared with the previous
-      one, and every worker an added or removed instance occupies gets a new
-      *generation*;
-    * values derived from a whole worker list (validated views, GPU-type
-      grouping, fraction inputs), valid while the list holds the same objects
-      in the same order;
-    * per-worker rule outcomes, keyed by the rule, its inputs and the GPU type,
-      valid while the worker copy is the same object and the worker's
-      generation is unchanged;
-    * :class:`Memoized` functions by name and signature (valid for as long as
-      the signature is equal: they read nothing else).
-
-    Not thread-safe: one per thread.
-    """
-
-    __slots__ = (
-        "_derived", "_entries", "_era", "_functions", "_ids", "_index", "_instances", "_journal", "_kept",
-        "_models", "_passed", "_stages", "_views", "generations",
-    )
-
-    #: Entries kept at most per kind; beyond it that kind starts over (workers come and go).
-    LIMIT = 200_000
-    #: Stage tables kept at most (one per rule, distinct inputs and GPU type).
-    STAGE_TABLES = 512
-    #: Memoized functions kept at most (each holds up to :attr:`Memoized.LIMIT` values).
-    FUNCTIONS = 32
-    #: Generation changes the journal holds before it starts over.
-    JOURNAL = 100_000
-    #: Tables of values per worker or per item kept at most (the least recently used goes).
-    KEPT_TABLES = 8
-
-    def __init__(self) -> None:
-        self._entries: dict[int, _MemoEntry] = {}
-        self._instances: tuple[ModelInstance, ...] = ()
-        #: The index of :attr:`_instances` and their identities (None: not kept).
-        self._index: InstanceIndex | None = None
-        self._ids: set[int] | None = set()
-        #: Instances of :attr:`_instances` per model id.
-        self._models: Counter[int | None] = Counter()
-        self._derived: dict[object, tuple[tuple[object, ...], object]] = {}
-        self._stages: dict[tuple[object, ...], StageOutcomes] = {}
-        #: Views of worker rows by row identity (the row is kept, so its id stays its own).
-        self._views: dict[int, tuple[object, WorkerView]] = {}
-        self._functions: dict[tuple[str, Hashable], Memoized[Any, Any]] = {}
-        #: Per check, the last sequence every item of which passed it (see :meth:`first_failure`).
-        self._passed: dict[str, tuple[object, ...]] = {}
-        #: Per worker id, how many times its bound instances changed (absent: never).
-        self.generations: dict[int, int] = {}
-        #: The worker ids whose generation changed, in order; ``_era`` counts the times it
-        #: started over (every generation forgotten, or the journal grown past its limit).
-        self._journal: list[int] = []
-        self._era = 0
-        #: Tables of :meth:`worker_values` and :meth:`item_values`, least recently used first.
-        self._kept: dict[Hashable, _Kept] = {}
-
-    def track_instances(self, instances: tuple[ModelInstance, ...]) -> InstanceIndex | None:
-        """Give every worker whose bound instances changed a new generation; return the
-        instances' :func:`~scheduler_core.cluster.index_instances`.
-
-        Compares ``instances`` with the list of the previous call by identity
-        (per-worker values do not depend on instance order). When the new list
-        is the previous one with instances appended (a booking), only those are
-        indexed and compared; otherwise the index is built again.
-        """
-        previous, self._instances = self._instances, instances
-        if previous is instances:
-            return self._index
-        if self._index is not None and self._ids is not None and _extends(instances, previous):
-            added = instances[len(previous) :]
-            if self._note_added(added):
-                index_instances(added, self._index)
-                self._models.update(map(_MODEL_ID, added))
-                return self._index
-        self._index = index_instances(instances)
-        self._models = Counter(map(_MODEL_ID, instances))
-        self._rediff(previous, instances)
-        return self._index
-
-    def running_models(self) -> Mapping[int | None, int]:
-        """Instances per model id among the instances of the last :meth:`track_instances`."""
-        return self._models
-
-    def _note_added(self, added: tuple[ModelInstance, ...]) -> bool:
-        """Bump the generations of the workers ``added`` occupies; False for an object listed twice."""
-        ids = self._ids
-        assert ids is not None
-        touched: set[int] = set()
-        for instance in added:
-            if id(instance) in ids:
-                return False
-            ids.add(id(instance))
-            touched.update(occupied_workers(instance))
-        self._bump(touched)
-        return True
-
-    def _rediff(self, previous: tuple[ModelInstance, ...], instances: tuple[ModelInstance, ...]) -> None:
-        before = {id(instance) for instance in previous}
-        after = {id(instance) for instance in instances}
-        if len(before) != len(previous) or len(after) != len(instances):
-            self._ids = None
-            self._forget_workers()  # an instance object listed twice: no cheap diff
-            return
-        self._ids = after
-        touched: set[int] = set()
-        for instance in previous:
-            if id(instance) not in after:
-                touched.update(occupied_workers(instance))
-        for instance in instances:
-            if id(instance) not in before:
-                touched.update(occupied_workers(instance))
-        self._bump(touched)
-
-    def _bump(self, worker_ids: Iterable[int]) -> None:
-        """A new generation for each worker, noted in the journal."""
-        generations, journal = self.generations, self._journal
-        for worker_id in worker_ids:
-            generations[worker_id] = generations.get(worker_id, 0) + 1
-            journal.append(worker_id)
-        if len(journal) > self.JOURNAL:
-            journal.clear()
-            self._era += 1
-
-    def _forget_workers(self) -> None:
-        self._entries.clear()
-        self._stages.clear()
-        self._kept.clear()
-        self.generations.clear()
-        self._journal.clear()
-        self._era += 1
-
-    def journal_mark(self) -> tuple[int, int]:
-        """Where the journal stands now (for :meth:`changed_since`)."""
-        return self._era, len(self._journal)
-
-    def changed_since(self, mark: tuple[int, int]) -> Sequence[int] | None:
-        """The ids of the workers whose generation changed since ``mark`` (repeats possible),
-        None when that is no longer known (the journal started over)."""
-        era, position = mark
-        if era != self._era:
-            return None
-        return self._journal[position:]
-
-    def get(self, worker_id: int, key: object, view: WorkerView) -> object | None:
-        """A per-worker value while ``view`` and the worker's generation are unchanged, else None."""
-        entry = self._entries.get(worker_id)
-        if entry is None or entry[0] is not view or entry[1] != self.generations.get(worker_id, 0):
-            return None
-        return entry[2].get(key)
-
-    def put(self, worker_id: int, key: object, view: WorkerView, value: object) -> None:
-        """Remember a per-worker value for this exact view and the current generation."""
-        generation = self.generations.get(worker_id, 0)
-        entry = self._entries.get(worker_id)
-        if entry is None or entry[0] is not view or entry[1] != generation:
-            if len(self._entries) >= self.LIMIT:
-                self._entries.clear()
-            entry = self._entries[worker_id] = (view, generation, {})
-        entry[2][key] = value
-
-    def worker_values(
-        self,
-        slot: Hashable,
-        views: Sequence[WorkerView],
-        worker_ids: Sequence[int],
-        compute: Callable[[int], _T],
-    ) -> dict[int, _T]:
-        """``compute(worker_id)`` for each of ``worker_ids``, kept across decisions.
-
-        ``compute`` must be a pure function of the worker's view (in ``views``) and of
-        the instances bound to it; ``slot`` names it. A value is computed again after
-        the worker's instances change, every value after ``views`` does.
-        """
-        table = self._kept_table(("workers", slot), views)
-        values = table.values
-        for worker_id in filterfalse(values.__contains__, worker_ids):
-            values[worker_id] = compute(worker_id)
-        return dict(zip(worker_ids, map(values.__getitem__, worker_ids), strict=True))  # type: ignore[arg-type]
-
-    def item_values(
-        self,
-        slot: Hashable,
-        views: Sequence[WorkerView],
-        items: Sequence[_T],
-        worker_of: Callable[[_T], int],
-        compute: Callable[[Sequence[_T]], list[_V]],
-    ) -> list[_V]:
-        """``compute(items)``, with the value of every item seen before (the very same object)
-        taken from earlier decisions and ``compute`` run on the others only.
-
-        ``compute`` must give each item's value (never None) as a pure function of the
-        item, of the view and bound instances of the worker ``worker_of(item)``, and of
-        constants ``slot`` names; whatever other items it is given with.
-        """
-        table = self._kept_table(("items", slot), views)
-        values = table.values
-        found: list[Any] = list(map(values.get, map(id, items)))
-        if None not in found:
-            return found
-        missing = [position for position, value in enumerate(found) if value is None]
-        if len(values) + len(missing) > self.LIMIT:
-            table.clear()
-        fresh = [items[position] for position in missing]
-        for position, item, value in zip(missing, fresh, compute(fresh), strict=True):
-            found[position] = value
-            key = id(item)
-            values[key] = value
-            table.items[key] = item
-            table.by_worker.setdefault(worker_of(item), []).append(key)
-        return found
-
-    def _kept_table(self, slot: Hashable, views: Sequence[WorkerView]) -> _Kept:
-        """The table of ``slot``, with what changed since its last use dropped."""
-        kept = self._kept
-        table = kept.pop(slot, None)
-        if table is None:
-            table = _Kept(views, self.journal_mark())
-        elif not same_objects(table.views, views):
-            table.clear()
-            table.views = tuple(views)
-        else:
-            changed = self.changed_since(table.mark)
-            if changed is None:
-                table.clear()
-            else:
-                for worker_id in set(changed):
-                    table.drop(worker_id)
-        table.mark = self.journal_mark()
-        if len(kept) >= self.KEPT_TABLES:
-            del kept[next(iter(kept))]
-        kept[slot] = table  # the most recently used last
-        return table
-
-    def view_of(self, row: _R, build: Callable[[_R], WorkerView]) -> WorkerView:
-        """``build(row)``, kept while the (frozen) row is the same object: a worker row
-        that did not change keeps its view when the worker list around it changes."""
-        entry = self._views.get(id(row))
-        if entry is not None and entry[0] is row:
-            return entry[1]
-        view = build(row)
-        if len(self._views) >= self.LIMIT:
-            self._views.clear()
-        self._views[id(row)] = (row, view)
-        return view
-
-    def derived(self, slot: object, items: Sequence[object], compute: Callable[[], _T]) -> _T:
-        """``compute()``, reused while ``items`` holds the same objects as when it ran.
-
-        ``slot`` names what is derived; ``compute`` must be a pure function of
-        ``items`` and of constants the slot name captures. Exceptions propagate
-        and nothing is remembered.
-        """
-        entry = self._derived.get(slot)
-        if entry is not None and same_objects(entry[0], items):
-            return entry[1]  # type: ignore[return-value]
-        value = compute()
-        if len(self._derived) >= 64:  # a handful of slots in use; stale ones go
-            self._derived.clear()
-        self._derived[slot] = (tuple(items), value)
-        return value
-
-    def first_failure(self, check: str, items: Sequence[_T], passes: Callable[[_T], bool]) -> int | None:
-        """The position of the first item that does not ``pass``, None when all do.
-
-        ``passes`` must be a pure function of the (frozen) item, named by ``check``.
-        When ``items`` starts with the very objects of the last sequence that
-        passed entirely (a booking appends an instance), only the items after
-        them are checked.
-        """
-        passed = self._passed.get(check, ())
-        start = len(passed) if passed and _extends(items, passed) else 0
-        for position in range(start, len(items)):
-            if not passes(items[position]):
-                return position
-        if len(self._passed) >= 64:  # a handful of checks in use
-            self._passed.clear()
-        self._passed[check] = tuple(items)
-        return None
-
-    def memoized(self, name: str, signature: Hashable, compute: Callable[[_K], _V]) -> Memoized[_K, _V]:
-        """The remembered :class:`Memoized` of ``name`` for an equal signature, else a new one."""
-        key = (name, signature)
-        found = self._functions.get(key)
-        if found is None:
-            if len(self._functions) >= self.FUNCTIONS:
-                self._functions.clear()
-            found = self._functions[key] = Memoized(signature, compute)
-        return found
-
-    def stage_outcomes(self, key: tuple[object, ...]) -> StageOutcomes:
-        """The per-worker outcome table of one rule (``key``: rule, inputs, GPU type)."""
-        table = self._stages.get(key)
-        if table is None:
-            if len(self._stages) >= self.STAGE_TABLES:
-                self._stages.clear()
-            table = self._stages[key] = StageOutcomes()
-        return table
-
-
 class StageRunner:
     """Maps per-worker rules over workers for one decision, sharing equal evaluations.
 
@@ -534,19 +94,19 @@ class StageRunner:
         self._memo = memo
         self._shared: dict[tuple[str, str | None], tuple[object, dict[object, object]]] = {}
         self._shapes: dict[tuple[int, str | None, bool], tuple[WorkerView, Hashable]] = {}
-        self._functions: dict[tuple[str, Hashable], Memoized[Any, Any]] = {}
+        self._functions: dict[tuple[SlotKey, Hashable], Memoized[Any, Any]] = {}
 
-    def memoized(self, name: str, signature: Hashable, compute: Callable[[_K], _V]) -> Memoized[_K, _V]:
+    def memoized(self, slot: SlotKey, signature: Hashable, compute: Callable[[_K], _V]) -> Memoized[_K, _V]:
         """One :class:`Memoized` per name and signature for this decision (every strategy gets
         the same), taken from the memo when there is one.
 
         ``compute`` must be a pure function of ``signature`` and its argument.
         """
-        key = (name, signature)
+        key = (slot, signature)
         found = self._functions.get(key)
         if found is None:
             memo = self._memo
-            found = Memoized(signature, compute) if memo is None else memo.memoized(name, signature, compute)
+            found = Memoized(signature, compute) if memo is None else memo.memoized(slot, signature, compute)
             self._functions[key] = found
         return found
 
@@ -619,7 +179,7 @@ class StageRunner:
         return results
 
     def subset(
-        self, slot: Hashable, workers: Sequence[WorkerView], keep: Callable[[WorkerView], bool]
+        self, slot: SlotKey, workers: Sequence[WorkerView], keep: Callable[[WorkerView], bool]
     ) -> Sequence[WorkerView]:
         """The workers ``keep`` accepts, in order. With a memo, the same list object while
         ``workers`` holds the same objects (a rule run over it can then be patched).
@@ -629,7 +189,8 @@ class StageRunner:
         memo = self._memo
         if memo is None:
             return [worker for worker in workers if keep(worker)]
-        return memo.derived(("subset", slot), workers, lambda: [worker for worker in workers if keep(worker)])
+        kept = SlotKey("subset", slot)
+        return memo.derived(kept, workers, lambda: [worker for worker in workers if keep(worker)])
 
     def _result(
         self, rule: WorkerRule[_I, _O, _P], inputs: _I, gpu_type: str | None, worker: WorkerView

@@ -4,7 +4,7 @@ Allocatable memory is :mod:`scheduler_core.accounting`'s arithmetic over the
 instances bound to each worker. The view is built once per decision in
 O(instances) and computes each worker's allocatable resources once per GPU
 type. A caching layer (:class:`WorkerValues`, implemented by
-:class:`scheduler_core.caching.SnapshotMemo`) may supply per-worker values
+:class:`scheduler_core.memo.SnapshotMemo`) may supply per-worker values
 remembered from earlier decisions; the view never decides what to reuse.
 """
 

@@ -2,7 +2,8 @@
 
 The orchestrator of a decision, in named phases:
 
-1. **parse** the request (pydantic, wrong types rejected with the field);
+1. **parse** the request (:func:`scheduler_core.validation.parse_request`: its depth rule,
+   then pydantic; wrong types rejected with the field);
 2. **prepare**: worker views, the model's facts and hyperparameters, GPUStack's
    selector constructor and argument checks (:mod:`scheduler_core.arguments`);
 3. **filter** the workers (:mod:`scheduler_core.filters`);
@@ -21,7 +22,6 @@ rejected`` with an error naming the field. Reuse across decisions lives in
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import operator
@@ -29,24 +29,24 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from pydantic import ValidationError
-
 from scheduler_core import _render
 from scheduler_core._schemas import ModelInstance, ModelSpec, ScheduleRequest, ScheduleResult, Worker
 from scheduler_core.arguments import FIND_CONTEXT, Plan, TpRule, build_plan, validate_arguments
-from scheduler_core.caching import SnapshotMemo, StageRunner
+from scheduler_core.caching import StageRunner
 from scheduler_core.cluster import ClusterState, group_workers_by_gpu_type, sort_workers_by_gpu_count
+from scheduler_core.cycle import CycleState, DecisionInputs
 from scheduler_core.diffusion_launch import ExplicitArgs, explicit_diffusion_args
 from scheduler_core.errors import RequestError
 from scheduler_core.estimate import ModelFacts, estimate_vram, is_llm, model_ram_claim, resolve_model_facts
-from scheduler_core.framework import GPUSTACK, PRECISE, Chain, run_filters, run_strategies
-from scheduler_core.limits import MAX_DEPTH, encodable, flat_canonical_json, too_deep
+from scheduler_core.framework import Chain, Policy, run_filters, run_strategies
+from scheduler_core.limits import NOT_UNICODE, encodable, flat_canonical_json, too_deep
 from scheduler_core.mem_fraction import FractionFlags, FractionInputs, MemFractionCalculator
+from scheduler_core.memo import SlotKey, SnapshotMemo
 from scheduler_core.model_config import ModelConfigError, ModelParameters, model_parameters_from_config
 from scheduler_core.model_folder import ModelFolderError
-from scheduler_core.plugins import chain_for, scorer_of
-from scheduler_core.precise.facts import PreciseFacts, precise_facts
+from scheduler_core.plugins import chain_for, policy_of, scorer_of
 from scheduler_core.selection import Selection
+from scheduler_core.validation import parse_request
 from scheduler_core.workers import DuplicateGpu, InvalidText, WorkerView, worker_view
 
 _T = TypeVar("_T")
@@ -56,8 +56,6 @@ MAX_REQUEST_ID = 200
 #: The id of a rejection for a request that has no id and cannot be hashed into one: only a
 #: Python value that contains itself (JSON cannot express one); nesting never prevents a digest.
 UNHASHABLE_REQUEST_ID = "req-unhashable"
-#: Request fields typed all the way down: pydantic names the field of anything deep in them.
-_TYPED_CLUSTER_FIELDS = frozenset({"workers", "model_instances"})
 
 
 def canonical_json(value: Any) -> str:
@@ -90,32 +88,6 @@ def request_id_for(raw: Any) -> str:
     return f"req-{digest}"
 
 
-#: How a field path names an empty key (``{"": ...}``): a path part that is not blank.
-EMPTY_KEY = '""'
-
-
-def deep_field(raw: Mapping[str, Any]) -> str | None:
-    """The field of a request that nests more than :data:`MAX_DEPTH` levels, or None.
-
-    Named as the service names it: the top-level field, or the model's field
-    (``model.env``). ``model.hf_config`` is left to
-    :func:`~scheduler_core.model_config.model_parameters_from_config`, which refuses it
-    with GPUStack's message; ``workers`` and ``model_instances`` are typed, so
-    validation names the field of anything deep in them. Iterative: any depth.
-    """
-    for key, value in raw.items():
-        if key in _TYPED_CLUSTER_FIELDS:
-            continue
-        if key == "model" and isinstance(value, Mapping):
-            inner = next((name for name, item in value.items()
-                          if name != "hf_config" and too_deep(item)), None)
-            if inner is not None:
-                return f"model.{inner or EMPTY_KEY}"
-        elif too_deep(value):
-            return str(key) or EMPTY_KEY
-    return None
-
-
 def schedule(
     request: ScheduleRequest | Mapping[str, Any] | Any,
     *,
@@ -130,48 +102,42 @@ def schedule(
             request's ``policy``, and a chain of another policy lends only its filters,
             candidate cap and settings (:func:`scheduler_core.plugins.chain_for`).
         memo: state reused across calls by a long-lived decider (see
-            :class:`~scheduler_core.caching.SnapshotMemo`); it never changes a result.
+            :class:`~scheduler_core.memo.SnapshotMemo`); it never changes a result.
 
     Returns:
         ``scheduled`` with candidates, ``selected`` and launch arguments;
         ``unschedulable`` with GPUStack's messages when nothing fits now;
         ``rejected`` with an error naming the field for invalid input. Never raises.
+        Changes no interpreter state: a long-lived caller decides inside
+        :func:`scheduler_core.hooks.deciding` (the garbage collector paused).
     """
     try:
         request_id = request_id_for(request)
     except RequestError as error:
         return _render.rejected(UNHASHABLE_REQUEST_ID, error.code, error.message, error.field)
-    collecting = gc.isenabled()
-    gc.disable()  # a decision allocates many short-lived objects; cyclic GC only slows it
-    try:
-        return _schedule(request, request_id, chain, memo)
-    finally:
-        if collecting:
-            gc.enable()
+    return _schedule(request, request_id, chain, memo)
 
 
 def _schedule(
     request: Any, request_id: str, configured: Chain | None, memo: SnapshotMemo | None
 ) -> ScheduleResult:
-    deep = deep_field(request) if isinstance(request, Mapping) else None
-    if deep is not None:
-        message = f"nested more than {MAX_DEPTH} levels deep"
-        return _render.rejected(request_id, "invalid_request", message, deep)
     try:
-        parsed = request if isinstance(request, ScheduleRequest) else ScheduleRequest.model_validate(request)
-    except ValidationError as error:
-        return _render.validation_rejection(request_id, error)
+        parsed = parse_request(request)
+    except RequestError as error:
+        return _render.rejected(request_id, error.code, error.message, error.field)
     chain = chain_for(parsed.policy, configured)
-    if chain.policy == GPUSTACK:
-        return _decided(parsed, request_id, chain, memo)
-    return _render.with_policy(_decided(parsed, request_id, chain, memo), chain.policy)
+    policy = policy_of(chain)
+    result = _decided(parsed, request_id, chain, policy, memo)
+    if policy.name == result.policy and not policy.candidate_fraction:
+        return result
+    return _render.with_policy(result, policy.name, policy.candidate_fraction)
 
 
 def _decided(
-    parsed: ScheduleRequest, request_id: str, chain: Chain, memo: SnapshotMemo | None
+    parsed: ScheduleRequest, request_id: str, chain: Chain, policy: Policy, memo: SnapshotMemo | None
 ) -> ScheduleResult:
     try:
-        return _decide(parsed, request_id, chain, memo)
+        return _decide(parsed, request_id, chain, policy, memo)
     except RequestError as error:
         if error.context is not None:
             return _render.argument_rejection(error, request_id, _filter_messages(parsed, chain, memo))
@@ -208,8 +174,14 @@ def _prepare(request: ScheduleRequest, memo: SnapshotMemo | None) -> Prepared:
     return Prepared(views, facts, categories, model_params, plan, user_fraction, diffusion_args)
 
 
+#: What a decision keeps in a memo: the validated views, the ordering and grouping of the
+#: filtered workers, the fraction calculator's inputs per GPU type, the checked instance names.
+VIEWS, ORDERED = SlotKey("views"), SlotKey("ordered")
+FRACTION_INPUTS, INSTANCE_NAMES = SlotKey("fraction_inputs"), SlotKey("instance_names")
+
+
 def _reused(
-    memo: SnapshotMemo | None, slot: object, items: Sequence[object], compute: Callable[[], _T]
+    memo: SnapshotMemo | None, slot: SlotKey, items: Sequence[object], compute: Callable[[], _T]
 ) -> _T:
     return compute() if memo is None else memo.derived(slot, items, compute)
 
@@ -219,7 +191,7 @@ def _views(request: ScheduleRequest, memo: SnapshotMemo | None) -> list[WorkerVi
     workers = request.workers
     if workers is None:
         raise RequestError("workers", "workers are required when no cluster state is held")
-    return _reused(memo, "views", workers, lambda: _validated_views(workers, memo))
+    return _reused(memo, VIEWS, workers, lambda: _validated_views(workers, memo))
 
 
 def _validated_views(workers: Sequence[Worker], memo: SnapshotMemo | None) -> list[WorkerView]:
@@ -259,13 +231,13 @@ def _check_text(request: ScheduleRequest, memo: SnapshotMemo | None) -> None:
     # only the ones appended since the last check are read.
     failed = (
         _first_bad_name(instances) if memo is None
-        else memo.first_failure("instance_names", instances, _name_encodable)
+        else memo.first_failure(INSTANCE_NAMES, instances, _name_encodable)
     )
     if failed is not None:
         raise RequestError(f"model_instances.{failed}.name", _SURROGATE)
 
 
-_SURROGATE = "is not valid Unicode (it holds a lone surrogate)"
+_SURROGATE = NOT_UNICODE
 _INSTANCE_NAME = operator.attrgetter("name")
 
 
@@ -322,10 +294,10 @@ def _filter_messages(request: ScheduleRequest, chain: Chain, memo: SnapshotMemo 
 
 
 def _decide(
-    request: ScheduleRequest, request_id: str, chain: Chain, memo: SnapshotMemo | None
+    request: ScheduleRequest, request_id: str, chain: Chain, policy: Policy, memo: SnapshotMemo | None
 ) -> ScheduleResult:
     prepared = _prepare(request, memo)
-    if chain.policy == PRECISE:
+    if policy.leaves_out_replaced:
         _check_replaces(request)
     if not prepared.views:
         return _render.no_workers(request_id)
@@ -333,8 +305,8 @@ def _decide(
     filtered = run_filters(model, prepared.views, chain.filters)
     if not filtered.workers:
         return _render.blocked(request_id, filtered.messages, filtered.blocked_by)
-    selection = _selection(request, prepared, filtered.workers, memo, chain)
-    outcome = run_strategies(selection, chain.strategies)
+    selection = _selection(request, prepared, filtered.workers, memo, chain, policy)
+    outcome = run_strategies(selection, chain.strategies, policy.headline)
     scorer = scorer_of(chain)
     scores = scorer.score(outcome.candidates, selection)
     chosen = scorer.pick(outcome.candidates, scores)
@@ -360,16 +332,18 @@ def _selection(
     workers: Sequence[WorkerView],
     memo: SnapshotMemo | None,
     chain: Chain,
+    policy: Policy,
 ) -> Selection:
-    """Phase 4's inputs, complete: cluster view, ordering, grouping and the fractions
-    (and, for ``policy: precise``, its facts, without the claim of the instance replaced)."""
+    """Phase 4's inputs, complete: the strategies' own facts (their ``prepare``), cluster view
+    (without the claim of the instance replaced, when the policy honours ``replaces``),
+    ordering, grouping and the fractions."""
     model = request.model
-    precise = _precise(request, prepared, chain)
-    instances = _counted_instances(request, precise is not None)
+    state = _cycle_state(request, prepared, chain)
+    instances = _counted_instances(request, policy.leaves_out_replaced)
     cluster = ClusterState(prepared.views, instances, memo)
     # A memo keeps the ordering and the per-type copies while the filter passes the same
     # views, so the copies keep their identity across decisions (the runner's reuse needs it).
-    ordered, grouped = _reused(memo, "ordered", workers, lambda: _grouped(workers))
+    ordered, grouped = _reused(memo, ORDERED, workers, lambda: _grouped(workers))
     categories = prepared.categories
     diffusion = "image" in categories
     fractions: dict[str | None, float] = {"*": 0.0}
@@ -391,21 +365,17 @@ def _selection(
         ordered=ordered,
         workers_by_type=grouped,
         runner=StageRunner(cluster, memo),
-        precise=precise,
+        state=state,
     )
 
 
-def _precise(request: ScheduleRequest, prepared: Prepared, chain: Chain) -> PreciseFacts | None:
-    if chain.policy != PRECISE:
-        return None
-    return precise_facts(
-        request,
-        prepared.facts,
-        prepared.model_params,
-        prepared.plan.params,
-        prepared.categories,
+def _cycle_state(request: ScheduleRequest, prepared: Prepared, chain: Chain) -> CycleState:
+    """Every strategy's ``prepare`` on the request (raises what they raise)."""
+    inputs = DecisionInputs(
+        request, prepared.facts, prepared.model_params, prepared.plan.params, prepared.categories,
         chain.settings,
     )
+    return chain.prepare(inputs)
 
 
 def _check_replaces(request: ScheduleRequest) -> None:
@@ -423,11 +393,12 @@ def _check_replaces(request: ScheduleRequest) -> None:
     raise RequestError("replaces", f"matches no instance ({' and '.join(n for n in named if n)})")
 
 
-def _counted_instances(request: ScheduleRequest, precise: bool) -> Sequence[ModelInstance]:
-    """The instances whose claims count: all of them, except (precise) the one the request replaces."""
+def _counted_instances(request: ScheduleRequest, leaves_out_replaced: bool) -> Sequence[ModelInstance]:
+    """The instances whose claims count: all of them, except (when the policy honours
+    ``replaces``) the one the request replaces."""
     instances = request.model_instances or ()
     replaced = request.replaces
-    if not precise or replaced is None:
+    if not leaves_out_replaced or replaced is None:
         return instances
     return [instance for instance in instances if not replaced.matches(instance)]
 
@@ -478,4 +449,4 @@ def _fraction_inputs(
     """The calculator's worker inputs, reused while the same workers are passed (no manual selection)."""
     if not calculator.inputs_depend_on_workers_only:
         return calculator.inputs(workers)
-    return _reused(memo, ("fraction_inputs", gpu_type), workers, lambda: calculator.inputs(workers))
+    return _reused(memo, FRACTION_INPUTS.of(gpu_type), workers, lambda: calculator.inputs(workers))

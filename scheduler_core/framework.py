@@ -6,21 +6,31 @@ declares which :class:`ClusterChange` kinds can clear each of its reasons
 (``clears``, kube's ``EventsToRegister``). :func:`wake_table` derives, from a
 chain's plugins, which reasons each kind of change can clear: the table a
 service parks unplaced requests by.
+
+The seam knows no policy. A strategy builds the facts only it reads in its
+``prepare`` step (kube's ``PreFilter`` writing its ``CycleState`` entry,
+:mod:`scheduler_core.cycle`) and answers for its own rejections which freed
+GPUs could place the request (``wake_floor``, kube's ``QueueingHint``,
+:mod:`scheduler_core.wake`). What a policy changes around its strategies (the
+headline message, whether ``replaces`` is honoured, which fraction the
+estimate reports) is data on its :class:`Policy`, found by name in the
+registry (:mod:`scheduler_core.plugins`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from scheduler_core._schemas import ModelSpec
 from scheduler_core.candidates import Candidate
+from scheduler_core.cycle import CycleState, DecisionInputs, PolicySettings
 from scheduler_core.events import Action, Event, Level
-from scheduler_core.messages import default_message
-from scheduler_core.precise.settings import PreciseSettings
+from scheduler_core.outcomes import ReasonFailures, StageOutcome
 from scheduler_core.reasons import ClusterChange, Reason
 from scheduler_core.selection import Selection
+from scheduler_core.wake import GpuFloor, WakeQuery, union_of
 from scheduler_core.workers import WorkerView
 
 #: What a plugin declares: each of its reasons and the changes that can clear it.
@@ -61,12 +71,27 @@ class Strategy(Protocol):
         """Each reason this strategy reports and the changes that can clear it."""
         ...
 
+    def prepare(self, inputs: DecisionInputs, state: CycleState) -> None:
+        """File the facts this strategy reads in ``state`` (once per decision, before any
+        strategy runs; a type another strategy prepared is reused).
+
+        Raises:
+            RequestError: the request is invalid under this strategy's rules.
+        """
+        ...
+
+    def wake_floor(self, query: WakeQuery) -> GpuFloor | None:
+        """The least a freed GPU must offer to be part of one of this strategy's candidates
+        for the parked request (:data:`~scheduler_core.wake.ANY_GPU`: any GPU could);
+        None when the strategy does not run for it."""
+        ...
+
     def skip(self, selection: Selection) -> bool:
         """True when GPUStack's ``should_skip_candidate_func`` skips this stage."""
         ...
 
-    def __call__(self, selection: Selection) -> list[Candidate]:
-        """Candidates on the selection's filtered workers."""
+    def __call__(self, selection: Selection) -> StageOutcome:
+        """Candidates on the selection's filtered workers, and the workers failed per reason."""
         ...
 
 
@@ -84,11 +109,37 @@ class Scorer(Protocol):
         ...
 
 
-#: The precise knobs of a chain that sets none.
-_DEFAULT_SETTINGS = PreciseSettings()
+#: A chain that carries no settings (every policy reads its defaults).
+NO_SETTINGS = PolicySettings()
 
-#: The policies a chain can implement.
-GPUSTACK, PRECISE = "gpustack", "precise"
+#: The policy of a chain whose strategies name no other: GPUStack's (the core's reference).
+GPUSTACK = "gpustack"
+
+#: The first message a decision records (the estimate headline), from its selection.
+Headline = Callable[[Selection], str]
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """A placement policy: its strategies and scorer, and what it changes around them.
+
+    Attributes:
+        name: what requests name in ``policy``.
+        strategies: its stages, in order.
+        scorer: the scorer of a chain that names none.
+        headline: the first message of its decisions.
+        leaves_out_replaced: ``replaces`` must name an instance row, whose claim is not
+            counted (GPUStack counts every instance).
+        candidate_fraction: the result's estimate reports the chosen candidate's fraction
+            (the policy sizes a fraction per candidate, not per GPU type).
+    """
+
+    name: str
+    strategies: tuple[Strategy, ...]
+    scorer: Scorer
+    headline: Headline
+    leaves_out_replaced: bool = False
+    candidate_fraction: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,23 +149,44 @@ class Chain:
     ``max_candidates`` reports at most this many candidates (None: all,
     GPUStack's behaviour); the selected one is always kept, the rest are the
     best-scoring, in selector order. ``scorer`` None means the policy's own
-    (:data:`scheduler_core.plugins.SCORERS_BY_POLICY`). ``settings`` are the
-    precise rules' knobs (GPU sharing, margins). ``policy: gpustack`` parity
-    holds for :data:`scheduler_core.plugins.DEFAULT_CHAIN` only.
+    (:func:`scheduler_core.plugins.scorer_of`). ``settings`` are the policies'
+    knobs, one object per type (``policy: precise``'s GPU sharing, margins).
+    ``policy: gpustack`` parity holds for :data:`scheduler_core.plugins.DEFAULT_CHAIN` only.
     """
 
     filters: tuple[WorkerFilter, ...]
     strategies: tuple[Strategy, ...]
     max_candidates: int | None = None
     scorer: Scorer | None = None
-    settings: PreciseSettings = _DEFAULT_SETTINGS
+    settings: PolicySettings = NO_SETTINGS
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.settings, PolicySettings):  # a bare settings object: say so now
+            raise TypeError(f"Chain.settings must be a PolicySettings, not {type(self.settings).__name__}")
 
     @property
     def policy(self) -> str:
-        """``precise`` when any strategy belongs to that policy, else ``gpustack``."""
-        if any(getattr(strategy, "policy", GPUSTACK) == PRECISE for strategy in self.strategies):
-            return PRECISE
+        """The first policy a strategy names other than :data:`GPUSTACK`, else ``gpustack``."""
+        for strategy in self.strategies:
+            named = getattr(strategy, "policy", GPUSTACK)
+            if named != GPUSTACK:
+                return str(named)
         return GPUSTACK
+
+    def prepare(self, inputs: DecisionInputs) -> CycleState:
+        """Every strategy's ``prepare``, in order: the decision's state (PreFilter).
+
+        Raises:
+            RequestError: a strategy refuses the request.
+        """
+        state = CycleState()
+        for strategy in self.strategies:
+            strategy.prepare(inputs, state)
+        return state
+
+    def wake_floor(self, query: WakeQuery) -> GpuFloor:
+        """The union of the strategies' wake floors for a parked request."""
+        return union_of(strategy.wake_floor(query) for strategy in self.strategies)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,12 +221,14 @@ def passes_filters(model: ModelSpec, worker: WorkerView, filters: Sequence[Worke
 
 @dataclass(frozen=True, slots=True)
 class SelectorOutcome:
-    """Candidates in selector order, GPUStack's messages, the events, the deciding stage."""
+    """Candidates in selector order, GPUStack's messages, the events, the deciding stage,
+    and the failures per reason of every stage that ran (in stage order)."""
 
     candidates: tuple[Candidate, ...]
     messages: tuple[str, ...]
     events: tuple[Event, ...]
     stage: str | None
+    failures: tuple[ReasonFailures, ...] = ()
 
 
 def _set_messages(selection: Selection) -> None:
@@ -164,21 +238,33 @@ def _set_messages(selection: Selection) -> None:
         log.messages.append(log.events.assemble_message())
 
 
-def run_strategies(selection: Selection, strategies: Sequence[Strategy]) -> SelectorOutcome:
-    """Record the default message and run the strategies; the first with candidates wins
+def run_strategies(
+    selection: Selection, strategies: Sequence[Strategy], headline: Headline
+) -> SelectorOutcome:
+    """Record the policy's headline and run the strategies; the first with candidates wins
     (``SGLangResourceFitSelector.select_candidates``)."""
     log = selection.log
-    log.events.add(Level.INFO, Action.DEFAULT, default_message(selection))
+    log.events.add(Level.INFO, Action.DEFAULT, headline(selection))
+    failures: list[ReasonFailures] = []
     for strategy in strategies:
         if strategy.skip(selection):
             continue
-        candidates = strategy(selection)
+        outcome = strategy(selection)
+        candidates = outcome.candidates
+        failures += outcome.failures
         if len(candidates) == 1 and candidates[0].overcommit:
             _set_messages(selection)
         if candidates:
-            return SelectorOutcome(tuple(candidates), tuple(log.messages), log.events.events, strategy.name)
+            return _outcome(selection, candidates, strategy.name, failures)
     _set_messages(selection)
-    return SelectorOutcome((), tuple(log.messages), log.events.events, None)
+    return _outcome(selection, (), None, failures)
+
+
+def _outcome(
+    selection: Selection, candidates: Sequence[Candidate], stage: str | None, failures: list[ReasonFailures]
+) -> SelectorOutcome:
+    log = selection.log
+    return SelectorOutcome(tuple(candidates), tuple(log.messages), log.events.events, stage, tuple(failures))
 
 
 def wake_table(

@@ -23,21 +23,58 @@ _write_string = json.encoder.encode_basestring_ascii
 MAX_DEPTH = 64
 
 
+#: The one text of a value nested too deeply (every door refuses with it).
+TOO_DEEP = f"nests more than {MAX_DEPTH} levels deep"
+#: The one text of a string that cannot be written as UTF-8.
+NOT_UNICODE = "is not valid Unicode (it holds a lone surrogate)"
+#: The same, for a key.
+KEY_NOT_UNICODE = "has a key that is not valid Unicode (it holds a lone surrogate)"
+
+#: A path into a document: keys and list positions from the root.
+Path = tuple[object, ...]
+
+
 def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
     """True when ``value`` nests objects or arrays more than ``limit`` levels (iterative)."""
-    pending: list[tuple[Any, int]] = [(value, 0)]
+    return next(problems(value, limit, unicode=False), None) is not None
+
+
+def problems(value: Any, limit: int = MAX_DEPTH, *, unicode: bool = True) -> Iterator[tuple[Path, str]]:
+    """The one nesting (and Unicode) checker: ``(path, problem)`` of each offending value, in
+    document order, lazily (the first costs only the values before it).
+
+    A container at the root is level 1; ``limit`` levels of containers are allowed, and
+    nothing below an offending container is visited. With ``unicode``, every string and
+    key must be valid Unicode (:func:`encodable`). Iterative: any depth is safe to inspect.
+    """
+    # each entry carries its path as a (parent link, key) chain, made a tuple only when reported
+    pending: list[tuple[Any, int, Any]] = [(value, 0, None)]
     while pending:
-        item, depth = pending.pop()
+        item, depth, link = pending.pop()
+        if isinstance(item, str):
+            if unicode and not encodable(item):
+                yield _path(link), NOT_UNICODE
+            continue
         if isinstance(item, Mapping):
-            children: Any = item.values()
+            children: list[tuple[Any, Any]] = list(item.items())
         elif isinstance(item, list | tuple):
-            children = item
+            children = list(enumerate(item))
         else:
             continue
         if depth >= limit:
-            return True
-        pending.extend((child, depth + 1) for child in children)
-    return False
+            yield _path(link), f"nests more than {limit} levels deep"
+            continue
+        if unicode and any(isinstance(key, str) and not encodable(key) for key, _ in children):
+            yield _path(link), KEY_NOT_UNICODE
+        pending.extend((child, depth + 1, (link, key)) for key, child in reversed(children))
+
+
+def _path(link: Any) -> Path:
+    parts: list[object] = []
+    while link is not None:
+        link, key = link
+        parts.append(key)
+    return tuple(reversed(parts))
 
 
 def encodable(text: str) -> bool:

@@ -15,27 +15,11 @@ from typing import Any
 from scheduler_core._units import byte_to_mib
 from scheduler_core.cluster import ClusterState, sort_gpu_indexes_by_allocatable_rate
 from scheduler_core.params import BackendParameters
+from scheduler_core.sglang_args import DP_NAMES, GPUSTACK_TIERS, PP_NAMES, TP_NAMES
 from scheduler_core.workers import WorkerView
 
 #: Fraction SGLang falls back to when the GPU memory is unknown (server_args).
 FALLBACK_FRACTION = 0.88
-
-#: Memory tiers, MiB upper bounds (exclusive) → (chunked_prefill_size,
-#: cuda_graph_max_bs for tp < 4, for tp >= 4). ``npu`` rows only match on Ascend.
-#: Source: SGLang server_args at 037c3982, as ported by GPUStack.
-_TIERS: tuple[tuple[float, bool, int, int, int], ...] = (
-    (20 * 1024, False, 2048, 8, 8),  # T4, 4080
-    (32 * 1024, True, 32768, 16, 64),  # Atlas A2B4 (NPU only)
-    (35 * 1024, False, 2048, 24, 80),  # A10, 4090, 5090
-    (60 * 1024, False, 4096, 32, 160),  # A100 40GB, L40
-    (64 * 1024, True, 32768, 64, 128),  # Atlas A2 / A3 (NPU only)
-    (90 * 1024, False, 8192, 256, 512),  # H100, A100 80GB
-    (160 * 1024, False, 8192, 256, 512),  # H20, H200
-)
-#: Defaults above the last tier (B200, MI300).
-_TOP_TIER = (16384, 512, 512)
-#: Defaults when the GPU memory is unknown (0).
-_UNKNOWN_MEMORY_DEFAULTS = (4096, 160)
 
 #: Reserve constants (MiB), SGLang 037c3982.
 _BASE_RESERVE = 512  # constant metadata (attention backend)
@@ -75,27 +59,15 @@ class FractionFlags:
             cuda_graph_max_bs=params.find_int(["cuda-graph-max-bs"]),
             enable_dp_attention=params.find_bool(["enable-dp-attention"]),
             speculative_algorithm=params.find(["speculative-algorithm"]),
-            tp_size=params.find_int(["tp-size", "tensor-parallel-size"]) or 1,
-            pp_size=params.find_int(["pp-size", "pipeline-parallel-size"]) or 1,
-            dp_size=params.find_int(["dp-size", "data-parallel-size"]) or 1,
+            tp_size=params.find_int(TP_NAMES) or 1,
+            pp_size=params.find_int(PP_NAMES) or 1,
+            dp_size=params.find_int(DP_NAMES) or 1,
             piecewise_cuda_graph=piecewise,
             # read only when the piecewise flag has a value, as upstream
             piecewise_cuda_graph_max_tokens=(
                 params.find_int(["piecewise-cuda-graph-max-tokens"]) if piecewise else None
             ),
         )
-
-
-def _tier_defaults(gpu_mem: float, is_npu: bool, max_tp: int) -> tuple[int, int]:
-    """Step 1: ``(chunked_prefill_size, cuda_graph_max_bs)`` defaults for this GPU size."""
-    if not gpu_mem:
-        return _UNKNOWN_MEMORY_DEFAULTS
-    for upper, npu_only, chunk, bs_small_tp, bs_large_tp in _TIERS:
-        if npu_only and not is_npu:
-            continue
-        if gpu_mem < upper:
-            return chunk, bs_small_tp if max_tp < 4 else bs_large_tp
-    return _TOP_TIER[0], _TOP_TIER[1] if max_tp < 4 else _TOP_TIER[2]
 
 
 def _reserved_mib(
@@ -147,7 +119,7 @@ def port_fraction(
 
     User-set ``--chunked-prefill-size``/``--cuda-graph-max-bs`` replace the tier defaults.
     """
-    tier_chunk, tier_bs = _tier_defaults(gpu_mem, is_npu, max_tp)
+    tier_chunk, tier_bs = GPUSTACK_TIERS.defaults(gpu_mem, is_npu, max_tp)
     chunk = tier_chunk if flags.chunked_prefill_size is None else flags.chunked_prefill_size
     graph_bs = tier_bs if flags.cuda_graph_max_bs is None else flags.cuda_graph_max_bs
     reserved = _reserved_mib(flags, gpu_mem, chunk, graph_bs, max_tp, max_pp)

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from scheduler_core._units import byte_to_gib
 from scheduler_core.events import list_message
-
-if TYPE_CHECKING:
-    from scheduler_core.selection import Selection
+from scheduler_core.selection import Selection, effective_vram
 
 #: GPUStack's state-message header for an instance that could not be placed
 #: (``scheduler/scheduler.py: _schedule_one``).
@@ -28,10 +24,8 @@ UNKNOWN_WEIGHT_SIZE = (
 
 
 def default_message(selection: Selection) -> str:
-    """The estimate headline GPUStack records first (``select_candidates``);
-    ``policy: precise`` states its own requirement instead."""
-    if selection.precise is not None:
-        return _precise_headline(selection)
+    """The estimate headline GPUStack records first (``select_candidates``; each other
+    policy states its own, :attr:`scheduler_core.framework.Policy.headline`)."""
     head = f"The model requires approximately {byte_to_gib(selection.vram_claim)} GiB of VRAM"
     if selection.ram_claim > 0:
         head += f" and {byte_to_gib(selection.ram_claim)} GiB of RAM"
@@ -40,23 +34,8 @@ def default_message(selection: Selection) -> str:
     if highest != 0 and not selection.is_diffusion:
         lines.append(
             f"With --mem-fraction-static={highest}, all GPUs combined need to provide at least "
-            f"{byte_to_gib(int(selection.vram_claim / highest))} GiB of total VRAM and each GPU "
+            f"{byte_to_gib(int(effective_vram(selection.vram_claim, highest, False)))} GiB of total VRAM "
+            "and each GPU "
             f"needs {int(highest * 100)}% of allocatable VRAM."
-        )
-    return list_message(lines)
-
-
-def _precise_headline(selection: Selection) -> str:
-    facts = selection.precise
-    assert facts is not None
-    weights = "unknown weights (counted as 0)" if not facts.weight_known else (
-        f"{byte_to_gib(facts.weight_bytes)} GiB of weights"
-    )
-    lines = [f"The model has {weights}; every data-parallel replica holds a full copy."]
-    cell = facts.cell_bytes(1, 1)
-    if cell is not None:
-        lines.append(
-            f"Each rank's pool must also hold a KV floor of {facts.floor_tokens:,} tokens "
-            f"({round(cell / 1024, 2)} KiB per token without tensor parallelism)."
         )
     return list_message(lines)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from scheduler_core.limits import MAX_DEPTH, too_deep
+from scheduler_core.limits import TOO_DEEP, too_deep
 
 __all__ = ["ModelConfigError", "ModelParameters", "model_parameters_from_config"]
 
@@ -267,7 +267,7 @@ def model_parameters_from_config(
     if not isinstance(config, Mapping):
         raise ModelConfigError(_CONFIG_FIELD, f"expected an object, got {_excerpt(config)}")
     if too_deep(config):
-        raise ModelConfigError(_CONFIG_FIELD, f"nested more than {MAX_DEPTH} levels deep")
+        raise ModelConfigError(_CONFIG_FIELD, TOO_DEEP)
     root = _Section(config, _CONFIG_FIELD)
     text = _text_section(root)
     heads = _num_attention_heads(root, text)

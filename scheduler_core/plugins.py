@@ -1,35 +1,27 @@
-"""The plugins a chain can name, GPUStack's default chain, and the wake rules it implies."""
+"""The registry: the policies and plugins a chain can name, GPUStack's default chain, and the
+wake rules a chain implies.
+
+The one module that knows every policy: a new policy is its own package plus one
+:func:`register_policy` call (here for the built-in ones; a test may register its own).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from scheduler_core._schemas import ModelSpec, ScheduleResult, Worker
+from scheduler_core import _schemas
+from scheduler_core.cycle import PolicySettings
 from scheduler_core.filters import ClusterFilter, GpuSelectorFilter, LabelFilter, StatusFilter
 from scheduler_core.framework import (
     GPUSTACK,
-    PRECISE,
     Chain,
+    Policy,
     Scorer,
     Strategy,
     WorkerFilter,
-    passes_filters,
-    wake_table,
 )
-from scheduler_core.precise.multi_worker import PreciseMultiWorker
-from scheduler_core.precise.scoring import PreciseScorer
-from scheduler_core.precise.settings import PreciseSettings
-from scheduler_core.precise.single_worker import PreciseSingleWorker
-from scheduler_core.precise.wake import least_gpu_bytes
-from scheduler_core.reasons import ClusterChange, Reason
-from scheduler_core.scoring import GpustackScorer
-from scheduler_core.strategies import (
-    ManualGpuSelection,
-    MultiWorkerMultiGpu,
-    SingleWorkerMultiGpu,
-    SingleWorkerSingleGpu,
-)
-from scheduler_core.workers import worker_view
+from scheduler_core.precise.policy import PRECISE_POLICY
+from scheduler_core.strategies.policy import GPUSTACK_POLICY
 
 #: GPUStack's worker filters, in its order (``scheduler/scheduler.py: find_candidate``).
 DEFAULT_FILTERS: tuple[WorkerFilter, ...] = (
@@ -40,37 +32,66 @@ DEFAULT_FILTERS: tuple[WorkerFilter, ...] = (
 )
 
 #: GPUStack's order: manual → 1 GPU → 1 worker with N GPUs → N workers.
-DEFAULT_STRATEGIES: tuple[Strategy, ...] = (
-    ManualGpuSelection(),
-    SingleWorkerSingleGpu(),
-    SingleWorkerMultiGpu(),
-    MultiWorkerMultiGpu(),
-)
+DEFAULT_STRATEGIES: tuple[Strategy, ...] = GPUSTACK_POLICY.strategies
 
-#: ``policy: precise``: GPUStack's manual stage (the user chose the GPUs), then one worker
-#: with sliding-window GPU sets, then several partly used workers.
-PRECISE_STRATEGIES: tuple[Strategy, ...] = (
-    DEFAULT_STRATEGIES[0],
-    PreciseSingleWorker(),
-    PreciseMultiWorker(),
-)
-
-GPUSTACK_SCORER: Scorer = GpustackScorer()
-PRECISE_SCORER: Scorer = PreciseScorer()
-
+#: The policies requests may name, by name (see :func:`register_policy`).
+POLICIES: dict[str, Policy] = {}
+#: Each policy's own chain: GPUStack's filters, the policy's strategies and scorer.
+CHAINS_BY_POLICY: dict[str, Chain] = {}
 #: Plugins by name, for deployments that compose their own chain.
 FILTERS_BY_NAME: Mapping[str, WorkerFilter] = {f.name: f for f in DEFAULT_FILTERS}
-STRATEGIES_BY_NAME: Mapping[str, Strategy] = {s.name: s for s in DEFAULT_STRATEGIES + PRECISE_STRATEGIES}
-SCORERS_BY_NAME: Mapping[str, Scorer] = {s.name: s for s in (GPUSTACK_SCORER, PRECISE_SCORER)}
-#: The scorer a chain without one uses, by its policy.
-SCORERS_BY_POLICY: Mapping[str, Scorer] = {GPUSTACK: GPUSTACK_SCORER, PRECISE: PRECISE_SCORER}
+STRATEGIES_BY_NAME: dict[str, Strategy] = {}
+SCORERS_BY_NAME: dict[str, Scorer] = {}
+
+
+def register_policy(policy: Policy) -> Chain:
+    """Make ``policy`` one requests may name, with its strategies and scorer by name.
+
+    Returns:
+        The policy's own chain (GPUStack's filters, its strategies and scorer).
+
+    Raises:
+        ValueError: a policy of that name, or a plugin of one of its names, is registered.
+    """
+    clash = [s.name for s in policy.strategies if STRATEGIES_BY_NAME.get(s.name, s) is not s]
+    if policy.name in POLICIES or clash:
+        raise ValueError(f"policy {policy.name!r} or its strategies {clash} are registered already")
+    POLICIES[policy.name] = policy
+    STRATEGIES_BY_NAME.update((s.name, s) for s in policy.strategies)
+    SCORERS_BY_NAME.setdefault(policy.scorer.name, policy.scorer)
+    _schemas.POLICIES.append(policy.name)
+    chain = CHAINS_BY_POLICY[policy.name] = Chain(DEFAULT_FILTERS, policy.strategies, scorer=policy.scorer)
+    return chain
+
+
+def unregister_policy(name: str) -> None:
+    """Forget the policy ``name`` and its plugins (a test's own; idempotent)."""
+    policy = POLICIES.pop(name, None)
+    if policy is None:
+        return
+    for strategy in policy.strategies:
+        if not any(strategy in other.strategies for other in POLICIES.values()):
+            STRATEGIES_BY_NAME.pop(strategy.name, None)
+    scorer = policy.scorer
+    if SCORERS_BY_NAME.get(scorer.name) is scorer and not any(p.scorer is scorer for p in POLICIES.values()):
+        del SCORERS_BY_NAME[scorer.name]
+    _schemas.POLICIES.remove(name)
+    CHAINS_BY_POLICY.pop(name, None)
+
 
 #: GPUStack's chain.
 DEFAULT_CHAIN = Chain(filters=DEFAULT_FILTERS, strategies=DEFAULT_STRATEGIES)
+register_policy(GPUSTACK_POLICY)
+CHAINS_BY_POLICY[GPUSTACK] = DEFAULT_CHAIN  # its scorer is the policy's: None
 #: The precise chain (without GPU sharing unless a request asks for it).
-PRECISE_CHAIN = Chain(filters=DEFAULT_FILTERS, strategies=PRECISE_STRATEGIES, scorer=PRECISE_SCORER)
-#: Each policy's own chain.
-CHAINS_BY_POLICY: Mapping[str, Chain] = {GPUSTACK: DEFAULT_CHAIN, PRECISE: PRECISE_CHAIN}
+PRECISE_CHAIN = register_policy(PRECISE_POLICY)
+#: ``policy: precise``'s stages.
+PRECISE_STRATEGIES: tuple[Strategy, ...] = PRECISE_POLICY.strategies
+
+
+def policy_of(chain: Chain) -> Policy:
+    """The registered policy ``chain`` implements."""
+    return POLICIES[chain.policy]
 
 
 def chain_for(policy: str, configured: Chain | None = None) -> Chain:
@@ -92,7 +113,7 @@ def chain_for(policy: str, configured: Chain | None = None) -> Chain:
 
 def scorer_of(chain: Chain) -> Scorer:
     """The chain's scorer, or its policy's."""
-    return chain.scorer or SCORERS_BY_POLICY[chain.policy]
+    return chain.scorer or policy_of(chain).scorer
 
 
 def chain_of(
@@ -100,7 +121,7 @@ def chain_of(
     strategies: Sequence[str],
     max_candidates: int | None = None,
     scorer: str | None = None,
-    settings: PreciseSettings | None = None,
+    settings: PolicySettings | None = None,
 ) -> Chain:
     """A chain of the named plugins, in the given order (scorer None: the policy's).
 
@@ -112,55 +133,5 @@ def chain_of(
         strategies=tuple(STRATEGIES_BY_NAME[name] for name in strategies),
         max_candidates=max_candidates,
         scorer=None if scorer is None else SCORERS_BY_NAME[scorer],
-        settings=settings or PreciseSettings(),
+        settings=settings or PolicySettings(),
     )
-
-
-def chain_wake_table(chain: Chain = DEFAULT_CHAIN) -> dict[ClusterChange, frozenset[Reason]]:
-    """Which reasons each kind of cluster change can clear, for ``chain``'s plugins
-    (see :func:`scheduler_core.framework.wake_table`)."""
-    return wake_table(chain.filters, chain.strategies)
-
-
-def worker_admits(model: ModelSpec, worker: Worker, chain: Chain = DEFAULT_CHAIN) -> bool:
-    """Whether ``worker`` alone passes ``chain``'s filters for ``model``."""
-    return passes_filters(model, worker_view(worker), chain.filters)
-
-
-def free_share_floor(model: ModelSpec, result: ScheduleResult) -> dict[str, float] | None:
-    """Per GPU type, the allocatable share (allocatable / total) below which a GPU can be
-    part of no candidate of this decision's model; None when the rules give no such floor.
-
-    Under ``policy: gpustack`` every automatic strategy (single GPU, one worker's GPUs,
-    several workers) leaves out a GPU whose allocatable share is below the fraction of its
-    type (``sglang_resource_fit_selector.py``: the ``allocatable / total < mem_fraction_static``
-    checks), and the fraction of a type depends on the workers' GPUs only, never on what
-    instances hold. So freeing claims can unblock the model only on a GPU that reaches its
-    type's floor afterwards. Types missing from the floor (none computed: a diffusion
-    model, GPUs of a type the cluster did not have) have no floor; callers treat them as
-    "could fit".
-
-    None for a rejected or filter-blocked result (no estimate), a manual GPU selection
-    (its stage overcommits instead of skipping), and ``policy: precise`` (its own fit).
-    """
-    estimate = result.estimate
-    if result.policy != GPUSTACK or estimate is None or result.status == "rejected":
-        return None
-    if model.gpu_selector is not None and model.gpu_selector.gpu_ids:
-        return None
-    return {gpu_type: fraction for gpu_type, fraction in estimate.mem_fraction_static.items() if fraction > 0}
-
-
-def free_bytes_floor(
-    model: ModelSpec, result: ScheduleResult, chain: Chain, workers: Sequence[Worker]
-) -> int | None:
-    """The allocatable bytes below which a GPU can be part of no candidate of this decision's
-    model, for policies whose rules give one; None otherwise (callers treat it as "could fit").
-
-    ``policy: precise``: :func:`scheduler_core.precise.wake.least_gpu_bytes` with the
-    chain's precise settings, the workers the decision saw bounding an automatic tp/pp.
-    ``policy: gpustack`` speaks in shares instead (:func:`free_share_floor`).
-    """
-    if result.policy == PRECISE:
-        return least_gpu_bytes(model, result, chain.settings, workers)
-    return None

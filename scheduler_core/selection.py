@@ -2,7 +2,8 @@
 
 :class:`Selection` is the decision's ``CycleState``: the model's facts, the
 claims, the fraction per GPU type, the GPU count, the manual selection, the
-cluster view and the filtered workers grouped by GPU type. It is built whole
+cluster view and the filtered workers grouped by GPU type, and the facts each
+policy's strategies prepared for themselves (``state``). It is built whole
 by the orchestrator and never changes. :class:`DecisionLog` is the one
 mutable part: the events and GPUStack messages the strategies record, and
 the "largest multi-GPU group" GPUStack remembers across workers for its text.
@@ -18,11 +19,11 @@ from scheduler_core.arguments import TpRule
 from scheduler_core.caching import StageRunner
 from scheduler_core.candidates import Claim
 from scheduler_core.cluster import ClusterState
+from scheduler_core.cycle import CycleState
 from scheduler_core.estimate import RamClaimRule
 from scheduler_core.events import EventCollector
 from scheduler_core.mem_fraction import ManualSelection
 from scheduler_core.model_config import ModelParameters
-from scheduler_core.precise.facts import PreciseFacts
 from scheduler_core.workers import WorkerView
 
 
@@ -62,7 +63,7 @@ class Selection:
         ordered: the filtered workers, sorted by GPU count (most first, stable).
         workers_by_type: ``ordered`` grouped by GPU type (copies holding that type's GPUs).
         runner: maps per-worker rules over workers.
-        precise: the precise rules' inputs (None under ``policy: gpustack``).
+        state: the facts the chain's strategies prepared, by type (:mod:`scheduler_core.cycle`).
         log: what the strategies record.
     """
 
@@ -80,7 +81,7 @@ class Selection:
     ordered: Sequence[WorkerView]
     workers_by_type: Mapping[str | None, Sequence[WorkerView]]
     runner: StageRunner
-    precise: PreciseFacts | None = None
+    state: CycleState = field(default_factory=CycleState)
     log: DecisionLog = field(default_factory=DecisionLog)
 
     @property
@@ -106,10 +107,6 @@ class Selection:
     def fraction(self, gpu_type: str | None) -> float:
         """The fraction of this type, 0 when unknown (diffusion never has one)."""
         return self.mfs_by_type.get(gpu_type) or 0.0
-
-    def effective_vram(self, gpu_type: str | None) -> float:
-        """GPUStack's ``_cal_effective_vram``: the claim divided by the fraction (LLMs)."""
-        return effective_vram(self.vram_claim, self.fraction(gpu_type), self.is_diffusion)
 
     def vram_claims(
         self,

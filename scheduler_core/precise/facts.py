@@ -7,14 +7,14 @@ settings. Building it also rejects the arguments SGLang would refuse to start wi
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from scheduler_core._schemas import ScheduleRequest
+from scheduler_core.cycle import CycleState, DecisionInputs
 from scheduler_core.errors import RequestError
 from scheduler_core.estimate import ModelFacts, vram_claim_override
-from scheduler_core.model_config import ModelParameters
 from scheduler_core.params import BackendParameters
 from scheduler_core.precise.fraction import ModelTraits, RuntimeFlags
 from scheduler_core.precise.kv import KvShape, kv_shape, text_config
@@ -38,10 +38,9 @@ from scheduler_core.precise.weights import (
     rates,
     stage_layers,
 )
+from scheduler_core.selection import Selection
+from scheduler_core.sglang_args import DP_NAMES, PP_NAMES, TP_NAMES
 
-_TP = ("tp-size", "tensor-parallel-size")
-_PP = ("pp-size", "pipeline-parallel-size")
-_DP = ("dp-size", "data-parallel-size")
 _DEEPSEEK_V4 = ("DeepseekV4ForCausalLM", "DeepseekV4ForCausalLMNextN", "DeepseekV4ForCausalLMDSpark")
 
 
@@ -177,21 +176,30 @@ def _reject_fatal(
         raise RequestError("model.backend_parameters", reason, "invalid_backend_parameters")
 
 
-def precise_facts(
-    request: ScheduleRequest,
-    facts: ModelFacts,
-    model_params: ModelParameters,
-    params: BackendParameters,
-    categories: Sequence[str],
-    settings: PreciseSettings,
-) -> PreciseFacts:
-    """The precise rules' inputs for one request.
+def prepare(inputs: DecisionInputs, state: CycleState) -> PreciseFacts:
+    """The decision's :class:`PreciseFacts`, built once however many precise strategies ask.
+
+    Raises:
+        RequestError: see :func:`precise_facts`.
+    """
+    return state.prepare(PreciseFacts, lambda: precise_facts(inputs))
+
+
+def facts_of(selection: Selection) -> PreciseFacts:
+    """The facts the chain's precise strategies prepared for this decision."""
+    return selection.state.read(PreciseFacts)
+
+
+def precise_facts(inputs: DecisionInputs) -> PreciseFacts:
+    """The precise rules' inputs for one request (the chain's :class:`PreciseSettings`).
 
     Raises:
         RequestError: ``model.backend_parameters`` holds an argument SGLang refuses to start
             with (its reason as the message).
     """
-    diffusion = "image" in categories
+    request, facts, model_params = inputs.request, inputs.facts, inputs.model_params
+    params, settings = inputs.params, inputs.settings.get(PreciseSettings)
+    diffusion = "image" in inputs.categories
     config = None if diffusion else facts.hf_config
     env = request.model.env
     if not diffusion:
@@ -217,9 +225,9 @@ def precise_facts(
         min_kv_tokens=request.min_kv_tokens,
         sharing=sharing and not diffusion,
         settings=settings,
-        tp=params.find_int(_TP),
-        pp=params.find_int(_PP),
-        dp=params.find_int(_DP) or 1,
+        tp=params.find_int(TP_NAMES),
+        pp=params.find_int(PP_NAMES),
+        dp=params.find_int(DP_NAMES) or 1,
         balance_check=balance_checked(env),
         diffusion=diffusion,
     )

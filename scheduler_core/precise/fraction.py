@@ -26,22 +26,8 @@ from typing import Any
 from scheduler_core.mem_fraction import FALLBACK_FRACTION
 from scheduler_core.params import BackendParameters
 from scheduler_core.precise.graphs import DISABLED, decode_backend, prefill_backend
+from scheduler_core.sglang_args import DP_NAMES, SGLANG_0_5_16_TIERS
 
-#: Generic tiers: MiB upper bound (exclusive) → (chunked_prefill_size, decode max_bs for
-#: tp < 4, for tp ≥ 4). ``_handle_gpu_memory_settings`` at bd3f6a793.
-_TIERS: tuple[tuple[int, int, int, int], ...] = (
-    (20 * 1024, 2048, 8, 8),  # T4, 4080
-    (35 * 1024, 2048, 24, 80),  # A10, 4090, 5090
-    (60 * 1024, 4096, 32, 160),  # A100-40G, L40
-    (90 * 1024, 8192, 256, 512),  # H100, A100-80G
-    (160 * 1024, 8192, 256, 512),  # H20, H200
-)
-_TOP_TIER = (16384, 512, 512)  # B200, MI300
-#: NPU tiers (``hardware_backend/npu/utils.py: set_default_server_args``): inclusive bounds.
-_NPU_TIERS: tuple[tuple[int, int, int, int], ...] = (
-    (32 * 1024, 4096, 16, 64),
-    (64 * 1024, 8192, 64, 256),
-)
 _NPU_PAGE_SIZE = 128
 
 _BASE_RESERVE = 512
@@ -147,7 +133,7 @@ class RuntimeFlags:
         return cls(
             **_sizes(params),
             **_graph_switches(params),
-            dp_size=params.find_int(["dp-size", "data-parallel-size"]) or 1,
+            dp_size=params.find_int(DP_NAMES) or 1,
             enable_dp_attention=params.find_bool(["enable-dp-attention"]),
             disaggregation_mode=None if mode in (None, "null") else mode,
             moe_a2a_backend=params.find(["moe-a2a-backend"]),
@@ -249,25 +235,11 @@ class Sizing:
 
 def tier(device: Device, tp: int, flags: RuntimeFlags) -> tuple[int, int]:
     """``(chunked_prefill_size, decode max_bs)``: user values, else the NPU or generic tier."""
-    chunk, bs = _tier_defaults(device, tp)
+    chunk, bs = SGLANG_0_5_16_TIERS.defaults(device.gpu_mem_mib, device.platform == "npu", tp)
     return (
         flags.chunked_prefill_size if flags.chunked_prefill_size is not None else chunk,
         flags.decode_max_bs if flags.decode_max_bs is not None else bs,
     )
-
-
-def _tier_defaults(device: Device, tp: int) -> tuple[int, int]:
-    mem = device.gpu_mem_mib
-    if mem <= 0:
-        return 4096, 160
-    if device.platform == "npu":
-        for upper, chunk, small, large in _NPU_TIERS:
-            if mem <= upper:
-                return chunk, small if tp < 4 else large
-    for upper, chunk, small, large in _TIERS:
-        if mem < upper:
-            return chunk, small if tp < 4 else large
-    return _TOP_TIER[0], _TOP_TIER[1] if tp < 4 else _TOP_TIER[2]
 
 
 def prefill_capture_count(max_bs: int) -> int:

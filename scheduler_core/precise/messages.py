@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from scheduler_core._units import byte_to_gib
+from scheduler_core.events import list_message
 from scheduler_core.precise.facts import PreciseFacts
 from scheduler_core.precise.fit import Miss
 from scheduler_core.reasons import Reason
@@ -36,3 +37,19 @@ def miss_line(facts: PreciseFacts, miss: Miss, where: str, gpus: int) -> str:
         Reason.NO_BALANCED_GPU_SET: "but its GPUs' free memory differs by more than SGLang's TP ranks accept",
     }.get(miss.reason, "too little")
     return f"{head}; {where} provides {byte_to_gib(miss.usable)} GiB free per GPU on {_gpus(gpus)}, {tail}."
+
+
+def headline(facts: PreciseFacts) -> str:
+    """The first message of a precise decision: the weights and the KV floor every rank needs
+    (it replaces GPUStack's estimate headline)."""
+    weights = "unknown weights (counted as 0)" if not facts.weight_known else (
+        f"{byte_to_gib(facts.weight_bytes)} GiB of weights"
+    )
+    lines = [f"The model has {weights}; every data-parallel replica holds a full copy."]
+    cell = facts.cell_bytes(1, 1)
+    if cell is not None:
+        lines.append(
+            f"Each rank's pool must also hold a KV floor of {facts.floor_tokens:,} tokens "
+            f"({round(cell / 1024, 2)} KiB per token without tensor parallelism)."
+        )
+    return list_message(lines)

@@ -22,15 +22,20 @@ from scheduler_core.arguments import TpRule
 from scheduler_core.caching import Rule
 from scheduler_core.candidates import Candidate, Subordinate
 from scheduler_core.cluster import ram_not_enough
+from scheduler_core.cycle import CycleState, DecisionInputs
 from scheduler_core.events import Action, Level, list_message
 from scheduler_core.framework import Clears
-from scheduler_core.precise.facts import PreciseFacts
+from scheduler_core.outcomes import FailureTally, StageOutcome
+from scheduler_core.precise.facts import PreciseFacts, facts_of
+from scheduler_core.precise.facts import prepare as prepare_facts
 from scheduler_core.precise.fit import Fit, Miss, Room, Verdicts, room
 from scheduler_core.precise.messages import miss_line
 from scheduler_core.precise.single_worker import claim_of, slots_of, verdicts_of
+from scheduler_core.precise.wake import floor_for, widest
 from scheduler_core.precise.windows import Balance, balance, balanced, sorted_slots, window_starts
 from scheduler_core.reasons import MORE_CAPACITY, Reason
 from scheduler_core.selection import Selection
+from scheduler_core.wake import GpuFloor, WakeQuery
 from scheduler_core.workers import Gpu, WorkerView
 
 #: Nodes a distributed candidate may span at most when the request sets no world size.
@@ -158,6 +163,16 @@ def _memory_gpus(worker: WorkerView) -> int:
     return sum(1 for gpu in worker.gpus if gpu.index is not None and gpu.total)
 
 
+@dataclass(frozen=True, slots=True)
+class _TypeRun:
+    """What the stage's run over one GPU type's workers reads and tallies into."""
+
+    facts: PreciseFacts
+    verdicts: Verdicts
+    gpu_type: str | None
+    tally: FailureTally
+
+
 class PreciseMultiWorker:
     """Several workers with k GPUs each, scored; partly used nodes take part."""
 
@@ -172,18 +187,28 @@ class PreciseMultiWorker:
         Reason.INSUFFICIENT_VRAM: MORE_CAPACITY,
     }
 
-    def skip(self, selection: Selection) -> bool:
-        """Skipped under manual selection, without distributed inference, for diffusion and gpustack."""
-        facts = selection.precise
-        return (
-            facts is None or bool(selection.selected_workers) or not selection.distributed or facts.diffusion
-        )
+    def prepare(self, inputs: DecisionInputs, state: CycleState) -> None:
+        """The request's :class:`PreciseFacts` (shared with the single-worker stage)."""
+        prepare_facts(inputs, state)
 
-    def __call__(self, selection: Selection) -> list[Candidate]:
-        """The candidates of the first shape (fewest GPUs) that has any, over every GPU type."""
-        facts = selection.precise
-        assert facts is not None  # skip() guards it
+    def wake_floor(self, query: WakeQuery) -> GpuFloor | None:
+        """Context plus a quarter of the weights over the most nodes × GPUs per node a shape
+        may use; None without distributed inference (the stage is skipped)."""
+        if query.model.distributed_inference_across_workers is False:
+            return None
+        nodes = min(len(query.workers), MAX_AUTO_NODES)
+        return floor_for(query, nodes * min(widest(query.workers), MAX_AUTO_GPUS_PER_NODE))
+
+    def skip(self, selection: Selection) -> bool:
+        """Skipped under manual selection, without distributed inference, for diffusion."""
+        return bool(selection.selected_workers) or not selection.distributed or facts_of(selection).diffusion
+
+    def __call__(self, selection: Selection) -> StageOutcome:
+        """The candidates of the first shape (fewest GPUs) that has any, over every GPU type;
+        a worker that offers a shape no window misses with that miss's reason."""
+        facts = facts_of(selection)
         verdicts = verdicts_of(selection, facts)
+        tally = FailureTally(self.name)
         best: tuple[Miss, Shape] | None = None
         for gpu_type, workers in selection.workers_by_type.items():
             eligible = [
@@ -191,33 +216,31 @@ class PreciseMultiWorker:
                 for w in workers
                 if not ram_not_enough(selection.ram_claim, selection.cluster.allocatable(w, gpu_type))
             ]
-            found, miss = self._of_type(selection, facts, verdicts, gpu_type, eligible)
+            found, miss = self._of_type(selection, _TypeRun(facts, verdicts, gpu_type, tally), eligible)
             if found:
-                return found
+                return tally.outcome(found)
             if miss is not None and (best is None or miss[0].usable > best[0].usable):
                 best = miss
         _record(selection, facts, best)
-        return []
+        return tally.outcome(())
 
     def _of_type(
-        self,
-        selection: Selection,
-        facts: PreciseFacts,
-        verdicts: Verdicts,
-        gpu_type: str | None,
-        workers: list[WorkerView],
+        self, selection: Selection, of_type: _TypeRun, workers: list[WorkerView]
     ) -> tuple[list[Candidate], tuple[Miss, Shape] | None]:
+        facts, verdicts, gpu_type = of_type.facts, of_type.verdicts, of_type.gpu_type
         widest = max((_memory_gpus(w) for w in workers), default=0)
         best: tuple[Miss, Shape] | None = None
         limit = facts.settings.max_shape_candidates
         for shape in shapes(facts, selection.gpu_count, len(workers), widest, selection.tp_rule):
             inputs = _OfferInputs(facts, shape, selection.ram_claim, verdicts)
             offers: list[_Offer] = []
-            for _, offer in selection.runner.run(_OFFER_RULE, inputs, gpu_type, workers):
+            for worker, offer in selection.runner.run(_OFFER_RULE, inputs, gpu_type, workers):
                 if isinstance(offer, _Offer):
                     offers.append(offer)
-                elif offer is not None and (best is None or offer.usable > best[0].usable):
-                    best = (offer, shape)
+                elif offer is not None:
+                    of_type.tally.add(offer.reason, worker)
+                    if best is None or offer.usable > best[0].usable:
+                        best = (offer, shape)
             offers.sort(key=lambda o: (o.window.least, o.worker.id))
             found: list[Candidate] = []
             for run in _runs(offers, shape.nodes, balance(facts, shape.tp)):

@@ -18,15 +18,21 @@ from scheduler_core.arguments import TpRule
 from scheduler_core.caching import Rule
 from scheduler_core.candidates import Candidate, Claim
 from scheduler_core.cluster import ram_not_enough
+from scheduler_core.cycle import CycleState, DecisionInputs
 from scheduler_core.estimate import RamClaimRule
 from scheduler_core.events import Action, Level, list_message
 from scheduler_core.framework import Clears
-from scheduler_core.precise.facts import PreciseFacts
+from scheduler_core.memo import SlotKey
+from scheduler_core.outcomes import FailureTally, StageOutcome
+from scheduler_core.precise.facts import PreciseFacts, facts_of
+from scheduler_core.precise.facts import prepare as prepare_facts
 from scheduler_core.precise.fit import Fit, Miss, Slot, Verdicts, budget_of, room, usable, verdict_of
 from scheduler_core.precise.messages import miss_line
+from scheduler_core.precise.wake import floor_for, widest
 from scheduler_core.precise.windows import balance, layouts, sorted_slots, window_starts
 from scheduler_core.reasons import MORE_CAPACITY, Reason
 from scheduler_core.selection import Selection
+from scheduler_core.wake import GpuFloor, WakeQuery
 from scheduler_core.workers import Gpu, WorkerView
 
 
@@ -110,6 +116,9 @@ def _attach(inputs: _Inputs, worker: WorkerView, outcome: _Outcome) -> _WorkerRe
     return _WorkerResult(candidates, outcome.miss, outcome.gpus)
 
 
+#: The per-rank budgets by GPU size and layout, and the verdicts by GPU set and layout.
+BUDGETS, VERDICTS = SlotKey("precise_budget"), SlotKey("precise_verdict")
+
 _RULE = Rule("precise_single_worker", _evaluate, _attach, reads_reported=True)
 
 
@@ -126,14 +135,24 @@ class PreciseSingleWorker:
         Reason.NO_BALANCED_GPU_SET: MORE_CAPACITY,
     }
 
-    def skip(self, selection: Selection) -> bool:
-        """Manual selection runs GPUStack's manual stage; a selection without precise facts is not ours."""
-        return bool(selection.selected_workers) or selection.precise is None
+    def prepare(self, inputs: DecisionInputs, state: CycleState) -> None:
+        """The request's :class:`PreciseFacts` (shared with the multi-worker stage)."""
+        prepare_facts(inputs, state)
 
-    def __call__(self, selection: Selection) -> list[Candidate]:
-        """Every fitting GPU set of every worker, by GPU type and worker order."""
-        facts = selection.precise
-        assert facts is not None  # skip() guards it
+    def wake_floor(self, query: WakeQuery) -> GpuFloor:
+        """Context plus a quarter of the weights over the widest worker's GPUs
+        (:mod:`scheduler_core.precise.wake`)."""
+        return floor_for(query, widest(query.workers))
+
+    def skip(self, selection: Selection) -> bool:
+        """Manual selection runs GPUStack's manual stage."""
+        return bool(selection.selected_workers)
+
+    def __call__(self, selection: Selection) -> StageOutcome:
+        """Every fitting GPU set of every worker, by GPU type and worker order; a worker
+        whose best GPU set misses fails with the reason of that miss."""
+        facts = facts_of(selection)
+        tally = FailureTally(self.name)
         candidates: list[Candidate] = []
         best: tuple[Miss, int, WorkerView] | None = None
         verdicts = verdicts_of(selection, facts)
@@ -149,11 +168,14 @@ class PreciseSingleWorker:
             )
             for worker, result in selection.runner.run(_RULE, inputs, gpu_type, workers):
                 candidates.extend(result.candidates)
-                if result.miss is not None and (best is None or result.miss.usable > best[0].usable):
-                    best = (result.miss, result.gpus, worker)
+                miss = result.miss
+                if miss is not None and not result.candidates:
+                    tally.add(miss.reason, worker)
+                    if best is None or miss.usable > best[0].usable:
+                        best = (miss, result.gpus, worker)
         if not candidates:
             _record(selection, facts, best)
-        return candidates
+        return tally.outcome(candidates)
 
 
 def verdicts_of(selection: Selection, facts: PreciseFacts) -> Verdicts:
@@ -161,8 +183,8 @@ def verdicts_of(selection: Selection, facts: PreciseFacts) -> Verdicts:
     GPU set (totals, platform, usable memory) and tp/pp is decided once, each budget (GPU size
     and tp/pp) computed once (with a memo, also across decisions for the same facts)."""
     runner = selection.runner
-    budgets = runner.memoized("precise_budget", facts, partial(budget_of, facts))
-    return runner.memoized("precise_verdict", facts, partial(verdict_of, facts, budgets))
+    budgets = runner.memoized(BUDGETS, facts, partial(budget_of, facts))
+    return runner.memoized(VERDICTS, facts, partial(verdict_of, facts, budgets))
 
 
 def _record(selection: Selection, facts: PreciseFacts, best: tuple[Miss, int, WorkerView] | None) -> None:

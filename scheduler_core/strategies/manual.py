@@ -19,8 +19,11 @@ from scheduler_core.candidates import Candidate, Subordinate
 from scheduler_core.cluster import gpu_rate
 from scheduler_core.events import Action, Level, list_message
 from scheduler_core.framework import Clears
+from scheduler_core.outcomes import FailureTally, StageOutcome
 from scheduler_core.reasons import MORE_CAPACITY, ClusterChange, Reason
 from scheduler_core.selection import Selection
+from scheduler_core.strategies.stage import GpustackStage
+from scheduler_core.wake import ANY_GPU, GpuFloor, WakeQuery
 from scheduler_core.workers import Gpu, WorkerView
 
 _HETEROGENEOUS = (
@@ -36,7 +39,7 @@ class _Request:
     ram: int
 
 
-class ManualGpuSelection:
+class ManualGpuSelection(GpustackStage):
     """Placement on the GPUs the user selected."""
 
     name = "manual_gpu_selection"
@@ -48,14 +51,21 @@ class ManualGpuSelection:
         Reason.HETEROGENEOUS_GPUS: frozenset({ClusterChange.SNAPSHOT}),
     }
 
+    def wake_floor(self, query: WakeQuery) -> GpuFloor | None:
+        """No floor for a manual selection (the stage overcommits rather than skip a GPU);
+        None without one (the stage returns nothing)."""
+        return ANY_GPU if query.manual else None
+
     def skip(self, selection: Selection) -> bool:
         """Never skipped; returns nothing without a manual selection."""
         return False
 
-    def __call__(self, selection: Selection) -> list[Candidate]:
-        """Manual candidates after GPUStack's overcommit triage."""
+    def __call__(self, selection: Selection) -> StageOutcome:
+        """Manual candidates after GPUStack's overcommit triage; the selected workers fail with
+        the reason of GPUStack's text when the triage leaves none."""
+        tally = FailureTally(self.name)
         if not selection.selected_workers:
-            return []
+            return tally.outcome(())
         workers = selection.ordered
         gpu_count = selection.gpu_count or 0
         types = list(selection.manual.by_type)
@@ -64,14 +74,19 @@ class ManualGpuSelection:
             selection.log.events.add(
                 Level.ERROR, Action.MANUAL_MULTI, list_message(_HETEROGENEOUS), Reason.HETEROGENEOUS_GPUS
             )
-            return []
+            chosen = set(selection.selected_workers)
+            tally.add_all(Reason.HETEROGENEOUS_GPUS, (w for w in workers if w.name in chosen))
+            return tally.outcome(())
         request = _Request(
             vram=selection.vram_claim * (gpu_count if selection.is_diffusion else 1),
             ram=selection.ram_claim,
         )
         copies = {t: _selected_copies(selection, workers, t) for t in types}
         candidates = _candidates(selection, copies, request, gpu_count)
-        return _triage(selection, workers, candidates, request, total_selected)
+        kept = _triage(selection, workers, candidates, request, total_selected)
+        if candidates and not kept and selection.model.replicas > 1:
+            tally.add_all(Reason.OVERCOMMIT_NOT_ALLOWED, (c.worker for c in candidates))
+        return tally.outcome(kept)
 
 
 def _selected_count(selection: Selection) -> int:

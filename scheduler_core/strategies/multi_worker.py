@@ -25,8 +25,10 @@ from scheduler_core.cluster import (
 )
 from scheduler_core.events import Action, Level, list_message
 from scheduler_core.framework import Clears
+from scheduler_core.outcomes import FailureTally, StageOutcome
 from scheduler_core.reasons import MORE_CAPACITY, Reason
 from scheduler_core.selection import Selection
+from scheduler_core.strategies.stage import GpustackStage
 from scheduler_core.workers import WorkerView
 
 _NO_COMBINATION = (
@@ -36,7 +38,7 @@ _NO_COMBINATION = (
 )
 
 
-class MultiWorkerMultiGpu:
+class MultiWorkerMultiGpu(GpustackStage):
     """Distributed placement over whole nodes with equal GPU counts."""
 
     name = "multi_worker_multi_gpu"
@@ -46,14 +48,19 @@ class MultiWorkerMultiGpu:
         """Skipped under manual selection, without distributed inference, for diffusion."""
         return bool(selection.selected_workers) or not selection.distributed or (selection.is_diffusion)
 
-    def __call__(self, selection: Selection) -> list[Candidate]:
-        """At most one distributed candidate per GPU type."""
+    def __call__(self, selection: Selection) -> StageOutcome:
+        """At most one distributed candidate per GPU type; when a type's workers combine into
+        none, each of them fails with ``no_worker_combination``."""
+        tally = FailureTally(self.name)
         candidates: list[Candidate] = []
         for gpu_type, workers_of_type in selection.workers_by_type.items():
             groups = group_gpus_by_memory(workers_of_type, selection.cluster, selection.ram_claim, gpu_type)
             if any(_gate_passes(selection, group, gpu_type) for group in groups):
-                candidates.extend(_auto_select(selection, workers_of_type, gpu_type))
-        return candidates
+                found = _auto_select(selection, workers_of_type, gpu_type)
+                if not found and len(workers_of_type) >= 2:
+                    tally.add_all(Reason.NO_WORKER_COMBINATION, workers_of_type)
+                candidates.extend(found)
+        return tally.outcome(candidates)
 
 
 def _gate_passes(selection: Selection, group: list[GpuSlot], gpu_type: str | None) -> bool:

@@ -19,8 +19,10 @@ from scheduler_core.cluster import ram_not_enough
 from scheduler_core.estimate import RamClaimRule
 from scheduler_core.events import Action, Level, list_message
 from scheduler_core.framework import Clears
+from scheduler_core.outcomes import FailureTally, StageOutcome
 from scheduler_core.reasons import MORE_CAPACITY, Reason
 from scheduler_core.selection import Selection
+from scheduler_core.strategies.stage import GpustackStage
 from scheduler_core.workers import Gpu, WorkerView
 
 
@@ -91,7 +93,7 @@ def _candidates(inputs: _Inputs, worker: WorkerView, outcome: _WorkerOutcome) ->
 _RULE = Rule("single_worker_single_gpu", _fits, _candidates, reads_reported=False)
 
 
-class SingleWorkerSingleGpu:
+class SingleWorkerSingleGpu(GpustackStage):
     """Auto placement on a single GPU; skipped when more than one GPU is required."""
 
     name = "single_worker_single_gpu"
@@ -101,11 +103,14 @@ class SingleWorkerSingleGpu:
         """Manual selection runs only the manual stage."""
         return bool(selection.selected_workers)
 
-    def __call__(self, selection: Selection) -> list[Candidate]:
-        """All fitting single-GPU candidates, by GPU type, worker and GPU order."""
+    def __call__(self, selection: Selection) -> StageOutcome:
+        """All fitting single-GPU candidates, by GPU type, worker and GPU order; a worker
+        with GPUs but none that fits fails with ``insufficient_vram``."""
+        tally = FailureTally(self.name)
         if selection.gpu_count is not None and selection.gpu_count > 1:
-            return []
+            return tally.outcome(())
         candidates: list[Candidate] = []
+        failed: list[WorkerView] = []
         events = selection.log.events
         for gpu_type, workers in selection.workers_by_type.items():
             inputs = _Inputs(
@@ -116,8 +121,11 @@ class SingleWorkerSingleGpu:
                 selection.is_diffusion,
                 selection.ram_rule,
             )
-            for _, outcome in selection.runner.run(_RULE, inputs, gpu_type, workers):
+            for worker, outcome in selection.runner.run(_RULE, inputs, gpu_type, workers):
                 if outcome.message is not None:
                     events.add(Level.INFO, Action.AUTO_SINGLE_GPU, outcome.message, Reason.INSUFFICIENT_VRAM)
+                    failed.append(worker)
                 candidates.extend(outcome.candidates)
-        return candidates
+        if failed:
+            tally.add_all(Reason.INSUFFICIENT_VRAM, failed)
+        return tally.outcome(candidates)

@@ -24,8 +24,11 @@ from scheduler_core.cluster import balanced_groups, ram_not_enough
 from scheduler_core.estimate import RamClaimRule
 from scheduler_core.events import Action, Level, list_message
 from scheduler_core.framework import Clears
+from scheduler_core.memo import SlotKey
+from scheduler_core.outcomes import FailureTally, StageOutcome
 from scheduler_core.reasons import MORE_CAPACITY, Reason
 from scheduler_core.selection import Selection, effective_vram
+from scheduler_core.strategies.stage import GpustackStage
 from scheduler_core.workers import Gpu, WorkerView
 
 
@@ -136,7 +139,11 @@ def _candidate(inputs: _Inputs, worker: WorkerView, outcome: _WorkerOutcome) -> 
 _RULE = Rule("single_worker_multi_gpu", _best_group, _candidate, reads_reported=False)
 
 
-class SingleWorkerMultiGpu:
+#: The workers of a GPU type with two GPUs or more (the only ones the stage considers).
+SEVERAL_GPUS = SlotKey("several_gpus")
+
+
+class SingleWorkerMultiGpu(GpustackStage):
     """Auto placement on several GPUs of one worker; at most one candidate per worker."""
 
     name = "single_worker_multi_gpu"
@@ -149,8 +156,10 @@ class SingleWorkerMultiGpu:
         """Manual selection runs only the manual stage."""
         return bool(selection.selected_workers)
 
-    def __call__(self, selection: Selection) -> list[Candidate]:
-        """One candidate per worker that can hold the model on a balanced GPU group."""
+    def __call__(self, selection: Selection) -> StageOutcome:
+        """One candidate per worker that can hold the model on a balanced GPU group; a worker
+        of two or more GPUs without one fails with the reason of GPUStack's text for it."""
+        tally = FailureTally(self.name)
         candidates: list[Candidate] = []
         for gpu_type, workers in selection.workers_by_type.items():
             inputs = _Inputs(
@@ -164,12 +173,28 @@ class SingleWorkerMultiGpu:
                 selection.tp_rule,
                 selection.ram_rule,
             )
-            several = selection.runner.subset(("several_gpus", gpu_type), workers, _several_gpus)
-            outcomes = [outcome for _, outcome in selection.runner.run(_RULE, inputs, gpu_type, several)]
+            several = selection.runner.subset(SEVERAL_GPUS.of(gpu_type), workers, _several_gpus)
+            ran = selection.runner.run(_RULE, inputs, gpu_type, several)
+            outcomes = [outcome for _, outcome in ran]
             found = [outcome.candidate for outcome in outcomes]
             candidates += [candidate for candidate in found if candidate is not None]
-            _track_failures(selection, gpu_type, outcomes, found)
-        return candidates
+            _track_failures(selection, gpu_type, outcomes, found, _Failed(tally, ran))
+        return tally.outcome(candidates)
+
+
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    """Where the walk tallies a failing worker: the stage's tally and the run, in worker order."""
+
+    tally: FailureTally
+    ran: list[tuple[WorkerView, _WorkerCandidate]]
+
+    def add(self, reason: Reason, positions: list[int]) -> None:
+        """Tally the workers at ``positions`` of the run (at C speed: thousands may fail)."""
+        self.tally.add_all(reason, map(_WORKER, map(self.ran.__getitem__, positions)))
+
+
+_WORKER = operator.itemgetter(0)
 
 
 def _several_gpus(worker: WorkerView) -> bool:
@@ -194,6 +219,7 @@ def _track_failures(
     gpu_type: str | None,
     outcomes: list[_WorkerCandidate],
     found: list[Candidate | None],
+    failed: _Failed,
 ) -> None:
     """GPUStack's walk over the workers of one GPU type, without visiting each of them.
 
@@ -206,6 +232,7 @@ def _track_failures(
     Args:
         outcomes: the workers' parts, in worker order.
         found: each part's candidate (None: the worker failed).
+        failed: tallies each failing worker under the reason of its stretch's text.
     """
     tracker = selection.log.multi_gpu
     peaks = [outcome.peak_total for outcome in outcomes]
@@ -219,6 +246,7 @@ def _track_failures(
     failing = [position for position, candidate in enumerate(found) if candidate is None]
     setters = _record_breakers(peaks, tracker.vram)
     recorded: tuple[int, int, int] | None = None
+    reason = Reason.INSUFFICIENT_VRAM  # set by the first stretch with a failure, which records
     for setter, start, end in zip([None, *setters], [0, *setters], [*setters, len(outcomes)], strict=True):
         if setter is not None:
             peak = outcomes[setter].peak
@@ -227,12 +255,15 @@ def _track_failures(
         first = bisect_left(failing, start)
         if first < len(failing) and failing[first] < end:
             state = (tracker.vram, tracker.satisfied, tracker.total_gpus)
-            if state != recorded:  # the failure text depends on the tracker only
+            if state != recorded:  # the failure text (and its reason) depends on the tracker only
                 recorded = state
-                _record_failure(selection, gpu_type)
+                reason = _record_failure(selection, gpu_type)
+            last = bisect_left(failing, end, first)
+            failed.add(reason, failing[first:last])
 
 
-def _record_failure(selection: Selection, gpu_type: str | None) -> None:
+def _record_failure(selection: Selection, gpu_type: str | None) -> Reason:
+    """Record GPUStack's failure line for the tracker's state (the tp check first); its reason."""
     tracker = selection.log.multi_gpu
     tp_message = selection.tp_rule.problem(tracker.satisfied)
     if tp_message:
@@ -242,12 +273,13 @@ def _record_failure(selection: Selection, gpu_type: str | None) -> None:
         lines = [_capacity_message(selection, gpu_type)]
         reason = Reason.INSUFFICIENT_VRAM
     selection.log.events.add(Level.INFO, Action.AUTO_SINGLE_WORKER_MULTI_GPU, list_message(lines), reason)
+    return reason
 
 
 def _capacity_message(selection: Selection, gpu_type: str | None) -> str:
     tracker = selection.log.multi_gpu
     if selection.is_diffusion:
-        needed = byte_to_gib(int(selection.effective_vram(gpu_type)))
+        needed = byte_to_gib(int(effective_vram(selection.vram_claim, selection.fraction(gpu_type), True)))
         return (
             f"SGLang Diffusion requires each GPU to provide {needed} GiB of allocatable VRAM "
             "when running in parallel."

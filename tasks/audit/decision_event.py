@@ -33,6 +33,8 @@ def outcome_summary(result: ScheduleResult) -> dict[str, Any]:
         "strategies": [
             {"level": e.level, "action": e.action, "reason": e.reason} for e in result.events
         ],
+        # additive: per strategy and reason, how many workers failed and the first few
+        "failures": [f.model_dump(mode="json") for f in result.failures or ()],
     }
 
 

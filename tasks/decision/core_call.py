@@ -10,9 +10,17 @@ import json
 
 from pydantic import ValidationError
 
-from scheduler_core import ScheduleRequest, ScheduleResult, SnapshotMemo, schedule
+from scheduler_core import (
+    RequestError,
+    ScheduleRequest,
+    ScheduleResult,
+    SnapshotMemo,
+    deciding,
+    parse_request,
+    schedule,
+)
 from tasks.intake.chain_config import LoadedChain
-from tasks.intake.requests import local_path_problem, service_rejection, with_request_id
+from tasks.intake.requests import local_path_problem, service_rejection
 from tasks.state.fold import ClusterFold
 
 
@@ -46,12 +54,22 @@ def run_core(
     try:
         request = _request_for(chain, request_json)
     except ValidationError:
-        return None, with_request_id(schedule(json.loads(request_json)), request_id)
+        return None, _stored_rejection(request_json, request_id)
     problem = local_path_problem(request.model, model_roots) if model_roots is not None else None
     if problem is not None:
         return request, service_rejection(request_id, problem.field, problem.message)
     cluster = {"workers": fold.worker_list(), "model_instances": fold.instance_list()}
-    return request, schedule(request.model_copy(update=cluster), chain=chain.chain, memo=memo)
+    with deciding():  # the collector paused for the decision (the core changes no such state)
+        return request, schedule(request.model_copy(update=cluster), chain=chain.chain, memo=memo)
+
+
+def _stored_rejection(request_json: str, request_id: str) -> ScheduleResult:
+    """The core validator's rejection of a stored request that no longer validates."""
+    try:
+        parse_request(json.loads(request_json))
+    except RequestError as error:
+        return service_rejection(request_id, error.field or "request", error.message)
+    return service_rejection(request_id, "request", "does not validate")
 
 
 def _request_for(chain: LoadedChain, request_json: str) -> ScheduleRequest:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from scheduler_core import Chain, ModelSpec, ScheduleResult, free_bytes_floor, free_share_floor
+from scheduler_core import Chain, ModelSpec, ScheduleResult, wake_floor
 from tasks.base.step import PARK, PUBLISH, RESERVE, Step
 from tasks.decision.booking import booking_for
 from tasks.decision.notices import overcommit_notice
@@ -33,15 +33,14 @@ def next_step(
         model: the effective request's model (None: the stored request no
             longer validates; the result is the core's rejection).
         result: the core's result.
-        chain: the chain that decided (its policy's wake answer: which freed GPUs
-            could unblock the request, :func:`scheduler_core.free_bytes_floor`).
+        chain: the configured chain (its strategies' wake answer: which freed GPUs
+            could place the request, :func:`scheduler_core.wake_floor`; None: no floor).
     """
     if model is None:
         return Step(request_id, seq, attempt, PUBLISH, result.status, fold.version, epoch,
                     error=error_of(result))
-    floor = free_share_floor(model, result)
-    floor_bytes = free_bytes_floor(model, result, chain, fold.worker_list()) if chain is not None else None
-    park = ParkedEntry.for_model(model, seq, (), fold.version, 0, floor, floor_bytes).model_dump(
+    floor = wake_floor(model, result, chain, fold.worker_list()) if chain is not None else None
+    park = ParkedEntry.for_model(model, seq, (), fold.version, 0, floor).model_dump(
         mode="json", include={"worker_selector", "gpu_ids", "cluster_id", "floor", "floor_bytes"}
     )
     step = Step(request_id, seq, attempt, PUBLISH, result.status, fold.version, epoch, park=park)

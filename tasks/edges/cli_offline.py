@@ -14,9 +14,10 @@ __all__ = ["CliError", "read_json", "register"]
 def _schedule(args: argparse.Namespace) -> int:
     request = read_json(args.file)  # unreadable input is reported before the core is loaded
 
-    from scheduler_core import schedule
+    from scheduler_core import deciding, schedule
 
-    result = schedule(request)
+    with deciding():
+        result = schedule(request)
     if args.output == "text":
         from tasks.edges.demo_offline import describe
 

@@ -155,6 +155,7 @@ def why_not(result: Mapping[str, Any] | None, parked: Mapping[str, Any] | None) 
             for event in result.get("events") or []
         ],
         "messages": list(result.get("messages") or []),
+        "workers_failed": list(result.get("failures") or []),
         "error": error,
         "parked_reasons": list(parked.get("reasons") or []) if parked else [],
         "parked_since": _iso(parked.get("parked_ms")) if parked else None,
@@ -287,4 +288,20 @@ def _funnel(funnel: Mapping[str, Any], width: int) -> list[str]:
         lines += textwrap.wrap(message, max(width - 8, 40), initial_indent=" " * 8, subsequent_indent=" " * 8)
     if not funnel["strategies"]:
         lines.append("    -")
-    return lines
+    return lines + _workers_failed(funnel.get("workers_failed") or [])
+
+
+def _workers_failed(failures: list[Mapping[str, Any]]) -> list[str]:
+    """Per stage and reason, how many workers failed and the first few (``why not worker 7``)."""
+    if not failures:
+        return []
+    head = "  Workers failed (per stage and reason: how many, the first few):"
+    return [head, *(f"    {f.get('stage')} [{f.get('reason')}]: {_failed_workers(f)}" for f in failures)]
+
+
+def _failed_workers(failure: Mapping[str, Any]) -> str:
+    examples = failure.get("examples") or []
+    count = int(failure.get("workers") or 0)
+    named = ", ".join(f"{ref.get('name')} (id {ref.get('id')})" for ref in examples)
+    more = f", and {count - len(examples)} more" if count > len(examples) else ""
+    return f"{count} ({named}{more})"

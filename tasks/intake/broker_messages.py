@@ -51,7 +51,7 @@ from kombu.serialization import loads as kombu_body_loads
 from kombu.utils.json import loads as kombu_json_loads
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from scheduler_core import EMPTY_KEY, render_text
+from scheduler_core import render_text, request_field
 from tasks.intake.limits import MAX_JSON_DEPTH
 from tasks.intake.names import REQUEST_ID
 
@@ -356,8 +356,7 @@ def deep_request(body: str) -> DeepRequest | None:
         return None
     given = request.get("request_id")
     usable = isinstance(given, str) and given != marker and REQUEST_ID.fullmatch(given)
-    parts = [render_text(str(part)) or EMPTY_KEY for part in _path_of(request, marker) or ["request"]]
-    field = ".".join(parts[:2]) if parts[0] == "model" and len(parts) > 1 else parts[0]
+    field = request_field(_path_of(request, marker) or ())  # the core's one field rule
     if usable and isinstance(given, str):
         return DeepRequest(given, field)
     digest = hashlib.sha256(request_text(body).encode("utf-8", "surrogatepass")).hexdigest()[:24]

@@ -46,6 +46,7 @@ from scheduler_core import (
     FILTERS_BY_NAME,
     STRATEGIES_BY_NAME,
     Chain,
+    PolicySettings,
     PreciseSettings,
     canonical_json,
 )
@@ -165,7 +166,8 @@ def build_chain(spec: ChainSpec) -> LoadedChain:
     strategies = tuple(STRATEGIES_BY_NAME[s.name] for s in spec.strategies if s.enabled)
     settings = (spec.precise or PreciseSpec()).settings()
     chain = Chain(
-        filters=filters, strategies=strategies, max_candidates=spec.max_candidates, settings=settings
+        filters=filters, strategies=strategies, max_candidates=spec.max_candidates,
+        settings=PolicySettings.of(settings),
     )
     return LoadedChain(spec, chain)
 

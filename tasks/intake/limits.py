@@ -19,11 +19,10 @@ Each check names the offending field (and the limit) in an :class:`InvalidField`
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from scheduler_core import EMPTY_KEY, encodable, render_text
+from scheduler_core import first_problem, render_text
 
 #: Deepest nesting accepted in any document (the core's bound on free-form values);
 #: real requests, snapshots and events nest fewer than ten levels.
@@ -94,13 +93,15 @@ def check_size(text: str, limit: int, *, field: str, setting: str) -> None:
 
 
 def check_document(value: Any, *, root: str = "") -> None:
-    """Refuse a document nested deeper than :data:`MAX_JSON_DEPTH` or holding invalid Unicode.
+    """Refuse a document nested deeper than :data:`MAX_JSON_DEPTH` or holding invalid Unicode
+    (the core's one checker, :func:`scheduler_core.first_problem`).
 
     Raises:
         InvalidField: naming the first offending value (document order), relative to ``root``.
     """
-    for path, problem in _problems(value):
-        raise InvalidField(_join(root, path) or "document", problem)
+    problem = first_problem(value, MAX_JSON_DEPTH, root=root)
+    if problem is not None:
+        raise InvalidField(problem.field, problem.message)
 
 
 def nesting_path(value: Any, limit: int = MAX_JSON_DEPTH) -> str | None:
@@ -109,36 +110,5 @@ def nesting_path(value: Any, limit: int = MAX_JSON_DEPTH) -> str | None:
     A container at the root is level 1; ``limit`` levels of containers are allowed
     (the core's ``too_deep`` rule). Iterative: any depth is safe to inspect.
     """
-    for path, _ in _problems(value, limit, unicode=False):
-        return path or "document"
-    return None
-
-
-def _problems(value: Any, limit: int = MAX_JSON_DEPTH, *, unicode: bool = True) -> Iterator[tuple[str, str]]:
-    """(path, problem) of offending values in document order: too deep, or invalid Unicode."""
-    pending: list[tuple[Any, str, int]] = [(value, "", 0)]
-    while pending:
-        item, path, depth = pending.pop()
-        if isinstance(item, str):
-            if unicode and not encodable(item):
-                yield path, "is not valid Unicode (it holds a lone surrogate)"
-            continue
-        if isinstance(item, Mapping):
-            children = list(item.items())
-        elif isinstance(item, list | tuple):
-            children = list(enumerate(item))
-        else:
-            continue
-        if depth >= limit:
-            yield path, f"nests more than {limit} levels deep"
-            continue
-        for key, _ in children:
-            if unicode and isinstance(key, str) and not encodable(key):
-                yield path, "has a key that is not valid Unicode (it holds a lone surrogate)"
-        pending.extend(
-            (child, _join(path, str(key) or EMPTY_KEY), depth + 1) for key, child in reversed(children)
-        )
-
-
-def _join(path: str, part: str) -> str:
-    return f"{path}.{part}" if path and part else path or part
+    problem = first_problem(value, limit, unicode=False)
+    return None if problem is None else problem.field

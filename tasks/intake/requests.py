@@ -18,19 +18,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
-
 from scheduler_core import (
-    EMPTY_KEY,
     UNHASHABLE_REQUEST_ID,
     ErrorOut,
     ModelSpec,
-    ScheduleRequest,
+    RequestError,
     ScheduleResult,
     canonical_json,
-    render_text,
+    first_problem,
+    parse_request,
     request_id_for,
-    schedule,
 )
 from tasks.base.digests import sha256_hex
 from tasks.intake.limits import (
@@ -112,9 +109,9 @@ def normalize(raw: Any, limits: IntakeLimits | None = None) -> Normalized:
         rejection = service_rejection(request_id, error.field, error.message)
         return Normalized(request_id, text, sha256_hex(text), rejection, False)
     try:
-        parsed = ScheduleRequest.model_validate(stripped)
-    except ValidationError:
-        rejection = with_request_id(schedule(stripped), request_id)
+        parsed = parse_request(stripped)
+    except RequestError as error:
+        rejection = service_rejection(request_id, error.field or "request", error.message)
         return Normalized(request_id, text, sha256_hex(text), rejection, False)
     problem = local_path_problem(parsed.model, limits.model_roots) if limits.check_local_paths else None
     if problem is not None:
@@ -126,9 +123,13 @@ def normalize(raw: Any, limits: IntakeLimits | None = None) -> Normalized:
 def _invalid_id(stripped: dict[str, Any], given: Any, request_id: str) -> ScheduleResult:
     """The core's rejection of a ``request_id`` it does not take as the id (not a string,
     empty, longer than 200 characters, not valid Unicode), under the id derived instead."""
-    rejection = with_request_id(schedule({**stripped, "request_id": given}), request_id)
-    if rejection.status == "rejected" and rejection.error is not None:
-        return rejection
+    try:
+        parse_request({**stripped, "request_id": given})
+    except RequestError as error:
+        return service_rejection(request_id, error.field or "request", error.message)
+    problem = first_problem(given, root="request_id") if isinstance(given, str) else None
+    if problem is not None:
+        return service_rejection(request_id, problem.field, problem.message)
     return service_rejection(request_id, "request_id", "must be 1 to 200 characters of valid Unicode")
 
 
@@ -136,7 +137,11 @@ def _rejected_non_object(raw: Any, request_id: str) -> Normalized:
     """A request that is not a JSON object: the core's rejection, stored whole unless too deep."""
     if nesting_path(raw) is not None:
         return _refused(request_id, "request", f"nests more than {MAX_JSON_DEPTH} levels deep")
-    rejection = with_request_id(schedule(raw), request_id)
+    try:
+        parse_request(raw)
+        rejection = service_rejection(request_id, "request", "must be a JSON object")
+    except RequestError as error:
+        rejection = service_rejection(request_id, error.field or "request", error.message)
     text = canonical_json({"request_id": request_id, "invalid": raw})
     return Normalized(request_id, text, sha256_hex(text), rejection, False)
 
@@ -149,21 +154,14 @@ def _refused(request_id: str, field: str, message: str) -> Normalized:
 
 
 def deep_field(request: Mapping[str, Any]) -> str | None:
-    """The field of a request that nests more than :data:`MAX_JSON_DEPTH` levels, None if none.
-
-    Named by structure, never by splitting a dotted path (a key may hold dots): the
-    top-level field, or the model's field (``model.hf_config``, as the core names it),
-    an empty key as :data:`scheduler_core.EMPTY_KEY`; rendered (:func:`render_text`).
+    """The field of a request that nests more than :data:`MAX_JSON_DEPTH` levels (the whole
+    document counted), None if none: the core's checker and field rule
+    (:func:`scheduler_core.first_problem`, :func:`scheduler_core.request_field`: the
+    top-level field, or the model's field, ``model.hf_config``; never split from a dotted
+    path, a key may hold dots; an empty key as :data:`scheduler_core.EMPTY_KEY`; rendered).
     """
-    for key, value in request.items():
-        name = render_text(str(key)) or EMPTY_KEY
-        if key == "model" and isinstance(value, Mapping):
-            for inner, item in value.items():
-                if nesting_path(item, MAX_JSON_DEPTH - 2) is not None:
-                    return f"model.{render_text(str(inner)) or EMPTY_KEY}"
-        elif nesting_path(value, MAX_JSON_DEPTH - 1) is not None:
-            return name
-    return None
+    problem = first_problem(request, MAX_JSON_DEPTH, unicode=False, request=True)
+    return None if problem is None else problem.field
 
 
 def service_rejection(request_id: str, field: str, message: str) -> ScheduleResult:

@@ -27,6 +27,7 @@ from scheduler_core import (
     MORE_CAPACITY,
     Chain,
     ClusterChange,
+    GpuFloor,
     ModelInstance,
     ModelSpec,
     Reason,
@@ -74,18 +75,20 @@ class ParkedEntry(BaseModel):
     decided_version: int = 0
     parked_ms: int = 0
     #: Per GPU type, the allocatable share a GPU needs to be part of any candidate
-    #: (:func:`scheduler_core.free_share_floor`); None: no such floor is known.
+    #: (the shares of :func:`scheduler_core.wake_floor`); None: no such floor is known.
     floor: dict[str, float] | None = None
     #: The allocatable bytes a GPU needs to be part of any candidate, whatever its type
-    #: (:func:`scheduler_core.free_bytes_floor`, ``policy: precise``); None: not known.
+    #: (the bytes of :func:`scheduler_core.wake_floor`, ``policy: precise``); None: not known.
     floor_bytes: int | None = None
 
     @classmethod
     def for_model(
         cls, model: ModelSpec, seq: int, reasons: Iterable[str], version: int, now_ms: int,
-        floor: dict[str, float] | None = None, floor_bytes: int | None = None,
+        floor: GpuFloor | None = None,
     ) -> ParkedEntry:
-        """The entry of a request for ``model`` blocked by ``reasons``."""
+        """The entry of a request for ``model`` blocked by ``reasons``, waiting for a GPU
+        that reaches ``floor`` (None: any GPU)."""
+        shares = None if floor is None or floor.shares is None else dict(floor.shares)
         return cls(
             seq=seq,
             reasons=sorted(set(reasons)),
@@ -94,9 +97,14 @@ class ParkedEntry(BaseModel):
             cluster_id=model.cluster_id,
             decided_version=version,
             parked_ms=now_ms,
-            floor=floor,
-            floor_bytes=floor_bytes,
+            floor=shares,
+            floor_bytes=None if floor is None else floor.least_bytes,
         )
+
+    @property
+    def gpu_floor(self) -> GpuFloor:
+        """The floor the strategies answered with when the request parked."""
+        return GpuFloor(self.floor, self.floor_bytes)
 
     @property
     def bytes_floor(self) -> int | None:
@@ -189,17 +197,7 @@ def fits_floor(entry: ParkedEntry, change: Change) -> bool:
     """
     if change.kind != ClusterChange.CAPACITY_FREED.value:
         return True
-    least = entry.bytes_floor
-    if least is not None and change.frees is not None:
-        return any(free >= least for free in change.frees)
-    if entry.floor is None or change.shares is None:
-        return True
-    floor = entry.floor
-    for gpu_type, share in change.shares:
-        needed = floor.get(gpu_type) if gpu_type is not None else None
-        if needed is None or share >= needed:
-            return True
-    return False
+    return entry.gpu_floor.could_clear(change.shares, change.frees)
 
 
 def budgeted(entry: ParkedEntry, changes: Sequence[Change]) -> bool:

@@ -73,12 +73,12 @@ def test_the_cli_process_rejects_the_poison_with_exit_2_and_one_line(tmp_path: P
                           env=env, capture_output=True, timeout=120, check=False)
     assert cli_problems(done.returncode, done.stdout, done.stderr) == []
     assert done.returncode == 2
-    assert done.stderr.decode() == "gpusched: rejected: \\ud800: nested more than 64 levels deep\n"
+    assert done.stderr.decode() == "gpusched: rejected: \\ud800: nests more than 64 levels deep\n"
     assert json.loads(done.stdout)["error"]["field"] == "\\ud800"
 
 
 def test_in_process_cli_sees_what_the_process_sees() -> None:
     """The in-process runner the fuzz uses gives the real command's answer for the poison."""
     code, out, err = run_cli_in_process(["schedule", "-"], json.dumps(_poison()))
-    assert (code, err.decode()) == (2, "gpusched: rejected: \\ud800: nested more than 64 levels deep\n")
+    assert (code, err.decode()) == (2, "gpusched: rejected: \\ud800: nests more than 64 levels deep\n")
     assert json.loads(out)["request_id"] == "poison"

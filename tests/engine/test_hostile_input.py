@@ -39,7 +39,7 @@ def test_deeply_nested_request_without_id_is_rejected_not_raised():
     raw = request(model(), [worker(1, "w", [gpu(0, H100)])])
     del raw["request_id"]
     raw["annotations"] = _nested(1000)
-    assert _rejected(raw) == ("annotations", "nested more than 64 levels deep")
+    assert _rejected(raw) == ("annotations", "nests more than 64 levels deep")
 
 
 def _deep_without_id(where: str, depth: int = 100) -> dict[str, Any]:
@@ -64,9 +64,9 @@ def _json_digest_id(raw: dict[str, Any]) -> str:
     ("where", "message"),
     [
         ("model.hf_config",
-         "Failed to parse model qwen2.5-7b hyperparameters: nested more than 64 levels deep"),
-        ("model.env", "nested more than 64 levels deep"),
-        ("annotations", "nested more than 64 levels deep"),
+         "Failed to parse model qwen2.5-7b hyperparameters: nests more than 64 levels deep"),
+        ("model.env", "nests more than 64 levels deep"),
+        ("annotations", "nests more than 64 levels deep"),
     ],
 )
 def test_deep_request_without_id_gets_its_digest_id_and_its_field(where, message):
@@ -108,7 +108,7 @@ def test_deeply_nested_hf_config_is_rejected_with_the_field():
     row = model(hf_config={**model()["hf_config"], "extra": _nested(200)})
     assert _rejected(request(row, [worker(1, "w", [gpu(0, H100)])])) == (
         "model.hf_config",
-        "Failed to parse model qwen2.5-7b hyperparameters: nested more than 64 levels deep",
+        "Failed to parse model qwen2.5-7b hyperparameters: nests more than 64 levels deep",
     )
 
 

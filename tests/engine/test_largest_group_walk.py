@@ -17,7 +17,8 @@ from builders import H100, gpu, worker
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler_core import Worker
+from scheduler_core import Reason, Worker
+from scheduler_core.outcomes import FailureTally
 from scheduler_core.selection import DecisionLog
 from scheduler_core.strategies import single_worker
 from scheduler_core.workers import worker_view
@@ -62,9 +63,13 @@ def test_the_stage_records_what_the_walk_records(first: list[Any], second: list[
     expected: list[Any] = []
     got: list[Any] = []
 
-    def record(selection: Any, gpu_type: str) -> None:
+    def record(selection: Any, gpu_type: str) -> Reason:
         tracker = selection.log.multi_gpu
         got.append((gpu_type, (tracker.vram, tracker.satisfied, tracker.total_gpus)))
+        return Reason.INSUFFICIENT_VRAM
+
+    tally = FailureTally("single_worker_multi_gpu")
+    failing: set[int] = set()
 
     with mock.patch.object(single_worker, "_record_failure", record):
         for gpu_type, entries in (("cuda", first), ("rocm", second)):
@@ -80,6 +85,10 @@ def test_the_stage_records_what_the_walk_records(first: list[Any], second: list[
             ]
             expected += _walk(expected_log, gpu_type, entries, views)
             found = [outcome.candidate for outcome in outcomes]
-            single_worker._track_failures(SimpleNamespace(log=got_log), gpu_type, outcomes, found)  # type: ignore[arg-type]
+            failed = single_worker._Failed(tally, list(zip(views, outcomes, strict=True)))
+            single_worker._track_failures(SimpleNamespace(log=got_log), gpu_type, outcomes, found, failed)  # type: ignore[arg-type]
+            failing |= {view.id for view, (_, _, has) in zip(views, entries, strict=True) if not has}
     assert got == expected
+    # every worker without a candidate is tallied once (the two types' workers share ids)
+    assert sum(f.workers for f in tally.outcome(()).failures) == len(failing)
     assert got_log.multi_gpu == expected_log.multi_gpu

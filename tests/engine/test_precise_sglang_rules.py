@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 from builders import GIB, H100, H200, MIB, RTX_4090, gpu, instance, model, request, uniform_worker, worker
 
-from scheduler_core import PreciseSettings, schedule
+from scheduler_core import PolicySettings, PreciseSettings, schedule
 from scheduler_core.plugins import PRECISE_CHAIN
 
 QWEN_7B = {
@@ -184,7 +184,8 @@ def test_max_total_tokens_caps_the_prediction_and_the_default_floor():
 def test_the_admission_margin_refuses_but_never_changes_the_prediction():
     """A 4 GiB ``admission_margin``: 16.5 GiB on a 4090 leaves a 3.31 GiB pool, below floor +
     margin (refused); 14 GiB leaves 5.81 GiB (admitted) with the same ``kv_tokens`` as without it."""
-    margin = dataclasses.replace(PRECISE_CHAIN, settings=PreciseSettings(admission_margin=4 * GIB))
+    settings = PolicySettings.of(PreciseSettings(admission_margin=4 * GIB))
+    margin = dataclasses.replace(PRECISE_CHAIN, settings=settings)
     rtx = [uniform_worker(2, "rtx", 1, RTX_4090)]
     big = model(name="big", hf_config=QWEN_7B, weight_bytes=int(16.5 * GIB))
     assert _precise(big, rtx).status == "scheduled"

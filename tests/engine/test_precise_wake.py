@@ -13,9 +13,9 @@ import itertools
 import pytest
 from builders import GIB, H100, RTX_4090, instance, model, request, uniform_worker
 
-from scheduler_core import DEFAULT_CHAIN, PreciseSettings, Worker, free_bytes_floor, schedule
+from scheduler_core import DEFAULT_CHAIN, Chain, PreciseSettings, ScheduleResult, Worker, schedule, wake_floor
 from scheduler_core.plugins import PRECISE_CHAIN
-from scheduler_core.precise.wake import least_gpu_bytes
+from scheduler_core.wake import ANY_GPU
 
 #: Qwen2.5-7B's checkpoint (the builders' default model carries these weights).
 WEIGHTS = 15_231_233_024
@@ -43,10 +43,15 @@ def test_the_floor_is_the_context_plus_a_quarter_of_the_weights_per_rank(params,
     workers = [uniform_worker(1, "a", 4, 4 * GIB), uniform_worker(2, "b", 2, 4 * GIB)]
     row, result, rows = _parked(params, workers, distributed_inference_across_workers=across)
     assert result.status == "unschedulable"
-    floor = free_bytes_floor(model_of(row), result, PRECISE_CHAIN, rows)
+    floor = free_bytes_floor(row, result, PRECISE_CHAIN, rows)
     assert floor == CONTEXT + -(-WEIGHTS // (4 * ranks))
     gpustack = schedule(request(row, workers))  # another policy's result: no floor in bytes
-    assert free_bytes_floor(model_of(row), gpustack, DEFAULT_CHAIN, rows) is None
+    assert free_bytes_floor(row, gpustack, DEFAULT_CHAIN, rows) is None
+
+
+def free_bytes_floor(row, result: ScheduleResult, chain: Chain, rows: list[Worker]) -> int | None:
+    """The bytes part of the chain's wake floor for the decision that parked ``row``."""
+    return wake_floor(model_of(row), result, chain, rows).least_bytes
 
 
 def model_of(row: dict[str, object]):
@@ -59,9 +64,9 @@ def test_no_floor_for_a_manual_selection_or_a_rejection() -> None:
     workers = [uniform_worker(1, "a", 2, RTX_4090)]
     manual = model(gpu_selector={"gpu_ids": ["a:cuda:0"]})
     result = schedule(request(manual, workers, policy="precise"))
-    assert least_gpu_bytes(model_of(manual), result, PreciseSettings(), []) is None
+    assert wake_floor(model_of(manual), result, PRECISE_CHAIN, []) == ANY_GPU
     bad = schedule(request(model(), workers, policy="precise", min_context_tokens=0))
-    assert bad.status == "rejected" and least_gpu_bytes(model_of(model()), bad, PreciseSettings(), []) is None
+    assert bad.status == "rejected" and wake_floor(model_of(model()), bad, PRECISE_CHAIN, []) == ANY_GPU
 
 
 def test_no_candidate_of_the_precise_strategies_uses_a_gpu_below_the_floor() -> None:
@@ -74,7 +79,7 @@ def test_no_candidate_of_the_precise_strategies_uses_a_gpu_below_the_floor() -> 
         instances = [instance(9, 1, {0: held * GIB}), instance(8, 2, {1: 4 * held * GIB})]
         row = model(backend_parameters=params, weight_bytes=WEIGHTS)
         result = schedule(request(row, workers, instances, policy="precise"))
-        floor = free_bytes_floor(model_of(row), result, PRECISE_CHAIN, rows)
+        floor = free_bytes_floor(row, result, PRECISE_CHAIN, rows)
         assert floor is not None
         free = {(1, 0): RTX_4090 - held * GIB, (1, 1): RTX_4090, (2, 0): H100, (2, 1): H100 - 4 * held * GIB}
         for candidate in result.candidates:

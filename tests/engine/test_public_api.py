@@ -24,8 +24,12 @@ PUBLIC = [
     "LaunchOut",
     "ModelInstance",
     "ModelSpec",
+    "GpuFloor",
+    "PolicySettings",
+    "Problem",
     "PreciseSettings",
     "Reason",
+    "RequestError",
     "ScheduleRequest",
     "ScheduleResult",
     "SnapshotMemo",
@@ -34,22 +38,26 @@ PUBLIC = [
     "UNHASHABLE_REQUEST_ID",
     "Worker",
     "canonical_json",
+    "deciding",
+    "dotted_field",
+    "first_problem",
     "chain_of",
     "chain_wake_table",
     "encodable",
     "evaluated_gpus_per_replica",
-    "free_bytes_floor",
-    "free_share_floor",
     "gpu_capacity",
     "instance_claims",
     "occupied_workers",
     "parse_gpu_id",
+    "parse_request",
     "render_text",
     "render_value",
+    "request_field",
     "request_id_for",
     "schedule",
     "selected_worker_names",
     "tune",
+    "wake_floor",
     "worker_admits",
 ]
 
@@ -69,3 +77,32 @@ def test_nothing_public_leaks_beyond_all():
         if not name.startswith("_") and not isinstance(value, types.ModuleType)
     }
     assert leaked - {"annotations"} == set(scheduler_core.__all__)
+
+
+def test_schedule_changes_no_interpreter_state_and_deciding_restores_the_collector():
+    """``schedule()`` leaves the garbage collector as it found it, even mid-decision; the
+    service's ``deciding()`` pauses it and restores the caller's setting (nested too)."""
+    import gc
+
+    from builders import RTX_4090, model, request, uniform_worker
+
+    seen = []
+    real = scheduler_core.decision._schedule
+
+    def spy(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    raw = request(model(), [uniform_worker(1, "a", 1, RTX_4090)])
+    assert gc.isenabled()
+    scheduler_core.decision._schedule = spy
+    try:
+        scheduler_core.schedule(raw)
+        with scheduler_core.deciding():
+            scheduler_core.schedule(raw)
+            with scheduler_core.deciding():
+                pass
+            assert not gc.isenabled()
+    finally:
+        scheduler_core.decision._schedule = real
+    assert seen == [True, False] and gc.isenabled()

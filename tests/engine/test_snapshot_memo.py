@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler_core import DEFAULT_CHAIN, ModelInstance, ScheduleRequest, SnapshotMemo, Worker, schedule
+from scheduler_core.memo import SlotKey
 from tests.builders import GIB, H100, MI300X, RTX_4090, gpu, model, weight_for_estimate, worker
 
 TOTALS = {"cuda": (RTX_4090, H100, 48 * GIB), "rocm": (MI300X,)}
@@ -192,7 +193,10 @@ def test_memo_reuses_outcomes_of_unchanged_workers() -> None:
 def test_memoized_computes_each_argument_once_and_is_shared_per_signature() -> None:
     """``Memoized`` evaluates an argument once, compares by signature, and a runner hands out
     one per name and signature: per decision, and across decisions through the memo."""
-    from scheduler_core.caching import Memoized, StageRunner
+    from scheduler_core.caching import StageRunner
+    from scheduler_core.memo import Memoized, SlotKey
+
+    square_slot = SlotKey("square")
     from scheduler_core.cluster import ClusterState
 
     calls: list[int] = []
@@ -207,12 +211,12 @@ def test_memoized_computes_each_argument_once_and_is_shared_per_signature() -> N
     assert squares != Memoized(("model", 2), square)
     cluster = ClusterState([], [])
     alone = StageRunner(cluster)
-    assert alone.memoized("square", 1, square) is alone.memoized("square", 1, square)
-    assert StageRunner(cluster).memoized("square", 1, square) is not alone.memoized("square", 1, square)
+    assert alone.memoized(square_slot, 1, square) is alone.memoized(square_slot, 1, square)
+    assert StageRunner(cluster).memoized(square_slot, 1, square) is not alone.memoized(square_slot, 1, square)
     memo = SnapshotMemo()
-    kept = StageRunner(cluster, memo).memoized("square", 1, square)
-    assert StageRunner(cluster, memo).memoized("square", 1, square) is kept
-    assert StageRunner(cluster, memo).memoized("square", 2, square) is not kept
+    kept = StageRunner(cluster, memo).memoized(square_slot, 1, square)
+    assert StageRunner(cluster, memo).memoized(square_slot, 1, square) is kept
+    assert StageRunner(cluster, memo).memoized(square_slot, 2, square) is not kept
 
 
 @settings(max_examples=200, deadline=None)
@@ -368,10 +372,10 @@ def test_first_failure_reads_only_what_was_appended_and_answers_like_a_full_scan
         elif action == "replace" and items:
             items[-1] = (good,)
         read.clear()
-        answer = memo.first_failure("check", items, passes)
+        answer = memo.first_failure(SlotKey("check"), items, passes)
         expected = next((i for i, item in enumerate(items) if not item[0]), None)
         assert answer == expected
-        kept = memo._passed.get("check")
+        kept = memo._passed.get(SlotKey("check"))
         if expected is None:
             assert kept == tuple(items)
         if all(item[0] for item in previous) and items[: len(previous)] == previous and action != "replace":

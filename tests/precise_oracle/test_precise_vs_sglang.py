@@ -23,7 +23,7 @@ import checkpoint  # noqa: E402  (tools/sglang-oracle, importable once require()
 import extra  # noqa: E402
 import launch  # noqa: E402
 
-from scheduler_core import PreciseSettings, schedule  # noqa: E402
+from scheduler_core import PolicySettings, PreciseSettings, schedule  # noqa: E402
 from scheduler_core.plugins import PRECISE_CHAIN  # noqa: E402
 from scheduler_core.precise.kv import kv_shape  # noqa: E402
 from scheduler_core.precise.startup import running_dtype  # noqa: E402
@@ -37,7 +37,8 @@ CORPUS = corpus()
 
 
 def _decide(case: Case, context: float):
-    chain = dataclasses.replace(PRECISE_CHAIN, settings=PreciseSettings(sglang_context=int(context * GIB)))
+    settings = PolicySettings.of(PreciseSettings(sglang_context=int(context * GIB)))
+    chain = dataclasses.replace(PRECISE_CHAIN, settings=settings)
     request = {"request_id": "r", "policy": "precise", "model": case.row(), "workers": workers(case)}
     return schedule(request, chain=chain)
 

@@ -104,3 +104,19 @@ def test_the_maps_bytes_are_the_map_and_its_live_parts_read_now() -> None:
     spliced = json.loads(cache.encoded(h.rt))
     assert spliced == cache.get(h.rt) and spliced["workers"] == whole["workers"]
     assert sum(p["count"] for p in spliced["parked"]) == sum(p["count"] for p in whole["parked"]) + 1
+
+
+def test_a_parked_requests_page_lists_the_workers_each_stage_failed() -> None:
+    """30 GiB fits no GPU of h100-a's 2 (nor b, not ready and filtered out): the request page
+    lists, per stage and reason, the count and the first workers, linked to their pages."""
+    h = _harness()
+    h.submit(small_request("huge", env={"GPUSTACK_MODEL_VRAM_CLAIM": str(200 << 30)}))
+    h.pump()
+    client = TestClient(create_app(h.rt.settings, h.rt))
+    page = client.get("/requests/huge").text
+    assert 'id="workers-failed"' in page
+    row = '<td>single_worker_single_gpu</td><td><code>insufficient_vram</code></td><td class="n">1</td>'
+    assert row in page
+    assert '<a href="/workers/1">h100-a</a>' in page
+    api = client.get("/api/requests/huge").json()
+    assert api["why_not"]["workers_failed"][0]["examples"] == [{"id": 1, "name": "h100-a"}]

@@ -110,3 +110,22 @@ def test_describe_says_when_the_start_of_the_history_was_trimmed() -> None:
     assert "not archived (audit_archive_dir is not set)" in old["history_trimmed"]
     assert "was trimmed behind the audit checkpoint" in render_description(old, width=300)
     assert describe_request(h.rt, "new")["history_trimmed"] is None  # its whole history is still there
+
+
+def test_a_parked_request_lists_per_reason_how_many_workers_failed_and_which() -> None:
+    """``toobig`` (30 GiB) fits no 24 GiB 4090: the one-GPU stage fails alpha and beta, the
+    one-worker stage fails alpha (beta has one GPU, so that stage never considers it); the
+    same per stage and reason in the JSON, the text and the decision event."""
+    h = _placed_and_parked()
+    info = describe_request(h.rt, "toobig")
+    assert info is not None
+    failed = info["why_not"]["workers_failed"]
+    by_stage = {(f["stage"], f["reason"]): (f["workers"], [r["name"] for r in f["examples"]])
+                for f in failed}
+    assert by_stage[("single_worker_single_gpu", "insufficient_vram")] == (2, ["alpha", "beta"])
+    assert by_stage[("single_worker_multi_gpu", "insufficient_vram")] == (1, ["alpha"])
+    assert json.loads(json.dumps(info))["why_not"]["workers_failed"] == failed  # -o json prints the same
+    text = render_description(info, width=120)
+    assert "single_worker_single_gpu [insufficient_vram]: 2 (alpha (id 1), beta (id 2))" in text
+    decided = [e for e in h.events(["sched.decision.made"]) if e.request_id == "toobig"]
+    assert decided and decided[-1].data["outcome"]["failures"] == failed

@@ -167,7 +167,7 @@ def _freed_bytes(*frees: int, version: int = 9) -> Change:
 
 def test_a_floor_in_bytes_wakes_only_for_a_gpu_that_frees_that_much_whatever_its_type() -> None:
     """Issue 17, item 8: one release woke all 1,000 parked precise requests (no floor was known);
-    a precise request records the bytes a GPU needs (scheduler_core.free_bytes_floor)."""
+    a precise request records the bytes a GPU needs (scheduler_core.wake_floor)."""
     entry = _entry(["weights_do_not_fit"], floor_bytes=20 * GIB)
     assert not woken_by(entry, _freed_bytes(19 * GIB, 4 * GIB))
     assert woken_by(entry, _freed_bytes(19 * GIB, 20 * GIB))

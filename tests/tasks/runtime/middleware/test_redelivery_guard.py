@@ -46,12 +46,10 @@ def test_the_guard_dead_letters_a_raw_request_without_validating_it(
     raw = {"request_id": "poison", "model": model(env=SMALL)}
     h.rt.client.sadd(h.rt.keys.delivery("msg-1"), *range(h.settings.max_crashes))  # every delivery died
 
-    class Deadly:
-        @staticmethod
-        def model_validate(*_: Any, **__: Any) -> Any:
-            raise _Killed
+    def deadly(*_: Any, **__: Any) -> Any:
+        raise _Killed
 
-    monkeypatch.setattr(intake_requests, "ScheduleRequest", Deadly)
+    monkeypatch.setattr(intake_requests, "parse_request", deadly)
     with pytest.raises(Ignore):
         deliver(worker_tasks.decide, "msg-1", raw)
     (result,) = h.results()
