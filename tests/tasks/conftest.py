@@ -1,4 +1,4 @@
-"""An empty deployment on fakeredis (``h``) for the state tests."""
+"""An empty deployment on fakeredis (``h``) for the tests of ``tasks/`` (the runtime tests have their own)."""
 
 from __future__ import annotations
 
