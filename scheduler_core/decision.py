@@ -47,7 +47,7 @@ from scheduler_core.model_folder import ModelFolderError
 from scheduler_core.plugins import chain_for, scorer_of
 from scheduler_core.precise.facts import PreciseFacts, precise_facts
 from scheduler_core.selection import Selection
-from scheduler_core.workers import DuplicateGpu, InvalidText, WorkerView, worker_view
+from scheduler_core.workers import DuplicateGpu, InvalidText, WorkerView, checked_views, worker_view
 
 _T = TypeVar("_T")
 
@@ -223,6 +223,10 @@ def _views(request: ScheduleRequest, memo: SnapshotMemo | None) -> list[WorkerVi
 
 
 def _validated_views(workers: Sequence[Worker], memo: SnapshotMemo | None) -> list[WorkerView]:
+    if memo is None:  # a cold decision: every row checked at once, row by row only on a failure
+        checked = checked_views(workers)
+        if checked is not None:
+            return checked
     seen_ids: set[int] = set()
     seen_names: set[str] = set()
     views: list[WorkerView] = []
