@@ -127,6 +127,41 @@ def _subordinate_out(sub: Subordinate) -> SubordinateOut:
     )
 
 
+def candidates_out(
+    candidates: Sequence[Candidate], scores: Sequence[float], shown: Sequence[int]
+) -> list[CandidateOut]:
+    """:func:`candidate_out` of each shown candidate, equal claims sharing one output object.
+
+    The per-candidate path of a decision (thousands for a one-GPU model, as GPUStack lists
+    them): one loop that builds each candidate's field dict in the model's field order and
+    looks its claim up by the claim object's identity (strategies share one ``Claim``
+    between equal candidates; the objects outlive this call).
+    """
+    claims: ClaimMemo = {}
+    by_claim: dict[int, ClaimOut] = {}
+    rendered: list[CandidateOut] = []
+    append = rendered.append
+    for position in shown:
+        worker, gpu_type, indexes, claim, overcommit, subordinates, kv_tokens = candidates[position]
+        claimed = by_claim.get(id(claim))
+        if claimed is None:
+            claimed = by_claim[id(claim)] = claim_out(claim, claims)
+        fields = {
+            "worker_id": worker.id,
+            "worker_name": worker.name,
+            "worker_ip": worker.ip,
+            "gpu_type": gpu_type,
+            "gpu_indexes": list(indexes),
+            "computed_resource_claim": claimed,
+            "overcommit": overcommit,
+            "score": scores[position],
+            "subordinate_workers": [_subordinate_out(sub) for sub in subordinates] if subordinates else None,
+            "kv_tokens": kv_tokens,
+        }
+        append(_built(CandidateOut, fields, _CANDIDATE_FIELDS))
+    return rendered
+
+
 def candidate_out(candidate: Candidate, score: float, memo: ClaimMemo | None = None) -> CandidateOut:
     """One candidate with its placement score (``memo`` shares equal claim objects)."""
     # Once per listed candidate (thousands for a one-GPU model): the field dict is built
@@ -269,7 +304,6 @@ def decision(
     """A scheduled or unschedulable result with GPUStack's messages."""
     candidates = outcome.candidates
     shown = shown_candidates(scores, max_candidates, chosen)
-    claims: ClaimMemo = {}
     block = list_message(filter_messages) + "\n" if filter_messages else ""
     messages = list(outcome.messages)
     launch: LaunchOut | None = None
@@ -285,7 +319,7 @@ def decision(
     return ScheduleResult(
         request_id=request_id,
         status="scheduled" if chosen is not None else "unschedulable",
-        candidates=[candidate_out(candidates[i], scores[i], claims) for i in shown],
+        candidates=candidates_out(candidates, scores, shown),
         candidates_total=len(candidates),
         selected=None if chosen is None else shown.index(chosen),
         messages=messages,

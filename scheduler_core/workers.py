@@ -10,7 +10,7 @@ GPU tuple, so no copy can corrupt another (unlike GPUStack's shallow copies in
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import chain
 from types import MappingProxyType
 from typing import NamedTuple
@@ -18,7 +18,16 @@ from typing import NamedTuple
 from scheduler_core._schemas import Gpu, Worker
 from scheduler_core.limits import encodable
 
-__all__ = ["DuplicateGpu", "Gpu", "InvalidText", "WorkerView", "build_view", "checked_views", "worker_view"]
+__all__ = [
+    "DuplicateGpu",
+    "Gpu",
+    "InvalidText",
+    "WorkerView",
+    "all_gpus",
+    "build_view",
+    "checked_views",
+    "worker_view",
+]
 
 
 class WorkerView(NamedTuple):
@@ -137,8 +146,8 @@ def build_view(worker: Worker) -> WorkerView:
 
 
 _new_view = tuple.__new__
-_GPU_TYPE = operator.itemgetter(0)
-_GPU_NAME = operator.itemgetter(4)
+_GPU_TYPE = operator.attrgetter("type")
+_GPU_NAME = operator.attrgetter("name")
 _VIEW_ID = operator.attrgetter("id")
 _VIEW_NAME = operator.attrgetter("name")
 _VIEW_GPUS = operator.attrgetter("gpus")
@@ -157,10 +166,9 @@ def checked_views(workers: Sequence[Worker]) -> list[WorkerView] | None:
     count = len(views)
     if len(set(map(_VIEW_ID, views))) != count or len(set(map(_VIEW_NAME, views))) != count:
         return None
-    gpu_lists = list(map(_VIEW_GPUS, views))
-    if not all(map(_unique_indexes, gpu_lists)):
+    if not all(map(_unique_indexes, map(_VIEW_GPUS, views))):
         return None
-    gpus = list(chain.from_iterable(gpu_lists))
+    gpus = list(all_gpus(views))
     texts = chain(
         map(_VIEW_NAME, views),
         filter(None, map(_VIEW_IP, views)),
@@ -171,9 +179,14 @@ def checked_views(workers: Sequence[Worker]) -> list[WorkerView] | None:
     return views if "".join(texts).isascii() else None
 
 
+def all_gpus(views: Iterable[WorkerView]) -> Iterator[Gpu]:
+    """Every GPU of the views, worker by worker in order (walked at C speed)."""
+    return chain.from_iterable(map(_VIEW_GPUS, views))
+
+
 _VIEW_IP = operator.attrgetter("ip")
 _VIEW_IFNAME = operator.attrgetter("ifname")
-_GPU_INDEX = operator.itemgetter(1)
+_GPU_INDEX = operator.attrgetter("index")
 
 
 def _unique_indexes(gpus: tuple[Gpu, ...]) -> bool:
