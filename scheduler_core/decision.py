@@ -278,8 +278,7 @@ def _name_encodable(instance: ModelInstance) -> bool:
 
 
 def _first_bad_name(instances: Sequence[ModelInstance]) -> int | None:
-    names = [name for name in map(_INSTANCE_NAME, instances) if name is not None]
-    if "".join(names).isascii():  # the common case, at C speed: ASCII is always encodable
+    if "".join(filter(None, map(_INSTANCE_NAME, instances))).isascii():  # the common case, at C speed
         return None
     for position, instance in enumerate(instances):
         if not _name_encodable(instance):
