@@ -97,15 +97,10 @@ def claim_out(claim: Claim, memo: ClaimMemo | None = None) -> ClaimOut:
     immutable output object when a ``memo`` is passed.
     """
     if memo is not None:
-        # Strategies share one Claim object between equal candidates: try identity first.
-        shared = memo.get((id(claim),))
-        if shared is not None:
-            return shared
         key = (tuple(claim.vram.items()), claim.ram, claim.vram_utilization, claim.estimated_vram)
         shared = memo.get(key)
         if shared is None:
             shared = memo[key] = claim_out(claim)
-        memo[(id(claim),)] = shared  # the claim outlives the memo: one decision
         return shared
     return _construct(
         ClaimOut,
@@ -130,25 +125,40 @@ def _subordinate_out(sub: Subordinate) -> SubordinateOut:
     )
 
 
-def candidate_out(candidate: Candidate, score: float, memo: ClaimMemo | None = None) -> CandidateOut:
-    """One candidate with its placement score (``memo`` shares equal claim objects)."""
-    # Once per listed candidate (thousands for a one-GPU model): the field dict is built
-    # directly, in the model's field order, with the class's fields-set looked up once.
-    worker = candidate.worker
-    subordinates = candidate.subordinates
-    fields = {
-        "worker_id": worker.id,
-        "worker_name": worker.name,
-        "worker_ip": worker.ip,
-        "gpu_type": candidate.gpu_type,
-        "gpu_indexes": list(candidate.gpu_indexes),
-        "computed_resource_claim": claim_out(candidate.claim, memo),
-        "overcommit": candidate.overcommit,
-        "score": score,
-        "subordinate_workers": [_subordinate_out(sub) for sub in subordinates] if subordinates else None,
-        "kv_tokens": candidate.kv_tokens,
-    }
-    return _built(CandidateOut, fields, _CANDIDATE_FIELDS)
+def candidates_out(
+    candidates: Sequence[Candidate], scores: Sequence[float], shown: Sequence[int]
+) -> list[CandidateOut]:
+    """The shown candidates (positions into ``candidates``) with their placement scores.
+
+    Equal claims share one immutable output object. The per-candidate path of a decision
+    (thousands for a one-GPU model, as GPUStack lists them): one loop that builds each
+    candidate's field dict in the model's field order, with the class's fields-set, and
+    looks its claim up by the claim object's identity first (strategies share one
+    ``Claim`` between equal candidates; the objects outlive this call).
+    """
+    claims: ClaimMemo = {}
+    by_claim: dict[int, ClaimOut] = {}
+    rendered: list[CandidateOut] = []
+    append = rendered.append
+    for position in shown:
+        worker, gpu_type, indexes, claim, overcommit, subordinates, kv_tokens = candidates[position]
+        claimed = by_claim.get(id(claim))
+        if claimed is None:
+            claimed = by_claim[id(claim)] = claim_out(claim, claims)
+        fields = {
+            "worker_id": worker.id,
+            "worker_name": worker.name,
+            "worker_ip": worker.ip,
+            "gpu_type": gpu_type,
+            "gpu_indexes": list(indexes),
+            "computed_resource_claim": claimed,
+            "overcommit": overcommit,
+            "score": scores[position],
+            "subordinate_workers": [_subordinate_out(sub) for sub in subordinates] if subordinates else None,
+            "kv_tokens": kv_tokens,
+        }
+        append(_built(CandidateOut, fields, _CANDIDATE_FIELDS))
+    return rendered
 
 
 def event_out(event: Event) -> EventOut:
@@ -264,7 +274,6 @@ def decision(
     """A scheduled or unschedulable result with GPUStack's messages."""
     candidates = outcome.candidates
     shown = shown_candidates(scores, max_candidates, chosen)
-    claims: ClaimMemo = {}
     block = list_message(filter_messages) + "\n" if filter_messages else ""
     messages = list(outcome.messages)
     launch: LaunchOut | None = None
@@ -280,7 +289,7 @@ def decision(
     return ScheduleResult(
         request_id=request_id,
         status="scheduled" if chosen is not None else "unschedulable",
-        candidates=[candidate_out(candidates[i], scores[i], claims) for i in shown],
+        candidates=candidates_out(candidates, scores, shown),
         candidates_total=len(candidates),
         selected=None if chosen is None else shown.index(chosen),
         messages=messages,

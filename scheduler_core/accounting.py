@@ -24,7 +24,6 @@ Deliberate difference: every look-up is keyed by GPU type *and* index, so
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -32,12 +31,14 @@ from scheduler_core._schemas import ModelInstance, SubordinateWorker, Worker
 from scheduler_core.workers import WorkerView, build_view
 
 
-@dataclass(frozen=True, slots=True)
-class Allocatable:
-    """Allocatable RAM and per-GPU-index VRAM of one worker for one GPU type."""
+class Allocatable(NamedTuple):
+    """Allocatable RAM and per-GPU-index VRAM of one worker for one GPU type.
+
+    A named tuple: one per worker and GPU type of every cold decision.
+    """
 
     ram: int
-    vram: Mapping[int, int] = field(default_factory=dict)
+    vram: Mapping[int, int]
 
 
 def subordinates(instance: ModelInstance) -> Sequence[SubordinateWorker]:
@@ -79,16 +80,26 @@ def holdings(instance: ModelInstance) -> list[tuple[int, Holding]]:
     if worker_id is not None:
         claim = instance.computed_resource_claim
         claimed = (claim.vram or _NO_VRAM) if claim else _NO_VRAM
-        vram = tuple([(index, claimed.get(index, 0)) for index in instance.gpu_indexes or ()])
+        vram = _main_vram(instance.gpu_indexes or (), claimed)
         ram = (claim.ram or 0) if claim else 0
-        found.append((worker_id, Holding(True, gpu_type, ram, vram)))
+        found.append((worker_id, _new_holding(Holding, (True, gpu_type, ram, vram))))
     servers = instance.distributed_servers
     for sub in (servers.subordinate_workers or ()) if servers else ():
         sub_claim = sub.computed_resource_claim
         if sub.worker_id is not None and sub_claim:
             vram = tuple((sub_claim.vram or _NO_VRAM).items())
-            found.append((sub.worker_id, Holding(False, gpu_type, 0, vram)))
+            found.append((sub.worker_id, _new_holding(Holding, (False, gpu_type, 0, vram))))
     return found
+
+
+_new_holding = tuple.__new__
+
+
+def _main_vram(indexes: Sequence[int], claimed: Mapping[int, int]) -> tuple[tuple[int, int], ...]:
+    """(index, claimed bytes, 0 when unclaimed) for each of ``indexes``, in their order."""
+    if len(claimed) == len(indexes) and list(claimed) == list(indexes):  # the claim's own order
+        return tuple(claimed.items())
+    return tuple([(index, claimed.get(index, 0)) for index in indexes])
 
 
 _NO_VRAM: Mapping[int, int] = MappingProxyType({})
@@ -131,7 +142,10 @@ def allocatable(
         ram = max(ram - worker.reserved_vram - sum(used_vram.values()), 0)
         if 0 in vram:  # GPUStack caps index 0 only (a unified-memory device has one GPU)
             vram[0] = min(ram, vram[0])
-    return Allocatable(ram=ram, vram=MappingProxyType(vram))
+    return _new_allocatable(Allocatable, (ram, MappingProxyType(vram)))
+
+
+_new_allocatable = tuple.__new__
 
 
 #: A GPU as the ledger keys it: (worker id, GPU type, index).

@@ -10,6 +10,7 @@ remembered from earlier decisions; the view never decides what to reuse.
 
 from __future__ import annotations
 
+import operator
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from types import MappingProxyType
@@ -233,13 +234,16 @@ def group_workers_by_gpu_type(
         if not worker.gpus:
             buckets.setdefault(None, []).append(worker)
             continue
-        types = dict.fromkeys([g.type for g in worker.gpus])
+        types = dict.fromkeys(map(_GPU_TYPE, worker.gpus))
         if len(types) == 1:  # the common case: the worker itself is its one type's copy
             buckets.setdefault(next(iter(types)), []).append(worker)
             continue
         for gpu_type in types:
             buckets.setdefault(gpu_type, []).append(worker.of_type(gpu_type))
     return buckets
+
+
+_GPU_TYPE = operator.attrgetter("type")
 
 
 def sort_workers_by_gpu_count(workers: Iterable[WorkerView]) -> list[WorkerView]:

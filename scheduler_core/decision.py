@@ -47,7 +47,7 @@ from scheduler_core.model_folder import ModelFolderError
 from scheduler_core.plugins import chain_for, policy_of, scorer_of
 from scheduler_core.selection import Selection
 from scheduler_core.validation import parse_request
-from scheduler_core.workers import DuplicateGpu, InvalidText, WorkerView, worker_view
+from scheduler_core.workers import DuplicateGpu, InvalidText, WorkerView, checked_views, worker_view
 
 _T = TypeVar("_T")
 
@@ -195,6 +195,10 @@ def _views(request: ScheduleRequest, memo: SnapshotMemo | None) -> list[WorkerVi
 
 
 def _validated_views(workers: Sequence[Worker], memo: SnapshotMemo | None) -> list[WorkerView]:
+    if memo is None:  # a cold decision: every row checked at once, row by row only on a failure
+        checked = checked_views(workers)
+        if checked is not None:
+            return checked
     seen_ids: set[int] = set()
     seen_names: set[str] = set()
     views: list[WorkerView] = []
@@ -246,8 +250,7 @@ def _name_encodable(instance: ModelInstance) -> bool:
 
 
 def _first_bad_name(instances: Sequence[ModelInstance]) -> int | None:
-    names = [name for name in map(_INSTANCE_NAME, instances) if name is not None]
-    if "".join(names).isascii():  # the common case, at C speed: ASCII is always encodable
+    if "".join(filter(None, map(_INSTANCE_NAME, instances))).isascii():  # the common case, at C speed
         return None
     for position, instance in enumerate(instances):
         if not _name_encodable(instance):
