@@ -21,14 +21,14 @@ demo: $(STAMP)
 ## test: install what the suite needs (tools/test-prereqs.sh: Debian's redis-server, redis-sentinel,
 ## postgresql, chromium and prometheus's promtool when this user may install, then the per-tool setup
 ## scripts), lint, type-check, run the whole suite in TEST_WORKERS processes (pytest-xdist; the tests
-## that share GPUStack's servers run in one of them). When every prerequisite is there the suite runs
+## that share GPUStack's servers run in one of them: tests/conftest.py). When every prerequisite is there the suite runs
 ## with CI=1: a test whose tool is missing fails instead of skipping.
 PYTEST_ARGS ?=
 TEST_WORKERS ?= 3
 test: $(STAMP) lint typecheck
 	@bash tools/test-prereqs.sh; status=$$?; \
-	if [ $$status -eq 0 ]; then CI=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS); \
-	elif [ $$status -eq 10 ]; then $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS); \
+	if [ $$status -eq 0 ]; then CI=1 $(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS); \
+	elif [ $$status -eq 10 ]; then $(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS); \
 	else exit $$status; fi
 
 ## test-fast: the inner loop: lint and every test that needs no server or browser (no Redis, no workers)

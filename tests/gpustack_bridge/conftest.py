@@ -23,15 +23,6 @@ from tests.gpustack_bridge.scenario import World
 from tests.gpustack_bridge.server import GpustackServer, Postgres, prerequisites
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``make test``), every test on GPUStack's servers runs in one process:
-    the servers are per session, and two processes would start two pairs."""
-    for item in items:
-        if item.get_closest_marker("gpustack") is not None:
-            item.add_marker(pytest.mark.xdist_group("gpustack"))
-
-
 def _require() -> None:
     missing = prerequisites()
     if missing:
