@@ -36,7 +36,7 @@ from typing import Any
 
 import redis
 
-from scheduler_core import SnapshotMemo, canonical_json
+from scheduler_core import ScheduleResult, SnapshotMemo, canonical_json
 from tasks.audit.archive import Entry, read_archive, read_archived_snapshots
 from tasks.audit.checkpoints import Checkpoint, load_checkpoint
 from tasks.audit.decision_event import outcome_summary
@@ -307,13 +307,23 @@ def _replay_one(
     _, digest = result_digest(result)
     report.replayed += 1
     recorded = decision.data["result_digest"]
-    if digest == recorded:
+    if digest == recorded or recorded_before_failures(decision.data, result):
         report.identical += 1
         return
     report.differences.append(
         Difference(request_id, decision.stream_id, fold.version, recorded, digest,
                    _diff(decision.data.get("outcome") or {}, outcome_summary(result)))
     )
+
+
+def recorded_before_failures(data: dict[str, Any], result: ScheduleResult) -> bool:
+    """Whether ``data`` is a decision recorded before results carried ``failures`` (its event's
+    outcome has no ``failures`` key) whose digest is the replayed result's without that
+    additive field: the same decision, recorded by an older gpusched."""
+    if result.failures is None or "failures" in (data.get("outcome") or {}):
+        return False
+    _, digest = result_digest(result.model_copy(update={"failures": None}))
+    return bool(digest == data["result_digest"])
 
 
 def _diff(recorded: dict[str, Any], replayed: dict[str, Any]) -> list[str]:

@@ -100,3 +100,29 @@ def test_replay_reports_progress_while_reading_and_replaying(monkeypatch: pytest
     events = h.rt.client.xlen(h.rt.keys.events)
     assert [done for phase, done in seen if phase == "read"] == list(range(5, events + 1, 5))
     assert [done for phase, done in seen if phase == "replayed"] == list(range(5, report.replayed + 1, 5))
+
+
+def test_a_decision_recorded_before_results_carried_failures_replays_identical() -> None:
+    """Results gained the additive ``failures`` field (issue 21): an audit log an older gpusched
+    wrote holds the digest of the same result without it, and no ``failures`` in its outcome.
+    Replay accepts exactly that; a log that has the key is held to the whole digest."""
+    from scheduler_core import schedule
+    from tasks.base.digests import result_digest
+    from tasks.decision.replay import recorded_before_failures
+
+    h = Harness()
+    h.apply(uniform_cluster(workers=1, gpus=1))
+    h.submit(small_request("huge", env={"GPUSTACK_MODEL_VRAM_CLAIM": str(200 * GIB)}))
+    h.pump()
+    (decision,) = h.events(["sched.decision.made"])
+    assert decision.data["outcome"]["failures"]  # an unschedulable decision names who failed
+    request = {**small_request("huge", env={"GPUSTACK_MODEL_VRAM_CLAIM": str(200 * GIB)}),
+               **uniform_cluster(workers=1, gpus=1)}
+    result = schedule(request)
+    assert result.failures
+    _, without = result_digest(result.model_copy(update={"failures": None}))
+    old = {"result_digest": without, "outcome": {k: v for k, v in decision.data["outcome"].items()
+                                                 if k != "failures"}}
+    assert recorded_before_failures(old, result)
+    assert not recorded_before_failures({**old, "outcome": decision.data["outcome"]}, result)
+    assert not recorded_before_failures({**old, "result_digest": "0" * 64}, result)
