@@ -5,8 +5,11 @@ registration token (idempotent on its ``worker_uuid``), serves ``/healthz`` on i
 on 127.0.0.1 (GPUStack's WorkerSyncer probes it), and posts its status (with
 ``state_message: null``, without which GPUStack keeps a worker ``not_ready``) and heartbeats
 with its own token. :class:`Fleet` runs them and a stand-in for each worker's serve manager:
-an instance ``scheduled`` on a live worker is moved to ``running`` with that worker's token,
-as the real worker does once its engine is up.
+an instance ``scheduled`` or ``unreachable`` on a live worker is moved to ``running`` with that
+worker's token, as the real worker's serve manager does whenever the engine it runs is healthy
+and the instance is not ``running`` (``ServeManager._sync_model_instances_state``). Each worker
+reports from its own thread, as each real worker is its own process: on a loaded server one
+slow round of twenty workers' posts must not starve the others past the heartbeat grace.
 
 ``stop_heartbeats`` makes a worker go silent (heartbeats, status and ``/healthz`` stop), as
 a crashed host does; ``resume`` brings it back.
@@ -180,17 +183,23 @@ class Fleet:
         worker.register()
         worker.report()
         self.workers.append(worker)
+        if self._threads:  # the fleet is running: this worker reports from now on too
+            self._spawn(self._report_loop, worker)
         return worker
 
     def by_name(self, name: str) -> SyntheticWorker:
         return next(w for w in self.workers if w.name == name)
 
     def start(self) -> Fleet:
-        for target in (self._report_loop, self._serve_loop):
-            thread = threading.Thread(target=target, daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        for worker in self.workers:
+            self._spawn(self._report_loop, worker)
+        self._spawn(self._serve_loop)
         return self
+
+    def _spawn(self, target: Any, *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, daemon=True)
+        thread.start()
+        self._threads.append(thread)
 
     def stop(self) -> None:
         self._stop.set()
@@ -199,13 +208,12 @@ class Fleet:
         for worker in self.workers:
             worker.stop_health()
 
-    def _report_loop(self) -> None:
+    def _report_loop(self, worker: SyntheticWorker) -> None:
         while not self._stop.wait(HEARTBEAT_S):
-            for worker in list(self.workers):
-                try:
-                    worker.report()
-                except (OSError, HttpError) as error:  # the server restarting: try again next round
-                    self.errors.append(f"report {worker.name}: {error}")
+            try:
+                worker.report()
+            except (OSError, HttpError) as error:  # the server restarting: try again next round
+                self.errors.append(f"report {worker.name}: {error}")
 
     def _serve_loop(self) -> None:
         while not self._stop.wait(0.3):
@@ -217,18 +225,20 @@ class Fleet:
                 self.errors.append(f"serve: {error}")
 
     def serve_once(self) -> None:
-        """Move every ``scheduled`` instance of a live worker to ``running`` (its serve manager's job)."""
+        """Move every ``scheduled`` or ``unreachable`` instance of a live worker to ``running``
+        (its serve manager's job: the engine it started is healthy)."""
         by_id = {w.id: w for w in self.workers if w.alive}
         rows = call("GET", f"{self.server_url}/v2/model-instances?page=1&perPage=1000", basic=self.admin)
         for row in rows["items"]:
             worker = by_id.get(row.get("worker_id"))
-            if row.get("state") != "scheduled" or worker is None:
+            if row.get("state") not in ("scheduled", "unreachable") or worker is None:
                 continue
             body = {key: row[key] for key in ("source", "name", "model_name") if key in row}
             body.update({key: row[key] for key in ("local_path", "huggingface_repo_id") if row.get(key)})
             body.update(
                 {
                     "state": "running",
+                    "state_message": "",
                     "port": 40000 + int(row["id"]),
                     "ports": [40000 + int(row["id"])],
                     "pid": 100000 + int(row["id"]),
