@@ -47,6 +47,7 @@ def test_the_service_imports_only_the_cores_public_package() -> None:
 
 
 def test_the_checker_sees_a_module_import() -> None:
-    tree = ast.parse("def f():\n    from scheduler_core.memo import SnapshotMemo\nimport scheduler_core.precise\n")
+    source = "def f():\n    from scheduler_core.memo import SnapshotMemo\nimport scheduler_core.precise\n"
+    tree = ast.parse(source)
     assert sorted(_core_imports(tree)) == [(2, "scheduler_core.memo"), (3, "scheduler_core.precise")]
     assert list(_core_imports(ast.parse("from scheduler_core import schedule\n"))) == [(1, "scheduler_core")]
