@@ -97,7 +97,8 @@ def test_the_floor_is_tight_when_the_fraction_is_near_one() -> None:
     """At ``--mem-fraction-static 0.99`` a GPU a byte below the floor is never used, and one a
     quarter GiB above it is (the floor misses the need by the fraction's 1 %, not a factor)."""
     for weights in WEIGHTS[:2]:
-        row = model(backend_parameters=["--tp-size", "1", "--mem-fraction-static", "0.99"], weight_bytes=weights)
+        params = ["--tp-size", "1", "--mem-fraction-static", "0.99"]
+        row = model(backend_parameters=params, weight_bytes=weights)
         floor = _floor(row, {}, [])
         for room, used in ((floor - 1, False), (floor + GIB // 4, True)):
             result = schedule(request(row, WORKERS, _instances(RTX_4090 - room, 22), policy="precise"))
