@@ -31,8 +31,15 @@ from scheduler_core._schemas import (
 )
 from scheduler_core.accounting import gpu_capacity, instance_claims, occupied_workers
 from scheduler_core.arguments import evaluated_gpus_per_replica
-from scheduler_core.cycle import PolicySettings
-from scheduler_core.decision import UNHASHABLE_REQUEST_ID, canonical_json, request_id_for, schedule
+from scheduler_core.cycle import CycleState, PolicySettings
+from scheduler_core.decision import (
+    UNHASHABLE_REQUEST_ID,
+    Decided,
+    canonical_json,
+    decide,
+    request_id_for,
+    schedule,
+)
 from scheduler_core.diffusion import TuneRequest, TuneResult, tune
 from scheduler_core.errors import RequestError
 from scheduler_core.framework import Chain
@@ -64,6 +71,8 @@ __all__ = [
     "CandidateOut",
     "Chain",
     "ClusterChange",
+    "CycleState",
+    "Decided",
     "ErrorOut",
     "EstimateOut",
     "EventOut",
@@ -87,6 +96,7 @@ __all__ = [
     "canonical_json",
     "chain_of",
     "chain_wake_table",
+    "decide",
     "deciding",
     "dotted_field",
     "encodable",

@@ -88,6 +88,20 @@ def request_id_for(raw: Any) -> str:
     return f"req-{digest}"
 
 
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """A decision, and the facts its strategies prepared for it (what their wake answers read).
+
+    Attributes:
+        result: exactly what :func:`schedule` returns for the same arguments.
+        state: the decision's :class:`~scheduler_core.cycle.CycleState`; None when no
+            strategy ran (a rejection, no workers, every worker filtered out).
+    """
+
+    result: ScheduleResult
+    state: CycleState | None = None
+
+
 def schedule(
     request: ScheduleRequest | Mapping[str, Any] | Any,
     *,
@@ -111,39 +125,53 @@ def schedule(
         Changes no interpreter state: a long-lived caller decides inside
         :func:`scheduler_core.hooks.deciding` (the garbage collector paused).
     """
+    return decide(request, chain=chain, memo=memo).result
+
+
+def decide(
+    request: ScheduleRequest | Mapping[str, Any] | Any,
+    *,
+    chain: Chain | None = None,
+    memo: SnapshotMemo | None = None,
+) -> Decided:
+    """:func:`schedule`, with the facts the strategies prepared (for a parked request's wake
+    floor, :func:`scheduler_core.hooks.wake_floor`). Never raises; the result is the same bytes."""
     try:
         request_id = request_id_for(request)
     except RequestError as error:
-        return _render.rejected(UNHASHABLE_REQUEST_ID, error.code, error.message, error.field)
+        return Decided(_render.rejected(UNHASHABLE_REQUEST_ID, error.code, error.message, error.field))
     return _schedule(request, request_id, chain, memo)
 
 
 def _schedule(
     request: Any, request_id: str, configured: Chain | None, memo: SnapshotMemo | None
-) -> ScheduleResult:
+) -> Decided:
     try:
         parsed = parse_request(request)
     except RequestError as error:
-        return _render.rejected(request_id, error.code, error.message, error.field)
+        return Decided(_render.rejected(request_id, error.code, error.message, error.field))
     chain = chain_for(parsed.policy, configured)
     policy = policy_of(chain)
-    result = _decided(parsed, request_id, chain, policy, memo)
+    decided = _decided(parsed, request_id, chain, policy, memo)
+    result = decided.result
     if policy.name == result.policy and not policy.candidate_fraction:
-        return result
-    return _render.with_policy(result, policy.name, policy.candidate_fraction)
+        return decided
+    return Decided(_render.with_policy(result, policy.name, policy.candidate_fraction), decided.state)
 
 
 def _decided(
     parsed: ScheduleRequest, request_id: str, chain: Chain, policy: Policy, memo: SnapshotMemo | None
-) -> ScheduleResult:
+) -> Decided:
     try:
         return _decide(parsed, request_id, chain, policy, memo)
     except RequestError as error:
         if error.context is not None:
-            return _render.argument_rejection(error, request_id, _filter_messages(parsed, chain, memo))
-        return _render.rejected(request_id, error.code, error.message, error.field)
+            messages = _filter_messages(parsed, chain, memo)
+            return Decided(_render.argument_rejection(error, request_id, messages))
+        return Decided(_render.rejected(request_id, error.code, error.message, error.field))
     except Exception as error:  # the contract is "never raises": report, don't crash
-        return _render.rejected(request_id, "internal_error", f"{type(error).__name__}: {error}", None)
+        text = f"{type(error).__name__}: {error}"
+        return Decided(_render.rejected(request_id, "internal_error", text, None))
 
 
 # --------------------------------------------------------------------------- prepare
@@ -298,16 +326,16 @@ def _filter_messages(request: ScheduleRequest, chain: Chain, memo: SnapshotMemo 
 
 def _decide(
     request: ScheduleRequest, request_id: str, chain: Chain, policy: Policy, memo: SnapshotMemo | None
-) -> ScheduleResult:
+) -> Decided:
     prepared = _prepare(request, memo)
     if policy.leaves_out_replaced:
         _check_replaces(request)
     if not prepared.views:
-        return _render.no_workers(request_id)
+        return Decided(_render.no_workers(request_id))
     model = request.model
     filtered = run_filters(model, prepared.views, chain.filters)
     if not filtered.workers:
-        return _render.blocked(request_id, filtered.messages, filtered.blocked_by)
+        return Decided(_render.blocked(request_id, filtered.messages, filtered.blocked_by))
     selection = _selection(request, prepared, filtered.workers, memo, chain, policy)
     outcome = run_strategies(selection, chain.strategies, policy.headline)
     scorer = scorer_of(chain)
@@ -324,9 +352,11 @@ def _decide(
         chain.max_candidates,
     )
     if prepared.diffusion_args is None or chosen is None:
-        return result
+        return Decided(result, selection.state)
     candidate = outcome.candidates[chosen]
-    return _render.with_diffusion_plan(result, selection, prepared.facts, candidate, prepared.diffusion_args)
+    args = prepared.diffusion_args
+    planned = _render.with_diffusion_plan(result, selection, prepared.facts, candidate, args)
+    return Decided(planned, selection.state)
 
 
 def _selection(

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from scheduler_core._schemas import ModelSpec, ScheduleResult, Worker
+from scheduler_core.cycle import CycleState
 from scheduler_core.framework import Chain, passes_filters, wake_table
 from scheduler_core.plugins import DEFAULT_CHAIN, POLICIES, chain_for
 from scheduler_core.reasons import ClusterChange, Reason
@@ -34,7 +35,10 @@ def worker_admits(model: ModelSpec, worker: Worker, chain: Chain = DEFAULT_CHAIN
     return passes_filters(model, worker_view(worker), chain.filters)
 
 
-def wake_floor(model: ModelSpec, result: ScheduleResult, chain: Chain, workers: Sequence[Worker]) -> GpuFloor:
+def wake_floor(
+    model: ModelSpec, result: ScheduleResult, chain: Chain, workers: Sequence[Worker],
+    state: CycleState | None = None,
+) -> GpuFloor:
     """The least a freed GPU must offer to place the parked decision's model: the union of
     the answers of the strategies that decided it (:meth:`Chain.wake_floor`).
 
@@ -44,6 +48,9 @@ def wake_floor(model: ModelSpec, result: ScheduleResult, chain: Chain, workers: 
         chain: the configured chain (it lends its settings; see
             :func:`scheduler_core.plugins.chain_for`).
         workers: the cluster the decision saw.
+        state: the facts the decision prepared (:attr:`scheduler_core.decision.Decided.state`):
+            with them a strategy answers with its own rule's bound (tighter); None: from the
+            estimate alone.
 
     Returns:
         :data:`~scheduler_core.wake.ANY_GPU` for a rejected or filter-blocked result (no
@@ -53,7 +60,7 @@ def wake_floor(model: ModelSpec, result: ScheduleResult, chain: Chain, workers: 
     if estimate is None or result.status == "rejected" or result.policy not in POLICIES:
         return ANY_GPU
     decided = chain_for(result.policy, chain)
-    return decided.wake_floor(WakeQuery(model, estimate, decided.settings, workers))
+    return decided.wake_floor(WakeQuery(model, estimate, decided.settings, workers, state))
 
 
 @contextmanager

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from scheduler_core._schemas import EstimateOut, ModelSpec, Worker
-from scheduler_core.cycle import PolicySettings
+from scheduler_core.cycle import CycleState, PolicySettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,12 +92,15 @@ class WakeQuery:
         estimate: the decision's estimate (weights, fraction per GPU type).
         settings: the chain's policy settings.
         workers: the cluster the decision saw.
+        state: the facts the decision's strategies prepared (:class:`scheduler_core.decision.Decided`);
+            None when not known (a strategy then answers from the estimate alone, looser).
     """
 
     model: ModelSpec
     estimate: EstimateOut
     settings: PolicySettings
     workers: Sequence[Worker]
+    state: CycleState | None = None
 
     @property
     def manual(self) -> bool:

@@ -192,12 +192,16 @@ class PreciseMultiWorker:
         prepare_facts(inputs, state)
 
     def wake_floor(self, query: WakeQuery) -> GpuFloor | None:
-        """Context plus a quarter of the weights over the most nodes × GPUs per node a shape
-        may use; None without distributed inference (the stage is skipped)."""
+        """The least an automatic shape (tp = k GPUs per node, pp = nodes) or the user's tp/pp
+        needs on each GPU; without the decision's facts, context plus a quarter of the weights
+        over the most nodes × GPUs per node a shape may use; None without distributed
+        inference (the stage is skipped)."""
         if query.model.distributed_inference_across_workers is False:
             return None
         nodes = min(len(query.workers), MAX_AUTO_NODES)
-        return floor_for(query, nodes * min(widest(query.workers), MAX_AUTO_GPUS_PER_NODE))
+        per_node = min(widest(query.workers), MAX_AUTO_GPUS_PER_NODE)
+        automatic = [(k, n) for n in range(2, nodes + 1) for k in range(1, per_node + 1)]  # as :func:`shapes`
+        return floor_for(query, nodes * per_node, automatic)
 
     def skip(self, selection: Selection) -> bool:
         """Skipped under manual selection, without distributed inference, for diffusion."""

@@ -140,9 +140,11 @@ class PreciseSingleWorker:
         prepare_facts(inputs, state)
 
     def wake_floor(self, query: WakeQuery) -> GpuFloor:
-        """Context plus a quarter of the weights over the widest worker's GPUs
-        (:mod:`scheduler_core.precise.wake`)."""
-        return floor_for(query, widest(query.workers))
+        """The least a layout of the widest worker's GPUs (tp = n, pp = 1 for every n) needs on
+        each GPU; without the decision's facts, context plus a quarter of the weights over
+        them (:mod:`scheduler_core.precise.wake`)."""
+        most = widest(query.workers)
+        return floor_for(query, most, [(n, 1) for n in range(1, most + 1)])
 
     def skip(self, selection: Selection) -> bool:
         """Manual selection runs GPUStack's manual stage."""

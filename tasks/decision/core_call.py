@@ -11,13 +11,14 @@ import json
 from pydantic import ValidationError
 
 from scheduler_core import (
+    CycleState,
     RequestError,
     ScheduleRequest,
     ScheduleResult,
     SnapshotMemo,
+    decide,
     deciding,
     parse_request,
-    schedule,
 )
 from tasks.intake.chain_config import LoadedChain
 from tasks.intake.requests import local_path_problem, service_rejection
@@ -32,7 +33,7 @@ def run_core(
     memo: SnapshotMemo | None = None,
     *,
     model_roots: tuple[str, ...] | None = None,
-) -> tuple[ScheduleRequest | None, ScheduleResult]:
+) -> tuple[ScheduleRequest | None, ScheduleResult, CycleState | None]:
     """The decision itself.
 
     Args:
@@ -49,18 +50,21 @@ def run_core(
 
     Returns:
         The effective request (None if the stored request no longer validates,
-        which yields the core's ``rejected`` result) and the result.
+        which yields the core's ``rejected`` result), the result, and the facts the
+        strategies prepared for it (a parked request's wake floor reads them; None when
+        no strategy ran).
     """
     try:
         request = _request_for(chain, request_json)
     except ValidationError:
-        return None, _stored_rejection(request_json, request_id)
+        return None, _stored_rejection(request_json, request_id), None
     problem = local_path_problem(request.model, model_roots) if model_roots is not None else None
     if problem is not None:
-        return request, service_rejection(request_id, problem.field, problem.message)
+        return request, service_rejection(request_id, problem.field, problem.message), None
     cluster = {"workers": fold.worker_list(), "model_instances": fold.instance_list()}
     with deciding():  # the collector paused for the decision (the core changes no such state)
-        return request, schedule(request.model_copy(update=cluster), chain=chain.chain, memo=memo)
+        decided = decide(request.model_copy(update=cluster), chain=chain.chain, memo=memo)
+    return request, decided.result, decided.state
 
 
 def _stored_rejection(request_json: str, request_id: str) -> ScheduleResult:

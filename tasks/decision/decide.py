@@ -176,10 +176,10 @@ def decide_on(
     """
     started = time.perf_counter() if started is None else started
     roots = tuple(rt.settings.model_roots)
-    request, result = run_core(rt.chain, request_json, ref, fold, rt.memo, model_roots=roots)
+    request, result, prepared = run_core(rt.chain, request_json, ref, fold, rt.memo, model_roots=roots)
     metrics.count_decision(result.status)
     model = request.model if request else None
-    step = next_step(ref, seq, attempt, epoch, fold, model, result, rt.chain.chain)
+    step = next_step(ref, seq, attempt, epoch, fold, model, result, rt.chain.chain, prepared)
     text, step.result_digest = result_digest(result)
     elapsed_ms = round((time.perf_counter() - started) * 1000, 3)
     recorded_roots = roots if request is not None and names_local_paths(request.model) else None

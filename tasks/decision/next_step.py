@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from scheduler_core import Chain, ModelSpec, ScheduleResult, wake_floor
+from scheduler_core import Chain, CycleState, ModelSpec, ScheduleResult, wake_floor
 from tasks.base.step import PARK, PUBLISH, RESERVE, Step
 from tasks.decision.booking import booking_for
 from tasks.decision.notices import overcommit_notice
@@ -23,6 +23,7 @@ from tasks.state.parking import ParkedEntry, blocking_reasons
 def next_step(
     request_id: str, seq: int, attempt: int, epoch: int, fold: ClusterFold,
     model: ModelSpec | None, result: ScheduleResult, chain: Chain | None = None,
+    prepared: CycleState | None = None,
 ) -> Step:
     """The step a decision continues with.
 
@@ -35,11 +36,15 @@ def next_step(
         result: the core's result.
         chain: the configured chain (its strategies' wake answer: which freed GPUs
             could place the request, :func:`scheduler_core.wake_floor`; None: no floor).
+        prepared: the facts the decision's strategies prepared; read for the floor of a
+            request that parks now (their own rules' bound), not for one that reserves (its
+            park, should its reservations all conflict, keeps the estimate's looser bound).
     """
     if model is None:
         return Step(request_id, seq, attempt, PUBLISH, result.status, fold.version, epoch,
                     error=error_of(result))
-    floor = wake_floor(model, result, chain, fold.worker_list()) if chain is not None else None
+    state = prepared if _parks(result) else None
+    floor = wake_floor(model, result, chain, fold.worker_list(), state) if chain is not None else None
     park = ParkedEntry.for_model(model, seq, (), fold.version, 0, floor).model_dump(
         mode="json", include={"worker_selector", "gpu_ids", "cluster_id", "floor", "floor_bytes"}
     )
@@ -60,3 +65,10 @@ def next_step(
     step.action = RESERVE
     step.booking = asdict(booking_for(fold, request_id, model, chosen))
     return step
+
+
+def _parks(result: ScheduleResult) -> bool:
+    """Whether the result parks the request (nothing placed, or an overcommitted pick)."""
+    if result.status == "unschedulable" or result.selected is None:
+        return True
+    return bool(result.candidates[result.selected].overcommit)

@@ -302,7 +302,7 @@ def _replay_one(
         report.skipped.append((decision.stream_id, f"unknown chain: {error}"))
         return
     roots = decision.data.get("model_roots")  # the deciding worker's, when a local folder was named
-    _, result = run_core(chain, request_json, request_id, fold, memo,
+    _, result, _ = run_core(chain, request_json, request_id, fold, memo,
                          model_roots=tuple(roots) if isinstance(roots, list) else None)
     _, digest = result_digest(result)
     report.replayed += 1

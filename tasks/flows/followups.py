@@ -148,7 +148,14 @@ def _wake(rt: Runtime, facts: Any) -> tuple[list[str], list[Any]]:
 
 
 def _change(fold: ClusterFold, fact: Any) -> Change:
-    """A recorded wake fact on the current cluster (freed capacity: with each freed GPU's share)."""
+    """A recorded wake fact on the current cluster (freed capacity: with each freed GPU's share
+    and bytes now, after what was booked since).
+
+    Only the GPUs the change freed (the fact's ``gpus``) are offered: the room of the
+    others did not grow by this change (when another change grew it, that change's own fact
+    offers it), so a candidate this change makes possible uses a freed GPU. A fact without
+    ``gpus`` (recorded before they were, or with none) offers every GPU of its workers.
+    """
     kind = str(fact["kind"])
     workers = tuple(fold.workers[w] for w in json_list(fact.get("workers")) if w in fold.workers)
     version = int(fact.get("version") or 0)
@@ -160,7 +167,9 @@ def _change(fold: ClusterFold, fact: Any) -> Change:
         for wid in occupied_workers(instance):
             if wid in ids:
                 held[wid].append(instance)
-    room = [gpu for worker in workers for gpu in gpu_room(worker, held[worker.id])]
+    freed = json_list(fact.get("gpus"))
+    only = {str(key) for key in freed} if freed else None
+    room = [gpu for worker in workers for gpu in gpu_room(worker, held[worker.id], only)]
     shares = tuple((gpu_type, share) for gpu_type, share, _ in room)
     return Change(kind, workers, version, shares, tuple(free for _, _, free in room))
 

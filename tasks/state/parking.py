@@ -17,7 +17,8 @@ may be woken in vain, never forgotten.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import math
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +40,7 @@ from scheduler_core import (
     worker_admits,
 )
 from tasks.base.rows import row_json
-from tasks.state.ledger import worker_capacity
+from tasks.state.ledger import gpu_key, worker_capacity
 
 #: The service's reason for an overcommitted pick the ledger will not book.
 OVERCOMMIT_REASON = Reason.OVERCOMMIT.value
@@ -220,33 +221,39 @@ def budgeted(entry: ParkedEntry, changes: Sequence[Change]) -> bool:
 
 
 def slots(entries: Sequence[ParkedEntry], changes: Sequence[Change]) -> int:
-    """How many of ``entries`` (all with a floor in bytes, or all with share floors) the freed
-    GPUs could take at most.
+    """How many of ``entries`` (each :func:`budgeted`) the freed GPUs could take at most.
 
     Every candidate that the freed capacity makes possible uses, on some freed GPU, at
-    least the smallest floor among the entries (in bytes; or of that GPU's type, as a
-    share); so a GPU with ``b`` bytes (share ``s``) takes at most ``b // smallest``
-    (``floor(s / smallest)``) of them.
+    least the smallest floor among the entries: in bytes (precise), or its type's share of
+    the GPU (gpustack claims its fraction of the total). A GPU with ``b`` bytes (share
+    ``s``) takes at most ``b // smallest`` (``floor(s / smallest)``); with both kinds of
+    floor, the smallest of the bytes and of the shares in bytes of that GPU's total (both
+    kinds draw on the same free bytes). A bound to wake by, not a promise: the requests
+    left waiting are checked again against the room that stays (:func:`wake_plan`).
     """
-    in_bytes = [entry.bytes_floor for entry in entries]
-    if entries and all(in_bytes):
-        return _byte_slots(min(floor or 0 for floor in in_bytes), changes)
-    smallest: dict[str, float] = {}
-    for entry in entries:
-        for gpu_type, needed in (entry.floor or {}).items():
-            smallest[gpu_type] = min(needed, smallest.get(gpu_type, needed))
+    in_bytes = [entry.bytes_floor for entry in entries if entry.bytes_floor is not None]
+    in_shares = [entry.floor or {} for entry in entries if entry.bytes_floor is None]
+    least_bytes = min(in_bytes, default=None)
+    least_share: dict[str, float] = {}
+    for floor in in_shares:
+        for gpu_type, needed in floor.items():
+            least_share[gpu_type] = min(needed, least_share.get(gpu_type, needed))
     total = 0
     for change in changes:
-        for freed_type, share in change.shares or ():
-            least = smallest.get(freed_type or "")
-            if least:
-                total += int(share // least)
+        frees: Sequence[int | None] = change.frees or [None] * len(change.shares or ())
+        for (freed_type, share), free in zip(change.shares or (), frees, strict=True):
+            total += _gpu_slots(least_bytes, least_share.get(freed_type or ""), share, free)
     return total
 
 
-def _byte_slots(least: int, changes: Sequence[Change]) -> int:
-    """Requests of at least ``least`` (> 0) bytes per GPU the freed GPUs hold."""
-    return sum(free // least for change in changes for free in change.frees or ())
+def _gpu_slots(least_bytes: int | None, least_share: float | None, share: float, free: int | None) -> int:
+    """Requests one freed GPU (``share`` of its total, ``free`` bytes) holds at most."""
+    if least_bytes is None or free is None:
+        return int(share // least_share) if least_share else 0
+    least = least_bytes
+    if least_share and share > 0:
+        least = min(least, math.ceil(least_share * free / share))  # the share floor in bytes
+    return free // least if least > 0 else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,23 +297,13 @@ def wake_plan(parked: Mapping[str, str], changes: Sequence[Change], chain: Chain
     bounded = [(rid, entry) for rid, entry in found if budgeted(entry, changes)]
     if not bounded:
         return WakePlan([(rid, entry.seq) for rid, entry in found])
-    chosen: set[str] = set()
-    deferred = 0
-    # floors in bytes (precise) and share floors (gpustack) are not comparable: each kind gets
-    # the slots the freed GPUs hold for it (an upper bound each, so nothing is left unwoken)
-    for group in _by_floor_kind(bounded):
-        room = slots([entry for _, entry in group], changes)
-        oldest = sorted(group, key=lambda item: (item[1].parked_ms, item[0]))
-        chosen.update(rid for rid, _ in oldest[:room])
-        deferred += max(len(group) - room, 0)
+    # floors in bytes (precise) and share floors (gpustack) draw on the same freed bytes: one
+    # budget for both, the oldest parked first
+    room = slots([entry for _, entry in bounded], changes)
+    oldest = sorted(bounded, key=lambda item: (item[1].parked_ms, item[0]))
+    chosen = {rid for rid, _ in oldest[:room]}
     targets = [(rid, entry.seq) for rid, entry in found if rid in chosen or not budgeted(entry, changes)]
-    return WakePlan(targets, deferred)
-
-
-def _by_floor_kind(entries: list[tuple[str, ParkedEntry]]) -> list[list[tuple[str, ParkedEntry]]]:
-    in_bytes = [item for item in entries if item[1].bytes_floor is not None]
-    in_shares = [item for item in entries if item[1].bytes_floor is None]
-    return [group for group in (in_bytes, in_shares) if group]
+    return WakePlan(targets, max(len(bounded) - room, 0))
 
 
 def _candidates(
@@ -327,14 +324,15 @@ def gpu_shares(worker: Worker, instances: Iterable[ModelInstance]) -> tuple[tupl
 
 
 def gpu_room(
-    worker: Worker, instances: Iterable[ModelInstance]
+    worker: Worker, instances: Iterable[ModelInstance], only: Collection[str] | None = None
 ) -> tuple[tuple[str | None, float, int], ...]:
     """Each GPU's ``(type, allocatable share, allocatable bytes)`` on ``worker`` under
     ``instances``' claims: the ledger's capacity minus the claims the core counts
     (:func:`scheduler_core.gpu_capacity`, :func:`scheduler_core.instance_claims`).
 
-    A unified-memory worker (RAM caps GPU 0) reports every GPU at share 1 and its
-    whole total: not ruled out.
+    ``only``: the ledger keys (:func:`tasks.state.ledger.gpu_key`) of the GPUs to report
+    (a change's freed GPUs); None: every GPU. A unified-memory worker (RAM caps GPU 0)
+    reports every GPU at share 1 and its whole total: not ruled out.
     """
     status = worker.status or {}
     totals = {(gpu.type, gpu.index): gpu.total for gpu in worker.gpus}
@@ -348,7 +346,7 @@ def gpu_room(
     room: list[tuple[str | None, float, int]] = []
     for key, capacity in gpu_capacity(worker).items():
         total = totals.get((key[1], key[2]), 0)
-        if total > 0:
+        if total > 0 and (only is None or unified or gpu_key(*key) in only):
             free = total if unified else max(capacity - claimed.get(key, 0), 0)
             room.append((key[1], 1.0 if unified else free / total, free))
     return tuple(room)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from service.support import RTX_4090, Deployment, cluster, llm_request, wait_until
+from service.support import GIB, RTX_4090, Deployment, cluster, llm_request, wait_until, worker_row
 
 from tasks.decision.replay import replay
 from tasks.state.parking import ParkedEntry
@@ -99,6 +99,58 @@ def test_a_snapshot_wakes_only_what_it_changes_and_a_release_only_what_it_frees(
     assert sum(rid.startswith("g") for rid in woken) <= 1
     assert sum(rid.startswith("p") for rid in woken) <= precise_slots < WAITERS
     assert len(d.client.rt.parked.entries()) == len(waiters) - 1
+    d.assert_ledger_consistent()
+    report = replay(d.redis, d.client.rt.cluster)
+    assert (report.identical, report.differ, report.skipped) == (report.replayed, 0, [])
+
+
+def _held_cluster(hosts: int) -> dict[str, object]:
+    """``hosts`` × 2 RTX 4090s, each GPU held by a control-plane instance of 20 GiB (bench_wakeups)."""
+    instances = [
+        {"id": n, "name": f"cp-{n}", "model_id": 900, "worker_id": (n + 1) // 2,
+         "worker_name": f"node-{(n + 1) // 2:04d}", "gpu_type": "cuda", "gpu_indexes": [(n + 1) % 2],
+         "computed_resource_claim": {"vram": {str((n + 1) % 2): 20 * GIB}}}
+        for n in range(1, 2 * hosts + 1)
+    ]
+    return {"workers": [worker_row(w, 2) for w in range(1, hosts + 1)], "model_instances": instances}
+
+
+def _drained(d: Deployment) -> bool:
+    return d.idle() and d.redis.zcard(d.keys.followups) == 0
+
+
+def test_a_release_decides_only_what_its_freed_gpu_can_fit(deployment: Callable[..., Deployment]) -> None:
+    """Issue 22: a release of one GPU with parked requests ran far more decisions than it could
+    fit (264 for 1 booking with 1,000 parked). A precise 7B at tp 1 parked with a floor of a
+    quarter of its weights (4.3 GB), which the freed GPU's *neighbour* reached (4.5 GB beside its
+    20 GiB instance): every recheck offered that unchanged GPU again and woke one more precise
+    request, which decided and parked again. Now a release offers only the GPUs it freed, the
+    precise floor is what the fit needs (16.2 GB), and both kinds of floor share the freed
+    bytes: one release, one decision, one booking — the snapshot that frees a GPU and the
+    ``instance_deleted`` alike; an identical snapshot decides nothing."""
+    d = deployment(wake_recheck_s=0.3)
+    document = _held_cluster(2)
+    d.client.apply_cluster(document)
+    d.start_workers(2)
+    waiters = [f"g-{n:02d}" for n in range(WAITERS // 2)] + [f"p-{n:02d}" for n in range(WAITERS // 2)]
+    for rid in sorted(waiters, key=lambda r: r[2:]):  # alternately gpustack and precise, as in the bench
+        d.client.submit(llm_request(rid) if rid.startswith("g") else _precise(rid))
+    wait_until(lambda: len(d.client.rt.parked.entries()) == len(waiters) and _drained(d), 180,
+               "the waiters to park")
+
+    def decisions_after(change: Callable[[], object], scheduled: int) -> int:
+        before = _decisions(d)
+        change()
+        # drained: no decision queued or running and no follow-up left (a recheck still due is one)
+        wait_until(lambda: len(_scheduled(d)) == scheduled and _drained(d), 120, "the change to settle")
+        return _decisions(d) - before
+
+    assert decisions_after(lambda: d.client.apply_cluster(document), 0) == 0
+    fewer = {**document, "model_instances": document["model_instances"][1:]}  # type: ignore[index]
+    assert decisions_after(lambda: d.client.apply_cluster(fewer), 1) == 1  # before: 1 + every precise
+    assert decisions_after(
+        lambda: d.client.cluster_event({"kind": "instance_deleted", "instance_id": 2}), 2) == 1
+    assert len(d.client.rt.parked.entries()) == len(waiters) - 2
     d.assert_ledger_consistent()
     report = replay(d.redis, d.client.rt.cluster)
     assert (report.identical, report.differ, report.skipped) == (report.replayed, 0, [])

@@ -70,7 +70,8 @@ local by = ARGV[12]
 -- Release the booking `key` (if still held) as one cluster change; returns its version or nil.
 local function release_booking(key, n)
   if not key or key == '' then return nil end
-  local meta = release_instance(booked_key, instances_key, instance_meta_key, claims_key, key)
+  local freed = {gpus = {}, seen = {}}
+  local meta = release_instance(booked_key, instances_key, instance_meta_key, claims_key, key, freed)
   if not meta then return nil end
   local released = {{key = key, meta = meta}}
   local v = tostring(redis.call('INCR', version_key))
@@ -80,7 +81,7 @@ local function release_booking(key, n)
     'version', v, 'type', 'sched.instance.released', 'data', data)
   emit(events_key, 'sched.instance.released', '', v, data, n)
   follow_up({due = followups_key, jobs = followup_jobs_key}, followup_due_ms, by, released, false,
-    {{kind = 'capacity_freed', workers = meta['w'], version = tonumber(v)}})
+    {{kind = 'capacity_freed', workers = meta['w'], version = tonumber(v), gpus = freed.gpus}})
   return v
 end
 

@@ -19,7 +19,8 @@
 -- The wake: the caller derives the workers' changes (added, ready, labels,
 -- cluster, renamed, capacity increased: ARGV[14]) from the stored rows it read
 -- at cluster version ARGV[15]; this script adds capacity_freed for every worker
--- one of whose GPUs has less booked than before. Every fact carries the new
+-- one of whose GPUs has less booked than before (with those GPUs' ledger keys,
+-- gpus: the only room that grew). Every fact carries the new
 -- version. A snapshot that changes nothing wake-relevant wakes nobody and does
 -- not bump the wake epoch. When the version moved since the caller's read (a
 -- change raced it), or ARGV[14] is "" (a recovery), every parked request is woken
@@ -235,17 +236,22 @@ for _, w in ipairs(workers) do redis.call('HDEL', vanished_key, w[1]) end
 local wake = {}
 if exact then
   wake = cjson.decode(worker_facts)
-  local freed, seen = {}, {}
+  local freed, seen, gpus = {}, {}, {}
   for gk, before in pairs(old_booked) do
     local wid = gk:match('^(%d+):')
     local after = tonumber(redis.call('HGET', booked_key, gk) or '0')
-    if wid and redis.call('HEXISTS', capacity_key, gk) == 1 and after < before and not seen[wid] then
-      seen[wid] = true
-      freed[#freed + 1] = tonumber(wid)
+    if wid and redis.call('HEXISTS', capacity_key, gk) == 1 and after < before then
+      gpus[#gpus + 1] = gk
+      if not seen[wid] then
+        seen[wid] = true
+        freed[#freed + 1] = tonumber(wid)
+      end
     end
   end
   table.sort(freed)
-  if #freed > 0 then wake[#wake + 1] = {kind = 'capacity_freed', workers = freed} end
+  table.sort(gpus)
+  -- gpus: the GPUs whose bookings shrank; only their room can place what waits
+  if #freed > 0 then wake[#wake + 1] = {kind = 'capacity_freed', workers = freed, gpus = gpus} end
 else
   wake = {{kind = 'snapshot', workers = {}}}
 end

@@ -37,13 +37,19 @@ end
 
 -- Release one instance: subtract its claims from the booked hash and forget
 -- its row, meta and claims. Returns its meta (decoded), or nil if not held.
-local function release_instance(booked, instances, metas, claims, key)
+-- freed (optional, {gpus = {}, seen = {}}): the GPU keys it held claims on are
+-- appended to freed.gpus, each once (the wake offers only their room).
+local function release_instance(booked, instances, metas, claims, key, freed)
   local meta = redis.call('HGET', metas, key)
   if not meta then return nil end
   for _, pair in ipairs(decode_list(redis.call('HGET', claims, key))) do
     local gk, amount = pair[1], pair[2]
-    if amount ~= '0' and redis.call('HINCRBY', booked, gk, '-' .. amount) <= 0 then
-      redis.call('HDEL', booked, gk)
+    if amount ~= '0' then
+      if redis.call('HINCRBY', booked, gk, '-' .. amount) <= 0 then redis.call('HDEL', booked, gk) end
+      if freed and not freed.seen[gk] then
+        freed.seen[gk] = true
+        freed.gpus[#freed.gpus + 1] = gk
+      end
     end
   end
   redis.call('HDEL', instances, key)

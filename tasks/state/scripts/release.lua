@@ -26,7 +26,8 @@
 -- ARGV[7]  wake change kind for the freed GPUs (capacity_freed), "" for none;
 --          a wake also bumps the wake epoch (the freed capacity can unblock); the
 --          wake fact carries the version the release produced (requests decided at
---          it or later already saw the freed GPUs)
+--          it or later already saw the freed GPUs) and the freed GPUs' ledger keys
+--          (gpus: only their room can place a parked request)
 -- ARGV[8]  follow-up due time (ms)
 -- ARGV[9..] instance keys
 --
@@ -53,8 +54,9 @@ local first_instance_arg = 9  -- ARGV[9..]: the instance keys
 
 local released = {}
 local workers, seen = {}, {}
+local freed = {gpus = {}, seen = {}}
 for i = first_instance_arg, #ARGV do
-  local meta = release_instance(booked_key, instances_key, instance_meta_key, claims_key, ARGV[i])
+  local meta = release_instance(booked_key, instances_key, instance_meta_key, claims_key, ARGV[i], freed)
   if meta then
     released[#released + 1] = {key = ARGV[i], meta = meta}
     for _, w in ipairs(meta['w']) do
@@ -68,7 +70,8 @@ local v = tostring(redis.call('INCR', version_key))
 local wake = {}
 if wake_kind ~= '' then
   redis.call('INCR', epoch_key)
-  wake = {{kind = wake_kind, workers = workers, version = tonumber(v)}}
+  table.sort(freed.gpus)
+  wake = {{kind = wake_kind, workers = workers, version = tonumber(v), gpus = freed.gpus}}
 end
 local data = cjson.encode({released = released, reason = reason})
 redis.call('XADD', changes_key, 'MAXLEN', '~', changes_maxlen, '*',

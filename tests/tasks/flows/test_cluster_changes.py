@@ -179,9 +179,11 @@ def test_a_snapshot_that_raced_another_change_wakes_everyone() -> None:
 
 def test_a_release_wakes_only_the_precise_requests_its_freed_gpu_could_hold() -> None:
     """Issue 17, item 8: one release woke every parked precise request (they had no floor); each
-    now parks with the bytes a GPU must free for it (SGLang's 0.5 GiB context + a quarter of the
-    weights per rank, scheduler_core.precise.wake): a 4090 freed whole (24 GiB) offers
-    24 GiB // (0.5 GiB + 15.2 GB / 4) = 5 such slots, so five of six are woken."""
+    now parks with the bytes a GPU must free for it. Issue 22: that floor was a quarter of the
+    weights (5 slots on a 4090 for a 7B at tp 1, 4 of them woken in vain); it is now what the fit's
+    rules need at tp 1 (scheduler_core.precise.wake.layout_floor): SGLang's 0.5 GiB context, the
+    whole 15.2 GB of weights and the 8,192-token KV floor at 56 KiB a token, so a 4090 freed
+    whole (24 GiB) offers one slot and one of six is woken."""
     h = Harness()
     h.apply(cluster_of(worker_row(1, "a", labels={"gpu": "4090"})))
     h.submit(small_request("holder", env=TWENTY_GIB))
@@ -192,6 +194,8 @@ def test_a_release_wakes_only_the_precise_requests_its_freed_gpu_could_hold() ->
     h.pump()
     parked = {rid: ParkedEntry.model_validate_json(raw) for rid, raw in h.rt.parked.entries().items()}
     assert sorted(parked) == [f"p-{n}" for n in range(6)]
-    assert {entry.floor_bytes for entry in parked.values()} == {GIB // 2 + 15_231_233_024 // 4}
+    assert {entry.floor_bytes for entry in parked.values()} == {GIB // 2 + 15_231_233_024 + 8192 * 57_344}
     summary = h.event({"kind": "instance_deleted", "request_id": "holder"})
-    assert summary["woken"] == [f"p-{n}" for n in range(5)]
+    assert summary["woken"] == ["p-0"]
+    h.pump()
+    assert h.record("p-0")["status"] == "scheduled"  # the floor met, the request is placed

@@ -182,8 +182,11 @@ def test_freed_bytes_hold_as_many_precise_requests_as_the_smallest_floor_fits() 
     waiting = {f"p{n}": parked(n, floor_bytes=20 * GIB) for n in range(10)}
     waiting |= {"g": parked(100, floor={"cuda": 0.8}), "h": parked(101, floor={"cuda": 0.8})}
     plan = wake_plan(waiting, [_freed_bytes(24 * GIB, 41 * GIB)], DEFAULT_CHAIN)
-    # 24 GiB holds one 20 GiB rank and 41 GiB two: the three oldest precise requests; each GPU's
-    # full share holds one 0.8-share request: both gpustack requests (their own slots)
-    assert plan.targets == [("g", 0), ("h", 0), ("p0", 0), ("p1", 0), ("p2", 0)]
-    assert plan.deferred == 7
+    # 24 GiB holds one request (a 0.8 share is 19.2 GiB of it, a precise rank 20 GiB) and 41 GiB
+    # two (20 GiB each): both kinds draw on the same bytes, three slots in all, oldest first
+    assert plan.targets == [("p0", 0), ("p1", 0), ("p2", 0)]
+    assert plan.deferred == 9
     assert slots([_entry([], floor_bytes=20 * GIB)], [_freed_bytes(24 * GIB, 41 * GIB)]) == 3
+    older_gpustack = waiting | {"g": parked(-1, floor={"cuda": 0.8})}
+    assert wake_plan(older_gpustack, [_freed_bytes(24 * GIB, 41 * GIB)], DEFAULT_CHAIN).targets == [
+        ("g", 0), ("p0", 0), ("p1", 0)]
