@@ -2,8 +2,12 @@
 
 What the batch task runs (:func:`decide_batch`) for requests already recorded
 (``[request_id, seq, attempt]`` items, as ``gpusched.decide`` takes them), in
-rounds of two round trips to Redis:
+rounds of two round trips to Redis, after one read of the changes:
 
+0. bring the mirror up to date before taking the lease (after a ``cluster
+   apply``, loading the new snapshot is the slow part of the first decision:
+   done while another process holds the lease, it is not added to the
+   lease's hold);
 1. take the decide lease, claim every item's attempt (``begin.lua``) and read
    the cluster's changes, in one pipeline;
 2. sync the mirror once and decide the items in order, in process: each
@@ -101,6 +105,7 @@ def decide_batch(rt: Runtime, items: Sequence[Item], task_id: str) -> BatchProgr
     progress = BatchProgress()
     pending = list(items)
     idle_rounds = 0
+    rt.mirror.sync()  # before the lease: a snapshot's load overlaps the lease holder's decisions
     while pending and idle_rounds < OUTDATED_ATTEMPTS:
         left = _round(rt, pending, task_id, progress)
         idle_rounds = idle_rounds + 1 if len(left) == len(pending) else 0
