@@ -12,7 +12,12 @@ process that applied it, as ``gpusched cluster apply`` does).
 Printed: the placements displaced, seconds from the snapshot until every
 displaced placement is placed again or parked (its successor has a result),
 decisions per second during the storm, how many were placed and parked, and
-the decision messages' shape (``sched.decision.made`` events per decider).
+the decision messages' shape (``sched.decision.made`` events per decider);
+then the storm's timeline in seconds after the snapshot was sent (t0): the
+snapshot applied, the grace end (the first successor recorded), each
+decision message sent (its size), the first and last decision, and per
+message its first and last decision and its rounds (from the workers'
+``batch_finished`` log lines), so the figure can be read.
 The snapshot drops workers, which the service reschedules at once (below the
 mass-outage guard's ``max_unreachable_fraction``): no grace period applies.
 A ``worker_state`` outage would add ``unreachable_grace_s`` before the same
@@ -81,6 +86,98 @@ def _deciders(client: Any, since: str) -> Counter[int]:
     return Counter(per_message.values())
 
 
+class Sent:
+    """The decision messages a runtime sends, each with the wall-clock time it left."""
+
+    def __init__(self, rt: Any) -> None:
+        self.messages: list[tuple[float, list[str]]] = []
+        self._rt, self._one, self._many = rt, rt.dispatch, rt.dispatch_batch
+        rt.dispatch, rt.dispatch_batch = self._dispatch, self._dispatch_batch
+
+    def _dispatch(self, request_id: str, seq: int, attempt: int, countdown: float) -> None:
+        self._one(request_id, seq, attempt, countdown)
+        self.messages.append((time.time(), [request_id]))
+
+    def _dispatch_batch(self, items: list[tuple[str, int, int]]) -> None:
+        self._many(items)
+        self.messages.append((time.time(), [item[0] for item in items]))
+
+
+def _event_times(client: Any, since: str) -> dict[str, list[tuple[float, str]]]:
+    """Per event type, ``(wall-clock seconds, request id)`` of each event after ``since``."""
+    from tasks.state.streams import iter_stream
+
+    times: dict[str, list[tuple[float, str]]] = {}
+    for entry_id, fields in iter_stream(client.rt.client, client.rt.keys.events, start=f"({since}"):
+        stamp = int(str(entry_id).split("-")[0]) / 1000
+        times.setdefault(fields.get("type", "?"), []).append((stamp, fields.get("request_id", "")))
+    return times
+
+
+def _batches_logged(logs: Path, since: float) -> list[tuple[float, dict[str, Any]]]:
+    """The workers' ``batch_finished`` lines after ``since``: (wall-clock seconds, fields)."""
+    import json
+    from datetime import datetime
+
+    found = []
+    for path in sorted(logs.glob("w*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            if '"batch_finished"' not in line:
+                continue
+            try:
+                fields = json.loads(line[line.index("{"):])
+                stamp = datetime.fromisoformat(str(fields["timestamp"]).replace("Z", "+00:00")).timestamp()
+            except (ValueError, KeyError):
+                continue
+            if stamp >= since:
+                found.append((stamp, {**fields, "log": path.stem}))
+    return sorted(found, key=lambda item: item[0])
+
+
+def timeline(t0: float, sent: Sent, events: dict[str, list[tuple[float, str]]],
+             batches: list[tuple[float, dict[str, Any]]]) -> list[str]:
+    """The storm's lines, in seconds after ``t0`` (the snapshot sent)."""
+    def at(stamp: float) -> str:
+        return f"{stamp - t0:7.2f}"
+
+    lines = [f"{at(t0)}  snapshot sent (workers vanish: no grace, below max_unreachable_fraction)"]
+    applied = events.get("sched.cluster.applied", [])
+    if applied:
+        lines.append(f"{at(applied[0][0])}  snapshot applied (sched.cluster.applied)")
+    recorded = events.get("sched.instance.rescheduled", [])
+    if recorded:
+        lines.append(f"{at(recorded[0][0])}  grace end: first successor recorded")
+        lines.append(f"{at(recorded[-1][0])}  last of {len(recorded)} successors recorded")
+    for stamp, ids in sent.messages:
+        lines.append(f"{at(stamp)}  message sent ({len(ids)} requests)")
+    decided = sorted(events.get("sched.decision.made", []))
+    if decided:
+        lines.append(f"{at(decided[0][0])}  first decision")
+        lines.append(f"{at(decided[-1][0])}  last decision ({len(decided)} decisions)")
+    return lines + _per_message(t0, sent, decided, batches) + [
+        f"          {len(events[kind])} x {kind}"
+        for kind in ("sched.reservation.conflicted", "sched.request.redriven", "sched.request.retried")
+        if events.get(kind)
+    ]
+
+
+def _per_message(t0: float, sent: Sent, decided: list[tuple[float, str]],
+                 batches: list[tuple[float, dict[str, Any]]]) -> list[str]:
+    """Each message's decisions (committed from, to) and each batch the workers logged."""
+    when = {rid: stamp for stamp, rid in decided}
+    lines = []
+    for number, (_, ids) in enumerate(sent.messages, 1):
+        mine = sorted(when[rid] for rid in ids if rid in when)
+        if mine:
+            lines.append(f"          message {number}: {len(mine)} decisions committed from "
+                         f"{mine[0] - t0:.2f} to {mine[-1] - t0:.2f}")
+    for stamp, fields in batches:
+        lines.append(f"{stamp - t0:7.2f}  batch finished in {fields['log']}: decided "
+                     f"{fields.get('decided')}, rounds {fields.get('rounds')}, published "
+                     f"{fields.get('published', 0)}, resumed {fields.get('resumed')}")
+    return lines
+
+
 def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
     """One storm on a fresh database."""
     from tasks.base.settings import Settings, reset_settings
@@ -97,7 +194,7 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
     snapshot = cluster(args.cluster_workers, 8)
     client.apply_cluster(snapshot)
     logs = Path(tempfile.mkdtemp(prefix="gpusched-storm-"))
-    env = {"GPUSCHED_REDIS_URL": url, "GPUSCHED_LOG_LEVEL": "WARNING",
+    env = {"GPUSCHED_REDIS_URL": url, "GPUSCHED_LOG_LEVEL": "INFO",  # INFO: each batch_finished
            "GPUSCHED_DECIDE_BATCH_SIZE": str(args.decide_batch_size)}
     workers = [WorkerProcess(env, f"storm{i}", logs / f"w{i}.log").start() for i in range(args.workers)]
     try:
@@ -110,6 +207,8 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
         displaced = _displaced(client, lost)
         last = client.rt.client.xrevrange(client.rt.keys.events, count=1)[0][0]
         smaller = {**snapshot, "workers": [w for w in snapshot["workers"] if w["id"] not in lost]}
+        sent = Sent(client.rt)
+        t0 = time.time()
         started = time.perf_counter()
         client.apply_cluster(smaller)  # releases, reschedules (records + batches), in this process
         queued = time.perf_counter() - started
@@ -117,14 +216,17 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
             time.sleep(0.02)
         elapsed = time.perf_counter() - started
         shape = _deciders(client, last)
+        events = _event_times(client, last)
     finally:
         for worker in workers:
             worker.stop()
         client.close()
+    lines = timeline(t0, sent, events, _batches_logged(logs, t0))
     shutil.rmtree(logs, ignore_errors=True)
     placed, parked, _ = counts
     return {"lost": len(lost), "displaced": len(displaced), "seconds": elapsed, "queued_s": queued,
-            "per_s": len(displaced) / elapsed, "placed": placed, "parked": parked, "shape": shape}
+            "per_s": len(displaced) / elapsed, "placed": placed, "parked": parked, "shape": shape,
+            "timeline": lines}
 
 
 #: The command line: flag, type, default, help.
@@ -158,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"or parked after {row['seconds']:.2f} s (snapshot + reschedule records "
                   f"{row['queued_s']:.2f} s), {row['per_s']:.0f} decisions/s; placed {row['placed']}, "
                   f"parked {row['parked']}; decisions per message: {shape}", flush=True)
+            print("timeline (seconds after the snapshot was sent):", *row["timeline"], sep="\n  ", flush=True)
     finally:
         server.remove()
     return 0

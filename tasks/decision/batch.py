@@ -2,8 +2,12 @@
 
 What the batch task runs (:func:`decide_batch`) for requests already recorded
 (``[request_id, seq, attempt]`` items, as ``gpusched.decide`` takes them), in
-rounds of two round trips to Redis:
+rounds of two round trips to Redis, after one read of the changes:
 
+0. bring the mirror up to date before taking the lease (after a ``cluster
+   apply``, loading the new snapshot is the slow part of the first decision:
+   done while another process holds the lease, it is not added to the
+   lease's hold);
 1. take the decide lease, claim every item's attempt (``begin.lua``) and read
    the cluster's changes, in one pipeline;
 2. sync the mirror once and decide the items in order, in process: each
@@ -101,6 +105,7 @@ def decide_batch(rt: Runtime, items: Sequence[Item], task_id: str) -> BatchProgr
     progress = BatchProgress()
     pending = list(items)
     idle_rounds = 0
+    rt.mirror.sync()  # before the lease: a snapshot's load overlaps the lease holder's decisions
     while pending and idle_rounds < OUTDATED_ATTEMPTS:
         left = _round(rt, pending, task_id, progress)
         idle_rounds = idle_rounds + 1 if len(left) == len(pending) else 0
@@ -131,8 +136,10 @@ def _claim(
 ) -> tuple[list[Begun], Changes | None]:
     """Take the lease, begin every item's attempt and read the changes: one round trip.
 
-    A busy lease is waited for, then everything is claimed again without it (as a
-    decision alone does: the guards keep the ledger and the records safe).
+    A busy lease is waited for, then everything is claimed again, with the lease or,
+    once the wait is over, without it (as a decision alone does: the guards keep the
+    ledger and the records safe). A batch waits longer than a decision alone
+    (:func:`lease_patience_s`).
     """
     batch = rt.partition.batch()
     acquired = lease.try_acquire(batch) if lease is not None else None
@@ -140,9 +147,22 @@ def _claim(
     changes = rt.mirror.read_changes(batch)
     batch.execute()
     if acquired is not None and lease is not None and not acquired.value:
-        lease.wait()
+        lease.wait(lease_patience_s(rt))
         return _claim(rt, None, items, task_id)
     return [begin.value for begin in begins], changes.value if changes is not None else None
+
+
+def lease_patience_s(rt: Runtime) -> float:
+    """How long a batch waits for a busy decide lease: ``decide_lock_wait_s`` + ``decide_lock_ttl_s``.
+
+    Decided without the lease while another process holds it, a batch is refused as
+    outdated as soon as the holder commits (every decision after its first read a
+    booking ahead), so each such round decides its requests for nothing and takes
+    CPU from the holder: in the storm a batch that stopped waiting after 5 s went
+    through 12 rounds (534 decisions for 50). A holder that died frees the lease
+    within ``decide_lock_ttl_s``, so waiting that much longer costs no liveness.
+    """
+    return rt.settings.decide_lock_wait_s + rt.settings.decide_lock_ttl_s
 
 
 def _plan(

@@ -87,9 +87,10 @@ class DecideLease:
         """A release of this token was executed (the lease is not ours any more)."""
         self.held = self._unsure = False
 
-    def wait(self) -> bool:
-        """Block until the lease is ours or ``decide_lock_wait_s`` passed; returns whether held."""
-        deadline = time.monotonic() + self._wait_s
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Block until the lease is ours or ``timeout_s`` (default ``decide_lock_wait_s``)
+        passed; returns whether held."""
+        deadline = time.monotonic() + (self._wait_s if timeout_s is None else timeout_s)
         while not self.held:
             remaining = deadline - time.monotonic()
             if remaining <= 0:

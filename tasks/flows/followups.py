@@ -31,6 +31,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from scheduler_core import ClusterChange, ModelInstance, canonical_json, occupied_workers
@@ -44,6 +45,8 @@ from tasks.flows.vanished import SNAPSHOT_GONE, outage_share, rebook_returned
 from tasks.state.context import Runtime
 from tasks.state.fold import ClusterFold
 from tasks.state.parking import Change, describe, gpu_room, wake_plan
+from tasks.state.records import Accepted
+from tasks.state.scripts import Pending, ScriptCall
 
 
 def run_followup(rt: Runtime, followup_id: str) -> dict[str, list[str]]:
@@ -183,24 +186,134 @@ def reschedule_released(rt: Runtime, released: Sequence[Released], reason: str) 
     nowhere (a pinned model waits for its own GPUs). Idempotent: the new
     request records the booking it replaces (``reschedule_of``), and a
     booking that already has one is not rescheduled again.
+
+    A storm's bookings are recorded together (:func:`_reschedule_all`: a few
+    round trips for all of them, not five per booking), then sent in batches.
     """
     new_ids: list[str] = []
     fresh: list[tuple[str, int, int]] = []
-    for item in released:
-        moved = _reschedule_one(rt, item, reason)
-        if moved is not None:
-            new_ids.append(moved[0])
-            fresh += [(moved[0], 0, 0)] if moved[1] else []
+    for new_id, recorded in _reschedule_all(rt, released, reason):
+        new_ids.append(new_id)
+        fresh += [(new_id, 0, 0)] if recorded else []
     enqueue_many(rt, fresh)  # a lost worker's bookings: decided in batches
     return new_ids
+
+
+@dataclass(frozen=True, slots=True)
+class _Successor:
+    """A released gpusched booking and the request that is to replace it."""
+
+    item: Released
+    old_id: str
+    new_id: str
+    origin: str
+    request_json: str
+
+
+def _reschedule_all(rt: Runtime, released: Sequence[Released], reason: str) -> list[tuple[str, bool]]:
+    """:func:`_reschedule_one` for every item, in three round trips when each booking's first
+    successor id is free (the usual case): read the old records and the ids, accept every new
+    request, note ``moved_to``. An item the batch cannot settle (its id taken by another
+    request) takes :func:`_reschedule_one`'s path alone. Returns ``(new id, recorded now)``
+    in the order of ``released``."""
+    successors, lost = _successors(rt, released)
+    for item in lost:
+        _report_lost(rt, item, reason)
+    batch = rt.partition.batch()
+    replies = [(s, batch.command(_state_and_origin, "HMGET", rt.keys.request(s.new_id), "state",
+                                 "reschedule_of")) for s in successors]
+    batch.execute()
+    moves: list[tuple[str, str, bool] | None] = []
+    accepts = rt.partition.batch()
+    pending: dict[int, Pending[Accepted]] = {}
+    for position, (successor, reply) in enumerate(replies):
+        state, replaces = reply.value
+        if state is None:
+            pending[position] = accepts.script(_accept_call(rt, successor, reason))
+        moves.append((successor.old_id, successor.new_id, False) if replaces == successor.origin
+                     and state is not None else None)
+    accepts.execute()
+    for position, found in pending.items():
+        moves[position] = _accepted_move(replies[position][0], found.value)
+    for position, move in enumerate(moves):
+        if move is None:  # the id is another request's: the next free one, alone
+            moved = _reschedule_one(rt, replies[position][0].item, reason)  # None: the record expired
+            moves[position] = (replies[position][0].old_id, *moved) if moved is not None else None
+    settled = [move for move in moves if move is not None]
+    _note_moved(rt, [(old_id, new_id) for old_id, new_id, _ in settled])
+    return [(new_id, recorded) for _, new_id, recorded in settled]
+
+
+def _successors(rt: Runtime, released: Sequence[Released]) -> tuple[list[_Successor], list[Released]]:
+    """The gpusched bookings with a stored request (each with its first successor id), and the
+    others (control-plane instances, or records gone): one round trip."""
+    pipe = rt.client.pipeline(transaction=False)
+    for item in released:
+        pipe.hget(rt.keys.request(item.meta.request_id or "-"), "request")
+    successors: list[_Successor] = []
+    lost: list[Released] = []
+    for item, request_json in zip(released, pipe.execute() if released else [], strict=True):
+        if item.meta.source != "gpusched" or not item.meta.request_id or not request_json:
+            lost.append(item)
+            continue
+        old_id = str(item.meta.request_id)
+        new_id = next(_successor_ids(old_id))
+        successors.append(_Successor(item, old_id, new_id, f"{item.key}@{item.meta.order[0]}",
+                                     _json_with_id(str(request_json), new_id)))
+    return successors, lost
+
+
+def _state_and_origin(reply: Any) -> tuple[str | None, str | None]:
+    state, origin = reply
+    return (None if state is None else str(state)), (None if origin is None else str(origin))
+
+
+def _accept_call(rt: Runtime, successor: _Successor, reason: str) -> ScriptCall[Accepted]:
+    item = successor.item
+    moved = dumps({"instance_key": item.key, "from_request": successor.old_id, "reason": reason,
+                   "pinned": item.meta.pinned})
+    return rt.records.accept_call(
+        successor.new_id, successor.request_json, sha256_hex(successor.request_json),
+        pinned=item.meta.pinned, reschedule_of=successor.origin, rescheduled_data=moved,
+        replaces=successor.old_id, outbox_due_ms=rt.partition.lease_deadline_ms(),
+    )
+
+
+def _accepted_move(successor: _Successor, accepted: Accepted) -> tuple[str, str, bool] | None:
+    """(old id, new id, recorded now) once the new request's record exists, None when its id is
+    another request's."""
+    if accepted.accepted:
+        metrics.count_reschedule()
+        return successor.old_id, successor.new_id, True
+    if accepted.reschedule_of == successor.origin:
+        return successor.old_id, successor.new_id, False
+    return None
+
+
+def _report_lost(rt: Runtime, item: Released, reason: str) -> None:
+    """A released booking nobody reschedules (a control-plane instance): ``sched.instance.lost``."""
+    append_event(rt.client, rt.keys.events, "sched.instance.lost",
+                 {"instance_key": item.key, "workers": list(item.meta.workers), "reason": reason})
+
+
+def _note_moved(rt: Runtime, moves: Sequence[tuple[str, str]]) -> None:
+    """:func:`_moved` for many: the existing old records only, in two round trips."""
+    pipe = rt.client.pipeline(transaction=False)
+    for old_id, _ in moves:
+        pipe.exists(rt.keys.request(old_id))
+    alive = pipe.execute() if moves else []
+    pipe = rt.client.pipeline(transaction=False)
+    for (old_id, new_id), exists in zip(moves, alive, strict=True):
+        if exists:  # never recreate an expired record as a stub
+            pipe.hset(rt.keys.request(old_id), "moved_to", new_id)
+    pipe.execute()
 
 
 def _reschedule_one(rt: Runtime, item: Released, reason: str) -> tuple[str, bool] | None:
     """The new request of one released booking, and whether it was recorded now (to enqueue)."""
     record = rt.records.record(item.meta.request_id) if item.meta.request_id else {}
     if item.meta.source != "gpusched" or not record.get("request"):
-        append_event(rt.client, rt.keys.events, "sched.instance.lost",
-                     {"instance_key": item.key, "workers": list(item.meta.workers), "reason": reason})
+        _report_lost(rt, item, reason)
         return None
     old_id = str(item.meta.request_id)
     origin = f"{item.key}@{item.meta.order[0]}"

@@ -25,7 +25,7 @@ from tasks.base.digests import sha256_hex
 from tasks.base.events import EventMeta, dumps
 from tasks.base.lifecycle import RecordState
 from tasks.base.rows import InstanceMeta, Released, parse_meta, released_items, row_dict, row_json
-from tasks.intake.snapshots import InvalidField, SnapshotRows, parse_snapshot
+from tasks.intake.snapshots import InvalidField, SnapshotRows, parse_snapshot, stored_snapshot
 from tasks.state.ledger import (
     decode_amounts,
     encode_amounts,
@@ -403,7 +403,7 @@ class ClusterStore:
         text = self.client.get(self.keys.snapshot(digest))
         if text is None:
             raise LookupError(f"snapshot {digest} is not stored")
-        return parse_snapshot(json.loads(text))
+        return stored_snapshot(json.loads(text))
 
     def worker_rows(self) -> tuple[int, dict[str, str]]:
         """(cluster version, worker rows by id), atomically."""

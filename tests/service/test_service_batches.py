@@ -231,3 +231,35 @@ def test_a_lost_worker_s_bookings_are_rescheduled_in_one_batch(deployment: Calla
     assert len(deciders) == 1  # one gpusched.decide_batch message
     assert replay(d.redis, d.client.rt.cluster).differ == 0
     d.assert_ledger_consistent()
+
+
+def test_a_snapshot_s_lost_bookings_are_recorded_together_and_a_taken_id_moves_on(
+    deployment: Callable[..., Deployment],
+) -> None:
+    """The follow-up records a storm's new requests together (a few round trips for all) and
+    sends them in one batch; a booking whose first successor id another request holds takes
+    the next free one, as one recorded alone does. Every move is noted on the old record,
+    decided once, and replays identical."""
+    d = deployment()
+    snapshot = cluster(3, 4)
+    d.client.apply_cluster(snapshot)
+    d.start_workers(2)
+    placed = [f"m-{n}" for n in range(4)]
+    taken = [f"{rid}~1" for rid in placed]  # the ids their first moves would take
+    d.client.submit_many([llm_request(rid) for rid in [*placed, *taken]])  # one message: deterministic
+    wait_until(lambda: d.settled({*placed, *taken}), 60, "the placements")
+    metas = d.client.rt.cluster.instance_meta().values()
+    lost = {str(meta.request_id) for meta in metas if 1 in meta.workers}
+    assert lost & set(placed)  # at least one booking whose first successor id is taken
+
+    d.client.apply_cluster({**snapshot, "workers": snapshot["workers"][1:]})  # worker 1 vanishes
+    moved = {rid: str(d.redis.hget(d.keys.request(rid), "moved_to")) for rid in lost}
+    assert len(set(moved.values())) == len(lost) and not set(moved.values()) & {*placed, *taken}
+    wait_until(lambda: set(moved.values()) <= set(d.outcomes()) and d.idle(), 60, "the rescheduled requests")
+    origins = [d.redis.hget(d.keys.request(rid), "reschedule_of") for rid in moved.values()]
+    assert all(origins) and len(set(origins)) == len(lost)  # each names the booking it replaces
+    deciders = {d.redis.hget(d.keys.request(rid), "decider") for rid in moved.values()}
+    assert len(deciders) == 1  # one gpusched.decide_batch message
+    assert all(d.outcomes()[rid]["terminal"] == 1 for rid in moved.values())
+    assert replay(d.redis, d.client.rt.cluster).differ == 0
+    d.assert_ledger_consistent()

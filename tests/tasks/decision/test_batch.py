@@ -9,7 +9,9 @@ from builders import RTX_4090, uniform_worker
 from service_builders import small_request, uniform_cluster
 
 from tasks.decision import batch
+from tasks.decision.lease import DecideLease
 from tasks.decision.replay import replay
+from tasks.state.mirror import ClusterMirror
 from tasks.testing import Harness, booking_violations
 
 
@@ -66,3 +68,54 @@ def test_a_change_landing_during_a_batch_outdates_what_read_its_bookings_ahead(
     assert booking_violations(h.rt) == []
     report = replay(h.rt.client, h.rt.cluster)
     assert (report.replayed, report.identical, report.skipped) == (3, 3, [])
+
+
+def test_a_batch_brings_its_mirror_up_to_date_before_it_tries_the_lease(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After a ``cluster apply`` the first decision loads the new snapshot (seconds at 2,000
+    workers): loaded before the lease is tried, that happens while another process holds
+    it, not inside this batch's hold."""
+    h = Harness()
+    h.apply(uniform_cluster(2, 2))
+    items = _accepted(h, ["a", "b"])
+    decider = ClusterMirror(h.rt.cluster)  # a worker process's, synced before the snapshot
+    decider.sync()
+    h.apply(uniform_cluster(3, 2))  # a new snapshot (the applying process's mirror loads it)
+    h.rt.mirror = decider
+    seen: list[tuple[int, int]] = []
+    try_acquire = DecideLease.try_acquire
+
+    def noting(lease: DecideLease, pending: Any) -> Any:
+        seen.append((h.rt.mirror.fold.version, h.rt.cluster.version()))
+        return try_acquire(lease, pending)
+
+    monkeypatch.setattr(DecideLease, "try_acquire", noting)
+    progress = batch.decide_batch(h.rt, items, "batch-1")
+    assert progress.outcomes == dict.fromkeys(["a", "b"], "published")
+    assert seen[0][0] == seen[0][1]  # the snapshot was in the fold when the lease was tried
+    assert replay(h.rt.client, h.rt.cluster).differ == 0
+
+
+def test_a_batch_waits_out_a_busy_lease_rather_than_deciding_without_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another holder keeps the lease past ``decide_lock_wait_s`` (here until its TTL ends):
+    a batch decided without it would be refused as soon as the holder committed, so the
+    batch waits up to ``decide_lock_wait_s + decide_lock_ttl_s`` and decides holding it."""
+    h = Harness(settings=Harness().settings.model_copy(
+        update={"decide_lock_wait_s": 0.01, "decide_lock_ttl_s": 0.3}))
+    h.apply(uniform_cluster(2, 2))
+    items = _accepted(h, ["a", "b"])
+    h.rt.client.set(h.rt.keys.decide_lock, "another-decider", px=300)  # it never releases
+    held: list[bool] = []
+    commit = batch._commit
+
+    def noting(rt: Any, lease: Any, planned: Any) -> None:
+        held.append(lease is not None and lease.held)
+        commit(rt, lease, planned)
+
+    monkeypatch.setattr(batch, "_commit", noting)
+    progress = batch.decide_batch(h.rt, items, "batch-1")
+    assert progress.outcomes == dict.fromkeys(["a", "b"], "published")
+    assert held == [True]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from service_builders import small_request, uniform_cluster
 
+from tasks.decision.core_call import run_core
 from tasks.state.mirror import ClusterMirror
 from tasks.testing import Harness
 
@@ -109,3 +111,26 @@ def test_the_mirror_reloads_when_the_new_timeline_sorts_before_its_position(
     monkeypatch.setattr(fake_stream, "time", real_time)
     _restore_and_change(h, saved, 5)  # more changes than were lost: the version alone looks fine
     _assert_the_prefetched_sync_matches_a_fresh_read(h)
+
+
+def test_a_snapshot_keeps_the_objects_of_the_workers_it_did_not_change() -> None:
+    """A decider's memo keeps what it derived from a worker while the worker is the same
+    object: after a snapshot that drops one worker and changes another, the others keep
+    theirs (their next decision re-derives nothing), and the fold equals a fresh read."""
+    h = Harness()
+    snapshot = uniform_cluster(workers=4, gpus=2)
+    h.apply(snapshot)
+    request = json.dumps(small_request("probe"))
+    run_core(h.rt.chain, request, "probe", h.rt.mirror.sync(), h.rt.memo)  # the memo derives its views
+    before = dict(h.rt.mirror.sync().workers)
+    changed = uniform_worker(3, "w3", 4, RTX_4090)  # four GPUs now
+    h.apply({**snapshot, "workers": [snapshot["workers"][0], snapshot["workers"][1], changed]})
+    after = h.rt.mirror.sync()
+    assert sorted(after.workers) == [1, 2, 3]
+    assert after.workers[1] is before[1] and after.workers[2] is before[2]
+    assert after.workers[3] is not before[3] and len(after.workers[3].gpus) == 4
+    fresh = ClusterMirror(h.rt.cluster).reload()
+    assert _dumped(after.worker_list()) == _dumped(fresh.worker_list())
+    warm = run_core(h.rt.chain, request, "probe", after, h.rt.memo)[1]
+    alone = run_core(h.rt.chain, request, "probe", fresh, None)[1]
+    assert warm.model_dump_json() == alone.model_dump_json()  # the kept objects decide alike
