@@ -20,6 +20,11 @@ trimmed behind (:mod:`tasks.audit.checkpoints`: the cluster at its version
 and the requests pending then) and folds the log after its position. With
 archive files (:mod:`tasks.audit.archive`), it reads them first and replays
 the whole history from version 0.
+
+How: the log is read once; a long one is then split into runs of consecutive
+cluster versions, each replayed by a forked process with its own memo
+(:func:`_replay_in_processes`), since re-deciding is nearly all of a replay's
+time (the warm core) and the runs are independent given the fold at their start.
 """
 
 from __future__ import annotations
