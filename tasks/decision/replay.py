@@ -20,16 +20,27 @@ trimmed behind (:mod:`tasks.audit.checkpoints`: the cluster at its version
 and the requests pending then) and folds the log after its position. With
 archive files (:mod:`tasks.audit.archive`), it reads them first and replays
 the whole history from version 0.
+
+How: the log is read once; a long one is then split into runs of consecutive
+cluster versions, each replayed by a forked process with its own memo
+(:func:`_replay_in_processes`), since re-deciding is nearly all of a replay's
+time (the warm core) and the runs are independent given the fold at their start.
 """
 
 from __future__ import annotations
 
 import difflib
+import gc
 import json
+import os
+import selectors
+import signal
 import time
+import traceback
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
 from itertools import takewhile
 from pathlib import Path
 from typing import Any
@@ -56,6 +67,17 @@ RECEIVED = "sched.request.received"
 PROGRESS_EVERY = 10_000
 #: ... and every this many seconds.
 PROGRESS_SECONDS = 2.0
+
+#: Entries read from the live log per ``XRANGE`` (fewer round trips than the stream
+#: module's default page of 1,000; each page is parsed whole before the next is asked for).
+PAGE = 10_000
+
+#: Logs of fewer decisions replay in this process alone: each further replay process
+#: starts with an empty memo, and its first decision is a cold one (~0.15 s at 2,000 × 8).
+PARALLEL_FROM = 1_000
+
+#: Replay processes at most when the caller leaves it to replay (one per core, up to this).
+MAX_PROCESSES = 4
 
 #: ``progress(phase, done)``: ``phase`` is ``read`` (events) or ``replayed`` (decisions).
 Progress = Callable[[str, int], None]
@@ -138,11 +160,17 @@ class _Meter:
         self._last = time.monotonic()
 
     def tick(self, phase: str) -> None:
-        count = self._counts[phase] = self._counts[phase] + 1
-        if self._progress is None:
+        self.advance(phase, 1)
+
+    def advance(self, phase: str, done: int) -> None:
+        """``done`` more in ``phase``: reported when a multiple of :data:`PROGRESS_EVERY` is
+        reached or passed, or :data:`PROGRESS_SECONDS` after the last report."""
+        before = self._counts[phase]
+        count = self._counts[phase] = before + done
+        if self._progress is None or done <= 0:
             return
         now = time.monotonic()
-        if count % PROGRESS_EVERY == 0 or now - self._last >= PROGRESS_SECONDS:
+        if count // PROGRESS_EVERY > before // PROGRESS_EVERY or now - self._last >= PROGRESS_SECONDS:
             self._last = now
             self._progress(phase, count)
 
@@ -172,6 +200,7 @@ def replay(
     archive: Sequence[Path] = (),
     progress: Progress | None = None,
     until: str | None = None,
+    processes: int | None = None,
 ) -> ReplayReport:
     """Re-run recorded decisions (all, one request's, or those logged at/after ``since``).
 
@@ -180,10 +209,15 @@ def replay(
         progress: called now and then while reading and replaying (see :data:`Progress`).
         until: read the live log only up to this id (the acknowledged position, when the
             deployment waits for replicas: what a failover could take back is not audited).
+        processes: how many processes re-run the decisions (None: one per core, up to
+            :data:`MAX_PROCESSES`, for a log of :data:`PARALLEL_FROM` decisions or more).
+            Each takes a run of consecutive cluster versions, with its own memo; the report
+            is the same whatever the number (every decision is re-decided and its digest
+            checked either way).
 
     Raises:
         ReplayError: the log was trimmed behind a checkpoint that is no longer stored,
-            or an archive file is not readable.
+            an archive file is not readable, or a replay process failed.
     """
     meter = _Meter(progress)
     start = None if archive else _start(client, cluster)
@@ -203,19 +237,250 @@ def replay(
     pending = _decisions_by_version(log.decisions)
     report = ReplayReport(start_version=start.version if start else None)
     fold = start.fold() if start else ClusterFold()
-    # One memo across the whole replay, as a decider keeps one across its decisions: it reuses
-    # what an unchanged worker's rules computed (never a result: property-tested), so a replay
-    # of a 2,000-worker log costs what the decisions' rules cost, not a cold decision each.
-    memo, chains = SnapshotMemo(), _Chains()
-    for version, decisions in _fold_versions(fold, log.changes, snapshot_rows, report, pending):
-        for decision in decisions:
-            _replay_one(fold, decision, log.decided_requests, report, memo, chains)
-            meter.tick("replayed")
-        pending.pop(version, None)
+    walk = _Walk(fold, _fold_versions(fold, log.changes, snapshot_rows, report, pending), pending)
+    count = _process_count(processes, len(log.decisions))
+    with _frozen_heap():  # the log just read stays: the collector need not walk it again
+        if count > 1:
+            _replay_in_processes(walk, log.decided_requests, report, meter, count, len(log.decisions))
+        else:
+            _replay_segment(walk, log.decided_requests, report, meter.tick)
     for decisions in pending.values():
         for decision in decisions:
             report.skipped.append((decision.stream_id, "its cluster version is not in the log"))
     return report
+
+
+def _process_count(processes: int | None, decisions: int) -> int:
+    """The replay processes to use (1 where ``os.fork`` is missing)."""
+    if not hasattr(os, "fork"):
+        return 1
+    if processes is not None:
+        return max(1, processes)
+    if decisions < PARALLEL_FROM:
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cores, MAX_PROCESSES))
+
+
+@contextmanager
+def _frozen_heap() -> Iterator[None]:
+    """Everything alive now out of the collector's reach while replaying (``gc.freeze``):
+    a full collection no longer walks the log's hundreds of thousands of objects, and a
+    forked replay process does not copy their pages by touching them."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+class _Walk:
+    """The fold walked version by version (:func:`_fold_versions`): iterating yields each
+    version's decisions with the fold at that version, and counts the decisions handed out
+    before the current version (:attr:`handed`). A forked process goes on with its copy."""
+
+    def __init__(
+        self, fold: ClusterFold, versions: Iterator[tuple[int, list[Event]]], pending: dict[int, list[Event]]
+    ) -> None:
+        self.fold = fold
+        self.handed = 0
+        self._versions = versions
+        self._pending = pending
+
+    def __iter__(self) -> Iterator[list[Event]]:
+        return self
+
+    def __next__(self) -> list[Event]:
+        version, decisions = next(self._versions)
+        self._pending.pop(version, None)
+        return decisions
+
+    def advance(self, decisions: list[Event]) -> list[Event] | None:
+        """Count ``decisions`` as handed out; the next version's (None: the log ends)."""
+        self.handed += len(decisions)
+        return next(self, None)
+
+
+def _replay_segment(
+    walk: _Walk,
+    requests: dict[str, str],
+    report: ReplayReport,
+    tick: Callable[[str], None],
+    decisions: list[Event] | None = None,
+    stop: int | None = None,
+) -> None:
+    """Replay version after version, from ``decisions`` (None: the walk's next version's) up
+    to the first version with decisions where ``stop`` decisions were handed out before it
+    (None: to the end), with one memo: the segment one process replays."""
+    memo, chains = SnapshotMemo(), _Chains()
+    current = next(walk, None) if decisions is None else decisions
+    while current is not None:
+        for decision in current:
+            _replay_one(walk.fold, decision, requests, report, memo, chains)
+            tick("replayed")
+        current = walk.advance(current)
+        if current and stop is not None and walk.handed >= stop:
+            return
+
+
+def _replay_in_processes(
+    walk: _Walk, requests: dict[str, str], report: ReplayReport, meter: _Meter, count: int, total: int
+) -> None:
+    """Split the walk into ``count`` segments of about as many decisions, each replayed by a
+    forked process that goes on from the fold where its segment starts, while this one folds
+    on to the next segment's start; the segments' reports are joined in order.
+
+    Segment ``k`` starts at the first version with decisions, after segment ``k - 1``'s
+    start, before which ``total * k // count`` decisions were handed out; each process ends
+    its segment by the same rule, so every version is replayed by exactly one of them.
+
+    Raises:
+        ReplayError: a replay process failed (its error is in the message).
+    """
+    starts = [total * k // count for k in range(count)]
+    children: list[_Child] = []
+    try:
+        current = next(walk, None)
+        while current is not None:
+            k = len(children)
+            if k < count and current and walk.handed >= starts[k]:
+                stop = starts[k + 1] if k + 1 < count else None
+                children.append(_fork_segment(walk, requests, current, stop))
+            current = walk.advance(current)
+        segments = _collect(children, meter)
+    finally:
+        for child in children:
+            child.end()
+    fold_skipped, report.skipped = report.skipped, []
+    for segment in segments:
+        report.replayed += segment.replayed
+        report.identical += segment.identical
+        report.differences.extend(segment.differences)
+        report.skipped.extend(segment.skipped)
+    report.skipped.extend(fold_skipped)
+
+
+#: A replay process reports progress every this many decisions.
+CHILD_PROGRESS_EVERY = 100
+
+
+@dataclass(slots=True)
+class _Child:
+    """A forked replay process and the read end of its pipe (lines: ``P <n>``, then
+    ``R <report JSON>`` or ``E <error JSON>``)."""
+
+    pid: int
+    fd: int
+    buffer: bytes = b""
+    report: ReplayReport | None = None
+    error: str | None = None
+    done: bool = False
+
+    def end(self) -> None:
+        """Stop the process if it still runs, and reap it (idempotent)."""
+        if self.pid:
+            if not self.done:
+                try:
+                    os.kill(self.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+            os.waitpid(self.pid, 0)
+            self.pid = 0
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _fork_segment(walk: _Walk, requests: dict[str, str], decisions: list[Event], stop: int | None) -> _Child:
+    """Fork a process replaying the segment starting at ``decisions``; it never returns here."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(write_fd)
+        return _Child(pid, read_fd)
+    code = 1
+    try:
+        os.close(read_fd)
+        with os.fdopen(write_fd, "w", encoding="utf-8") as out:
+            try:
+                segment = ReplayReport()
+                ticks = _ChildTicks(out)
+                _replay_segment(walk, requests, segment, ticks, decisions, stop)
+                ticks.flush()
+                out.write("R " + json.dumps(_report_json(segment)) + "\n")
+                code = 0
+            except BaseException:
+                out.write("E " + json.dumps(traceback.format_exc()) + "\n")
+    finally:
+        os._exit(code)
+
+
+class _ChildTicks:
+    """A replay process's ``tick``: writes ``P <n>`` every :data:`CHILD_PROGRESS_EVERY`."""
+
+    def __init__(self, out: Any) -> None:
+        self._out = out
+        self._count = 0
+
+    def __call__(self, phase: str) -> None:
+        self._count += 1
+        if self._count >= CHILD_PROGRESS_EVERY:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._count:
+            self._out.write(f"P {self._count}\n")
+            self._out.flush()
+            self._count = 0
+
+
+def _report_json(report: ReplayReport) -> dict[str, Any]:
+    return {"replayed": report.replayed, "identical": report.identical,
+            "differences": [asdict(d) for d in report.differences], "skipped": report.skipped}
+
+
+def _report_from(value: dict[str, Any]) -> ReplayReport:
+    return ReplayReport(
+        replayed=value["replayed"], identical=value["identical"],
+        differences=[Difference(**d) for d in value["differences"]],
+        skipped=[(event_id, reason) for event_id, reason in value["skipped"]],
+    )
+
+
+def _collect(children: list[_Child], meter: _Meter) -> list[ReplayReport]:
+    """Read every process's pipe to its end (progress into ``meter``); their reports in order.
+
+    Raises:
+        ReplayError: a process ended without a report.
+    """
+    with selectors.DefaultSelector() as selector:
+        for child in children:
+            selector.register(child.fd, selectors.EVENT_READ, child)
+        while selector.get_map():
+            for key, _ in selector.select():
+                child = key.data
+                chunk = os.read(child.fd, 1 << 16)
+                if not chunk:
+                    selector.unregister(child.fd)
+                    child.done = True
+                    continue
+                _take_lines(child, chunk, meter)
+    for child in children:
+        if child.report is None:
+            raise ReplayError(f"a replay process failed: {child.error or 'it ended without a report'}")
+    return [child.report for child in children if child.report is not None]
+
+
+def _take_lines(child: _Child, chunk: bytes, meter: _Meter) -> None:
+    *lines, child.buffer = (child.buffer + chunk).split(b"\n")
+    for line in lines:
+        kind, _, text = line.decode("utf-8").partition(" ")
+        if kind == "P":
+            meter.advance("replayed", int(text))
+        elif kind == "R":
+            child.report = _report_from(json.loads(text))
+        elif kind == "E":
+            child.error = json.loads(text)
 
 
 def _start(client: redis.Redis, cluster: ClusterStore) -> Checkpoint | None:
@@ -240,7 +505,7 @@ def _entries(
     for entry_id, fields in read_archive(archive):
         last = entry_id
         yield entry_id, fields
-    yield from iter_stream(client, stream, f"({last}" if last else "-")
+    yield from iter_stream(client, stream, f"({last}" if last else "-", page=PAGE)
 
 
 def _fold_versions(

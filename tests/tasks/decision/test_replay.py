@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+from typing import Any
 
 import pytest
 from builders import GIB, RTX_4090, uniform_worker
 from service_builders import small_request, uniform_cluster
 
-from tasks.decision.replay import format_report, replay
+from tasks.decision.replay import ReplayError, ReplayReport, format_report, replay
 from tasks.testing import Harness
 
 
@@ -43,9 +45,8 @@ def test_replay_filters_by_request_and_position() -> None:
     assert since.replayed == 2 and since.identical == 2
 
 
-def test_replay_reports_a_tampered_decision_with_a_diff() -> None:
-    h = _busy_history()
-    target = h.events(["sched.decision.made"])[0]
+def _forge(h: Harness, target: Any) -> None:
+    """Log a copy of ``target`` whose digest and selected candidate were changed."""
     data = dict(target.data)
     data["result_digest"] = "0" * 64
     data["outcome"] = {**data["outcome"], "selected": 99}
@@ -62,6 +63,11 @@ def test_replay_reports_a_tampered_decision_with_a_diff() -> None:
             "data": json.dumps(data),
         },
     )
+
+
+def test_replay_reports_a_tampered_decision_with_a_diff() -> None:
+    h = _busy_history()
+    _forge(h, h.events(["sched.decision.made"])[0])
     report = replay(h.rt.client, h.rt.cluster)
     assert report.differ == 1
     assert any(line.startswith("-") and "99" in line for line in report.differences[0].diff)
@@ -126,3 +132,81 @@ def test_a_decision_recorded_before_results_carried_failures_replays_identical()
     assert recorded_before_failures(old, result)
     assert not recorded_before_failures({**old, "outcome": decision.data["outcome"]}, result)
     assert not recorded_before_failures({**old, "result_digest": "0" * 64}, result)
+
+
+def _report_parts(report: ReplayReport) -> tuple[object, ...]:
+    return report.replayed, report.identical, report.differences, report.skipped, report.start_version
+
+
+@pytest.mark.parametrize("processes", [2, 3, 50])
+def test_replay_in_processes_reports_what_one_process_does(processes: int) -> None:
+    """Each process takes a run of consecutive versions with its own memo; joined in order,
+    the reports are the serial one, a tampered decision's diff included (more processes than
+    versions with decisions: the extra ones are never started)."""
+    h = _busy_history()
+    _forge(h, h.events(["sched.decision.made"])[-1])
+    serial = replay(h.rt.client, h.rt.cluster, processes=1)
+    assert serial.differ == 1 and serial.replayed > 6
+    assert _report_parts(replay(h.rt.client, h.rt.cluster, processes=processes)) == _report_parts(serial)
+
+
+def test_replay_in_processes_skips_what_one_process_skips() -> None:
+    """The fold's own failures (a snapshot gone) are reported once, after the segments'."""
+    h = _busy_history()
+    h.submit(small_request("late"))
+    h.pump()
+    for key in h.rt.client.keys(h.rt.keys.snapshot("*")):
+        h.rt.client.delete(key)
+    serial = replay(h.rt.client, h.rt.cluster, processes=1)
+    assert serial.skipped and serial.replayed == 0
+    assert _report_parts(replay(h.rt.client, h.rt.cluster, processes=2)) == _report_parts(serial)
+
+
+def test_replay_in_processes_reports_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tasks.decision.replay as replay_module
+
+    monkeypatch.setattr(replay_module, "PROGRESS_EVERY", 5)
+    monkeypatch.setattr(replay_module, "PROGRESS_SECONDS", 1e9)
+    monkeypatch.setattr(replay_module, "CHILD_PROGRESS_EVERY", 1)
+    h = _busy_history()
+    seen: list[tuple[str, int]] = []
+    report = replay(h.rt.client, h.rt.cluster, processes=2, progress=lambda p, n: seen.append((p, n)))
+    assert [done for phase, done in seen if phase == "replayed"] == list(range(5, report.replayed + 1, 5))
+
+
+def test_a_failing_replay_process_fails_the_replay(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tasks.decision.replay as replay_module
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("core exploded")
+
+    monkeypatch.setattr(replay_module, "_replay_one", broken)
+    h = _busy_history()
+    with pytest.raises(ReplayError, match="core exploded"):
+        replay(h.rt.client, h.rt.cluster, processes=2)
+
+
+def test_a_long_log_replays_in_several_processes_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tasks.decision.replay import _process_count
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert _process_count(None, 999) == 1
+    assert _process_count(None, 1000) == 2
+    assert _process_count(1, 100_000) == 1
+    assert _process_count(3, 10) == 3
+
+
+@pytest.mark.parametrize("page", [1, 2, 7])
+def test_paged_reading_of_the_log_is_reading_it_whole(page: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pages of any size (a page boundary between a decision and its request, its booking or
+    the change before it) read the same entries, and the replay reports the same."""
+    import tasks.decision.replay as replay_module
+    from tasks.state.streams import iter_stream
+
+    h = _busy_history()
+    whole = [(str(i), dict(f)) for i, f in h.rt.client.xrange(h.rt.keys.events)]
+    assert list(iter_stream(h.rt.client, h.rt.keys.events, page=page)) == whole
+    expected = _report_parts(replay(h.rt.client, h.rt.cluster, processes=1))
+    monkeypatch.setattr(replay_module, "PAGE", page)
+    assert _report_parts(replay(h.rt.client, h.rt.cluster, processes=1)) == expected
+    assert _report_parts(replay(h.rt.client, h.rt.cluster, processes=2)) == expected
