@@ -5,7 +5,8 @@ request parsed, the mirror's workers and instances handed to
 ``scheduler_core.schedule`` with the chain of ``configs/chain.json`` (16
 candidates reported) and one ``SnapshotMemo`` kept across decisions, and the
 pick booked (appended to the instances) before the next decision — as
-``tasks/decision/core_call.py: run_core`` and the mirror do. The cluster is
+``tasks/decision/core_call.py: run_core`` and the mirror do (inside ``deciding()``, the
+garbage collector paused, as ``run_core`` decides). The cluster is
 ``bench_service.py``'s (``--cluster-workers`` × ``--gpus`` H100s, ``--instances``
 small instances already running) and so is the mix (10 % tp1, 30 % tp2, 40 %
 tp4, 20 % tp8, interleaved).
@@ -31,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_service import MIXES, ROOT, cluster, percentile, plan, running_instances
 
-from scheduler_core import ModelInstance, ScheduleRequest, SnapshotMemo, Worker, schedule
+from scheduler_core import ModelInstance, ScheduleRequest, SnapshotMemo, Worker, deciding, schedule
 from tasks.decision.booking import candidate_instance
 from tasks.intake.chain_config import load_chain
 
@@ -53,9 +54,10 @@ def decide_all(args: argparse.Namespace) -> dict[str, list[float]]:
         request = ScheduleRequest.model_validate_json(stored).model_copy(
             update={"workers": workers, "model_instances": list(instances)}
         )
-        started = time.perf_counter()
-        result = schedule(request, chain=chain, memo=memo)
-        elapsed = (time.perf_counter() - started) * 1000
+        with deciding():  # as tasks/decision/core_call.py decides: the collector paused
+            started = time.perf_counter()
+            result = schedule(request, chain=chain, memo=memo)
+            elapsed = (time.perf_counter() - started) * 1000
         if number >= args.warmup:
             times.setdefault(_tp(raw), []).append(elapsed)
         if args.check and schedule(request, chain=chain).model_dump_json() != result.model_dump_json():
