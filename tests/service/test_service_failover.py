@@ -1,7 +1,7 @@
 """Redis fails over under load: nothing acknowledged is lost, duplicated or overbooked.
 
 Real processes: one master, one replica, three ``redis-sentinel`` processes
-(private ports, their own config files), three worker processes; 200
+(private ports, their own config files), three worker processes; 500
 requests with cancels and cluster events (:mod:`service.failover_run`). The
 replica's link is paused 1.5 s before the master is SIGKILLed, so the
 promoted replica really lacks the master's last writes (the run counts them).
@@ -35,7 +35,7 @@ def require_sentinel() -> None:
 
 def test_a_failover_under_load_loses_duplicates_and_overbooks_nothing_acknowledged(tmp_path: Path) -> None:
     require_sentinel()
-    run = start_run(Plan(), tmp_path)
+    run = start_run(Plan(requests=500, hosts=84), tmp_path)  # the issue's 500, on bench_failover's cluster size
     try:
         execute(run)
         found = figures(run)
