@@ -14,7 +14,7 @@ import operator
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import NamedTuple, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from scheduler_core._schemas import ModelInstance
 from scheduler_core.accounting import Allocatable, Holding, allocatable, held, holdings
@@ -93,18 +93,6 @@ class WorkerValues(Protocol):
         """``compute(items)``, each item's value (a pure function of the item and its worker's
         view and bound instances) kept while that worker and ``views`` are unchanged."""
         ...
-
-
-class GpuSlot(NamedTuple):
-    """A GPU with the allocatable VRAM it had when the slot was taken.
-
-    A named tuple rather than a frozen dataclass: thousands are built per
-    decision and tuple construction is about twice as fast.
-    """
-
-    worker: WorkerView
-    gpu: Gpu
-    allocatable: int
 
 
 class ClusterState:
@@ -249,31 +237,6 @@ _GPU_TYPE = operator.attrgetter("type")
 def sort_workers_by_gpu_count(workers: Iterable[WorkerView]) -> list[WorkerView]:
     """Workers by GPU count, most first; stable (GPUStack sorts in place, we copy)."""
     return sorted(workers, key=lambda w: len(w.gpus), reverse=True)
-
-
-def group_gpus_by_memory(
-    workers: Sequence[WorkerView],
-    cluster: ClusterState,
-    ram_claim: int,
-    gpu_type: str | None,
-) -> list[list[GpuSlot]]:
-    """GPUStack's ``group_worker_gpu_by_memory``: fixed partition of GPUs by free VRAM.
-
-    Workers short of RAM are skipped; GPUs without an index, without memory or
-    with nothing allocatable are left out. Slots are sorted ascending by
-    allocatable and cut greedily: a GPU joins the current group while the
-    group's first (smallest) member has at least 0.9 × its allocatable.
-    """
-    slots: list[GpuSlot] = []
-    for worker in workers:
-        free = cluster.allocatable(worker, gpu_type)
-        if ram_not_enough(ram_claim, free):
-            continue
-        for gpu in worker.gpus:
-            amount = free.vram.get(gpu.index, 0) if gpu.index is not None else 0
-            if gpu.index is not None and gpu.total and amount > 0:
-                slots.append(GpuSlot(worker, gpu, amount))
-    return balanced_groups(slots, lambda slot: slot.allocatable)
 
 
 def balanced_groups(items: Iterable[_S], free: Callable[[_S], int]) -> list[list[_S]]:

@@ -11,15 +11,21 @@ so it is computed once per GPU type here (same result, same events).
 
 from __future__ import annotations
 
+import operator
+from bisect import bisect_left, bisect_right
+from collections import Counter
 from collections.abc import Sequence
-from typing import ClassVar
+from dataclasses import dataclass
+from itertools import chain, repeat
+from typing import ClassVar, NamedTuple
 
 from scheduler_core._units import byte_to_gib
+from scheduler_core.accounting import Allocatable
+from scheduler_core.caching import Rule
 from scheduler_core.candidates import Candidate, Claim, Subordinate
 from scheduler_core.cluster import (
-    GpuSlot,
+    MEMORY_BALANCE_RATIO,
     gpu_rate,
-    group_gpus_by_memory,
     ram_not_enough,
     sort_workers_by_gpu_count,
 )
@@ -29,7 +35,7 @@ from scheduler_core.outcomes import FailureTally, StageOutcome
 from scheduler_core.reasons import MORE_CAPACITY, Reason
 from scheduler_core.selection import Selection
 from scheduler_core.strategies.stage import GpustackStage
-from scheduler_core.workers import WorkerView
+from scheduler_core.workers import Gpu, WorkerView
 
 _NO_COMBINATION = (
     "Cannot find a suitable worker combination to run the model in distributed mode. "
@@ -54,8 +60,9 @@ class MultiWorkerMultiGpu(GpustackStage):
         tally = FailureTally(self.name)
         candidates: list[Candidate] = []
         for gpu_type, workers_of_type in selection.workers_by_type.items():
-            groups = group_gpus_by_memory(workers_of_type, selection.cluster, selection.ram_claim, gpu_type)
-            if any(_gate_passes(selection, group, gpu_type) for group in groups):
+            inputs = _GateInputs(selection.ram_claim, selection.fraction(gpu_type), selection.is_diffusion)
+            ran = selection.runner.run(_SLOTS, inputs, gpu_type, workers_of_type)
+            if _gate_passes([slots for _, slots in ran if slots.amounts]):
                 found = _auto_select(selection, workers_of_type, gpu_type)
                 if not found and len(workers_of_type) >= 2:
                     tally.add_all(Reason.NO_WORKER_COMBINATION, workers_of_type)
@@ -63,17 +70,82 @@ class MultiWorkerMultiGpu(GpustackStage):
         return tally.outcome(candidates)
 
 
-def _gate_passes(selection: Selection, group: list[GpuSlot], gpu_type: str | None) -> bool:
-    if len(group) <= 1:
-        return False
-    fraction = selection.fraction(gpu_type)
-    if not selection.is_diffusion and any(slot.allocatable / slot.gpu.total < fraction for slot in group):
-        return False
-    per_worker: dict[int, int] = {}
-    for slot in group:
-        per_worker[slot.worker.id] = per_worker.get(slot.worker.id, 0) + 1
-    # Same GPU count on every worker of the group; tp is checked per whole-node bucket later.
-    return len(set(per_worker.values())) == 1
+@dataclass(frozen=True, slots=True)
+class _GateInputs:
+    """What the gate reads of the decision besides a worker: the RAM claim and the fraction."""
+
+    ram_claim: int
+    fraction: float
+    diffusion: bool
+
+
+class _Slots(NamedTuple):
+    """A worker's GPUs as the gate sees them (GPUStack's ``group_worker_gpu_by_memory``):
+    the allocatable VRAM of each GPU with an index, a size and room, ascending (none when
+    the worker is short of RAM), and those of them below the fraction."""
+
+    amounts: tuple[int, ...]
+    below: tuple[int, ...]
+
+
+def _worker_slots(inputs: _GateInputs, gpus: tuple[Gpu, ...], allocatable: Allocatable) -> _Slots:
+    if ram_not_enough(inputs.ram_claim, allocatable):
+        return _NO_SLOTS
+    vram = allocatable.vram
+    held = [(gpu, vram.get(gpu.index, 0)) for gpu in gpus if gpu.index is not None and gpu.total]
+    room = [(gpu, amount) for gpu, amount in held if amount > 0]
+    below = () if inputs.diffusion else tuple(a for gpu, a in room if a / gpu.total < inputs.fraction)
+    return _Slots(tuple(sorted(amount for _, amount in room)), below)
+
+
+def _same_slots(inputs: _GateInputs, worker: WorkerView, slots: _Slots) -> _Slots:
+    return slots
+
+
+_NO_SLOTS = _Slots((), ())
+#: Kept per worker by the runner: a booking costs one worker's slots, not the cluster's.
+_SLOTS = Rule("multi_worker_gate_slots", _worker_slots, _same_slots, reads_reported=False)
+_AMOUNTS = operator.attrgetter("amounts")
+_BELOW = operator.attrgetter("below")
+
+
+def _gate_passes(workers: list[_Slots]) -> bool:
+    """Whether some memory-balanced group of the workers' GPUs has every GPU at the fraction
+    or above and the same GPU count on each of its workers (more than one GPU in all).
+
+    GPUStack sorts every slot by allocatable VRAM and cuts greedily: a slot joins the
+    current group while the group's first (smallest) slot has at least 0.9 × its VRAM.
+    Slots of equal VRAM always share a group, so a group is a range of distinct amounts
+    that starts where the previous one's first amount falls short of 0.9 × the next: the
+    groups are cut on the distinct amounts, and only a group with no GPU below the
+    fraction is counted per worker (at C speed: thousands of workers, a few such groups).
+    """
+    slots_of = Counter(chain.from_iterable(map(_AMOUNTS, workers)))
+    group_of: dict[int, int] = {}
+    group, first = -1, 0
+    for amount in sorted(slots_of):
+        if group < 0 or not first >= amount * MEMORY_BALANCE_RATIO:
+            group, first = group + 1, amount
+        group_of[amount] = group
+    failed = set(map(group_of.__getitem__, chain.from_iterable(map(_BELOW, workers))))
+    members: dict[int, list[int]] = {}
+    for amount, group in group_of.items():
+        if group not in failed:
+            members.setdefault(group, []).append(amount)
+    return any(
+        _same_count_per_worker(workers, amounts)
+        for amounts in members.values()
+        if sum(map(slots_of.__getitem__, amounts)) > 1
+    )
+
+
+def _same_count_per_worker(workers: list[_Slots], amounts: list[int]) -> bool:
+    """Whether every worker with GPUs of these amounts (ascending) has the same number of them."""
+    held = list(map(_AMOUNTS, workers))  # each sorted: a group's amounts are a range
+    after = map(bisect_right, held, repeat(amounts[-1]))
+    counts = set(map(operator.sub, after, map(bisect_left, held, repeat(amounts[0]))))
+    counts.discard(0)
+    return len(counts) == 1
 
 
 def _whole_node_fits(selection: Selection, worker: WorkerView, gpu_type: str | None) -> bool:
