@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -38,7 +38,14 @@ from scheduler_core.cycle import CycleState, DecisionInputs
 from scheduler_core.diffusion_launch import ExplicitArgs, explicit_diffusion_args
 from scheduler_core.errors import RequestError
 from scheduler_core.estimate import ModelFacts, estimate_vram, is_llm, model_ram_claim, resolve_model_facts
-from scheduler_core.framework import Chain, Policy, run_filters, run_strategies
+from scheduler_core.framework import (
+    Chain,
+    FilterChainOutcome,
+    Policy,
+    WorkerFilter,
+    run_filters,
+    run_strategies,
+)
 from scheduler_core.limits import NOT_UNICODE, encodable, flat_canonical_json, too_deep
 from scheduler_core.mem_fraction import FractionFlags, FractionInputs, MemFractionCalculator
 from scheduler_core.memo import SlotKey, SnapshotMemo
@@ -203,8 +210,11 @@ def _prepare(request: ScheduleRequest, memo: SnapshotMemo | None) -> Prepared:
 
 
 #: What a decision keeps in a memo: the validated views, the ordering and grouping of the
-#: filtered workers, the fraction calculator's inputs per GPU type, the checked instance names.
-VIEWS, ORDERED = SlotKey("views"), SlotKey("ordered")
+#: filtered workers, the filters' outcomes, the fraction calculator's inputs per GPU type, the checked
+#: instance names.
+VIEWS, ORDERED, FILTERED = SlotKey("views"), SlotKey("ordered"), SlotKey("filtered")
+#: Filter outcomes kept per set of views (one per distinct cluster, GPU and label selector).
+FILTERED_KEPT = 64
 FRACTION_INPUTS, INSTANCE_NAMES = SlotKey("fraction_inputs"), SlotKey("instance_names")
 
 
@@ -333,7 +343,7 @@ def _decide(
     if not prepared.views:
         return Decided(_render.no_workers(request_id))
     model = request.model
-    filtered = run_filters(model, prepared.views, chain.filters)
+    filtered = _filtered(model, prepared.views, chain.filters, memo)
     if not filtered.workers:
         return Decided(_render.blocked(request_id, filtered.messages, filtered.blocked_by))
     selection = _selection(request, prepared, filtered.workers, memo, chain, policy)
@@ -357,6 +367,24 @@ def _decide(
     args = prepared.diffusion_args
     planned = _render.with_diffusion_plan(result, selection, prepared.facts, candidate, args)
     return Decided(planned, selection.state)
+
+
+def _filtered(
+    model: ModelSpec, views: Sequence[WorkerView], filters: Sequence[WorkerFilter], memo: SnapshotMemo | None
+) -> FilterChainOutcome:
+    """The filter chain's outcome; with a memo, reused while the views are the same objects and
+    the filters read the same of the model (each built-in filter says what: ``model_key``)."""
+    readers = [getattr(worker_filter, "model_key", None) for worker_filter in filters]
+    if memo is None or None in readers:
+        return run_filters(model, views, filters)
+    table: dict[Hashable, FilterChainOutcome] = memo.derived(FILTERED, views, dict)
+    key = tuple(read(model) for read in readers if read is not None)
+    found = table.get(key)
+    if found is None:
+        if len(table) >= FILTERED_KEPT:
+            table.clear()
+        found = table[key] = run_filters(model, views, filters)
+    return found
 
 
 def _selection(

@@ -8,7 +8,7 @@ probes the request does not carry; they are not part of this chain.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import ClassVar
 
 from scheduler_core._schemas import ModelSpec
@@ -33,6 +33,10 @@ class ClusterFilter:
         Reason.CLUSTER_MISMATCH: frozenset({ClusterChange.WORKER_ADDED, ClusterChange.CLUSTER_CHANGED})
     }
 
+    def model_key(self, model: ModelSpec) -> Hashable:
+        """What the filter reads of the model: its outcome is a function of this and the workers."""
+        return model.cluster_id
+
     def __call__(self, model: ModelSpec, workers: Sequence[WorkerView]) -> FilterOutcome:
         """Match ``worker.cluster_id == model.cluster_id`` (None equals None only)."""
         kept = tuple(w for w in workers if w.cluster_id == model.cluster_id)
@@ -47,6 +51,11 @@ class GpuSelectorFilter:
     clears: ClassVar[Clears] = {
         Reason.GPU_SELECTOR_MISMATCH: frozenset({ClusterChange.WORKER_ADDED, ClusterChange.RENAMED})
     }
+
+    def model_key(self, model: ModelSpec) -> Hashable:
+        """What the filter reads of the model: its outcome is a function of this and the workers."""
+        selector = model.gpu_selector
+        return tuple(selector.gpu_ids) if selector is not None and selector.gpu_ids else None
 
     def __call__(self, model: ModelSpec, workers: Sequence[WorkerView]) -> FilterOutcome:
         """Match worker names against ``<worker>:<type>:<index>`` ids.
@@ -76,6 +85,11 @@ class LabelFilter:
         Reason.LABEL_MISMATCH: frozenset({ClusterChange.WORKER_ADDED, ClusterChange.LABELS_CHANGED})
     }
 
+    def model_key(self, model: ModelSpec) -> Hashable:
+        """What the filter reads of the model: its outcome is a function of this and the workers."""
+        selector = model.worker_selector
+        return None if selector is None else tuple(selector.items())  # in order: the message shows it
+
     def __call__(self, model: ModelSpec, workers: Sequence[WorkerView]) -> FilterOutcome:
         """Exact label matching."""
         selector = model.worker_selector
@@ -95,6 +109,10 @@ class StatusFilter:
     clears: ClassVar[Clears] = {
         Reason.WORKER_NOT_READY: frozenset({ClusterChange.WORKER_ADDED, ClusterChange.WORKER_READY})
     }
+
+    def model_key(self, model: ModelSpec) -> Hashable:
+        """What the filter reads of the model: nothing."""
+        return None
 
     def __call__(self, model: ModelSpec, workers: Sequence[WorkerView]) -> FilterOutcome:
         """Only ``state == ready`` is schedulable."""
