@@ -91,6 +91,10 @@ class CycleState:
             known = self._facts[kind] = build()
         return cast(_T, known)
 
+    def get(self, kind: type[_T]) -> _T | None:
+        """The ``kind`` facts if a step filed them, else None."""
+        return cast("_T | None", self._facts.get(kind))
+
     def read(self, kind: type[_T]) -> _T:
         """The ``kind`` facts a ``prepare`` step filed.
 

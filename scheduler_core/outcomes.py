@@ -50,6 +50,17 @@ class StageOutcome:
     failures: tuple[ReasonFailures, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class CandidateRuns:
+    """A stage's candidates as the runs of one worker each they were joined from: the runner
+    keeps a worker's run (the same object) while the worker is unchanged, so a scorer can keep
+    a run's scores across decisions. Filed in the decision's :class:`~scheduler_core.CycleState`
+    by the stage; ``candidates`` is the very tuple the stage returned."""
+
+    candidates: tuple[Candidate, ...]
+    runs: tuple[tuple[Candidate, ...], ...]
+
+
 @dataclass(slots=True)
 class FailureTally:
     """One stage's failures while it runs (a worker counted once per reason).

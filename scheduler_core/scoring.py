@@ -13,11 +13,12 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import chain, repeat
 
 from scheduler_core.accounting import Allocatable
 from scheduler_core.candidates import Candidate, Claim
 from scheduler_core.cluster import ClusterState
+from scheduler_core.outcomes import CandidateRuns
 from scheduler_core.selection import Selection
 
 #: GPUStack's scale-up placement max score.
@@ -190,6 +191,10 @@ _IDLE_SHARE = _GPU_WEIGHT * _IDLE_GPU_SCORE * MAX_SCORE
 _WORKER_ID = operator.attrgetter("worker.id")
 
 
+def _run_worker_id(run: Sequence[Candidate]) -> int:
+    return run[0].worker.id
+
+
 def _runs_on_any(cluster: ClusterState, loads: Mapping[int, _WorkerLoad], model_id: int | None) -> bool:
     """Whether the model has an instance on any of the workers (usually not: a new model)."""
     if model_id is None or not cluster.runs_model(model_id):
@@ -198,7 +203,10 @@ def _runs_on_any(cluster: ClusterState, loads: Mapping[int, _WorkerLoad], model_
 
 
 def spread_scores(
-    candidates: Sequence[Candidate], cluster: ClusterState, model_id: int | None
+    candidates: Sequence[Candidate],
+    cluster: ClusterState,
+    model_id: int | None,
+    runs: Sequence[Sequence[Candidate]] | None = None,
 ) -> list[float]:
     """Spread scores: fewer instances on the worker and on its GPUs score higher.
 
@@ -210,12 +218,16 @@ def spread_scores(
     for a model with no instance on a worker its one-GPU shares are part of the
     worker's load (which a memo keeps while the worker's instances are unchanged).
     Every score is the same float the formula gives term by term.
+
+    ``runs``, when given, are ``candidates`` as the non-empty runs of one worker each they
+    were joined from (:class:`~scheduler_core.outcomes.CandidateRuns`): scores are then
+    kept per run, so a decision looks up one run per worker instead of every candidate.
     """
     if not candidates:
         return []
+    ids = map(_run_worker_id, runs) if runs is not None else [candidate.worker.id for candidate in candidates]
     loads = cluster.per_worker(
-        dict.fromkeys([candidate.worker.id for candidate in candidates]), ("spread_load",),
-        lambda worker_id: _worker_load(cluster, worker_id),
+        dict.fromkeys(ids), ("spread_load",), lambda worker_id: _worker_load(cluster, worker_id),
     )
     if _runs_on_any(cluster, loads, model_id):
         return _spread_with_replicas(candidates, loads, model_id)
@@ -223,6 +235,12 @@ def spread_scores(
     # score depends on the candidate, its worker's load and the range of the workers' totals.
     totals = [load.total for load in loads.values()]
     ranges = _Ranges((0, 0), (min(totals), max(totals)), True)
+    if runs is not None:  # one worker's run at a time: an unchanged run keeps its scores
+        scored = cluster.per_item(
+            ("spread_newcomer_runs", ranges), runs, _run_worker_id,
+            lambda part: [_spread_for_newcomer(run, loads, ranges) for run in part],
+        )
+        return list(chain.from_iterable(scored))
     return cluster.per_item(
         ("spread_newcomer", ranges), candidates, _WORKER_ID,
         lambda part: _spread_for_newcomer(part, loads, ranges),
@@ -295,12 +313,17 @@ def _spread_with_replicas(
 
 
 def score_candidates(
-    candidates: Sequence[Candidate], strategy: str, cluster: ClusterState, model_id: int | None
+    candidates: Sequence[Candidate],
+    strategy: str,
+    cluster: ClusterState,
+    model_id: int | None,
+    runs: Sequence[Sequence[Candidate]] | None = None,
 ) -> list[float]:
-    """The placement score of each candidate, in candidate order."""
+    """The placement score of each candidate, in candidate order (``runs``: see
+    :func:`spread_scores`)."""
     if strategy == "binpack":
         return [binpack_score(c, cluster) for c in candidates]
-    return spread_scores(candidates, cluster, model_id)
+    return spread_scores(candidates, cluster, model_id, runs)
 
 
 def pick_highest(scores: Sequence[float]) -> int | None:
@@ -320,7 +343,9 @@ class GpustackScorer:
     def score(self, candidates: Sequence[Candidate], selection: Selection) -> list[float]:
         """The placement score of each candidate, in candidate order."""
         model = selection.model
-        return score_candidates(candidates, model.placement_strategy, selection.cluster, model.id)
+        runs = selection.state.get(CandidateRuns)
+        joined = runs.runs if runs is not None and runs.candidates is candidates else None
+        return score_candidates(candidates, model.placement_strategy, selection.cluster, model.id, joined)
 
     def pick(self, candidates: Sequence[Candidate], scores: Sequence[float]) -> int | None:
         """The first highest score."""

@@ -9,6 +9,7 @@ least the fraction; a diffusion model only needs ``claim ≤ total``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 from typing import ClassVar
 
 from scheduler_core._units import byte_to_gib
@@ -19,7 +20,7 @@ from scheduler_core.cluster import ram_not_enough
 from scheduler_core.estimate import RamClaimRule
 from scheduler_core.events import Action, Level, list_message
 from scheduler_core.framework import Clears
-from scheduler_core.outcomes import FailureTally, StageOutcome
+from scheduler_core.outcomes import CandidateRuns, FailureTally, StageOutcome
 from scheduler_core.reasons import MORE_CAPACITY, Reason
 from scheduler_core.selection import Selection
 from scheduler_core.strategies.stage import GpustackStage
@@ -109,7 +110,7 @@ class SingleWorkerSingleGpu(GpustackStage):
         tally = FailureTally(self.name)
         if selection.gpu_count is not None and selection.gpu_count > 1:
             return tally.outcome(())
-        candidates: list[Candidate] = []
+        runs: list[tuple[Candidate, ...]] = []
         failed: list[WorkerView] = []
         events = selection.log.events
         for gpu_type, workers in selection.workers_by_type.items():
@@ -125,7 +126,11 @@ class SingleWorkerSingleGpu(GpustackStage):
                 if outcome.message is not None:
                     events.add(Level.INFO, Action.AUTO_SINGLE_GPU, outcome.message, Reason.INSUFFICIENT_VRAM)
                     failed.append(worker)
-                candidates.extend(outcome.candidates)
+                if outcome.candidates:
+                    runs.append(outcome.candidates)
         if failed:
             tally.add_all(Reason.INSUFFICIENT_VRAM, failed)
+        candidates = tuple(chain.from_iterable(runs))
+        if candidates:
+            selection.state.prepare(CandidateRuns, lambda: CandidateRuns(candidates, tuple(runs)))
         return tally.outcome(candidates)

@@ -315,6 +315,46 @@ def test_spread_scores_match_the_direct_formula(seed: int) -> None:
         assert spread_scores(candidates, cluster, model_id) == expected, step
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1))
+def test_spread_scores_kept_per_run_match_the_direct_formula(seed: int) -> None:
+    """Scores kept per worker run (the single-GPU stage's runs, the same objects while a
+    worker's instances are unchanged) are GPUStack's spread scores exactly, as instances land
+    on other workers and the range of the workers' totals moves."""
+    from scheduler_core.candidates import Candidate, Claim
+    from scheduler_core.cluster import ClusterState
+    from scheduler_core.scoring import spread_scores
+    from scheduler_core.workers import worker_view
+
+    rng = random.Random(seed)
+    rows = [Worker.model_validate(_worker_row(rng, i)) for i in range(1, 7)]
+    views = [worker_view(w) for w in rows]
+    memo = SnapshotMemo()
+    placed: list[ModelInstance] = []
+    claim = Claim({}, None, None, None)
+    runs: dict[int, tuple[Candidate, ...]] = {}
+    for step in range(8):
+        landed = set()
+        for _ in range(rng.randint(0, 3)):
+            host = rng.choice(views)
+            index = rng.choice([g.index for g in host.gpus if g.index is not None])
+            placed.append(ModelInstance.model_validate({
+                "id": len(placed), "model_id": rng.choice([1, 2]), "worker_id": host.id,
+                "gpu_type": host.gpus[0].type, "gpu_indexes": [index],
+            }))
+            landed.add(host.id)
+        for view in views:  # a worker's run is made again only when its instances changed
+            if view.id in landed or view.id not in runs:
+                runs[view.id] = tuple(
+                    Candidate(view, g.type, (g.index,), claim) for g in view.gpus if g.index is not None
+                )
+        kept = [runs[view.id] for view in views if runs[view.id]]
+        candidates = [candidate for run in kept for candidate in run]
+        cluster = ClusterState(views, placed, memo)
+        expected = _reference_spread(candidates, placed, 3)  # model 3 never runs: a newcomer
+        assert spread_scores(candidates, cluster, 3, kept) == expected, step
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(min_value=0, max_value=2**32 - 1))
 def test_memo_index_of_appended_removed_and_repeated_instances(seed: int) -> None:
