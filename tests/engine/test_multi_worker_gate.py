@@ -40,10 +40,10 @@ def _workers(draw: st.DrawFn) -> list[tuple[tuple[Gpu, ...], Allocatable]]:
     return workers
 
 
-def _gpustack_gate(
-    workers: list[tuple[tuple[Gpu, ...], Allocatable]], ram_claim: int, fraction: float, diffusion: bool
-) -> bool:
-    """The grouping and the gate as GPUStack runs them, slot by slot."""
+def _gpustack_groups(
+    workers: list[tuple[tuple[Gpu, ...], Allocatable]], ram_claim: int
+) -> list[list[tuple[int, Gpu, int]]]:
+    """``group_worker_gpu_by_memory`` as GPUStack runs it, slot by slot: (worker, GPU, VRAM)."""
     slots = []
     for position, (gpus, free) in enumerate(workers):
         if ram_claim > 0 and free.ram < ram_claim:
@@ -58,7 +58,14 @@ def _gpustack_gate(
             groups[-1].append(slot)
         else:
             groups.append([slot])
-    for group in groups:
+    return groups
+
+
+def _gpustack_gate(
+    workers: list[tuple[tuple[Gpu, ...], Allocatable]], ram_claim: int, fraction: float, diffusion: bool
+) -> bool:
+    """The gate as GPUStack runs it over its groups."""
+    for group in _gpustack_groups(workers, ram_claim):
         if len(group) <= 1:
             continue
         if not diffusion and any(amount / gpu.total < fraction for _, gpu, amount in group):
