@@ -35,7 +35,7 @@ def require_sentinel() -> None:
 
 def test_a_failover_under_load_loses_duplicates_and_overbooks_nothing_acknowledged(tmp_path: Path) -> None:
     require_sentinel()
-    run = start_run(Plan(requests=500, hosts=84), tmp_path)  # the 500, on bench_failover's cluster size
+    run = start_run(Plan(requests=500, hosts=84), tmp_path)  # 500, on bench_failover's cluster for 500
     try:
         execute(run)
         found = figures(run)
