@@ -9,7 +9,8 @@ least the fraction; a diffusion model only needs ``claim ≤ total``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, compress, repeat
+from operator import attrgetter, is_not, itemgetter
 from typing import ClassVar
 
 from scheduler_core._units import byte_to_gib
@@ -92,6 +93,9 @@ def _candidates(inputs: _Inputs, worker: WorkerView, outcome: _WorkerOutcome) ->
 
 
 _RULE = Rule("single_worker_single_gpu", _fits, _candidates, reads_reported=False)
+_OUTCOME = itemgetter(1)
+_MESSAGE = attrgetter("message")
+_CANDIDATES = attrgetter("candidates")
 
 
 class SingleWorkerSingleGpu(GpustackStage):
@@ -122,12 +126,15 @@ class SingleWorkerSingleGpu(GpustackStage):
                 selection.is_diffusion,
                 selection.ram_rule,
             )
-            for worker, outcome in selection.runner.run(_RULE, inputs, gpu_type, workers):
-                if outcome.message is not None:
-                    events.add(Level.INFO, Action.AUTO_SINGLE_GPU, outcome.message, Reason.INSUFFICIENT_VRAM)
+            ran = selection.runner.run(_RULE, inputs, gpu_type, workers)
+            outcomes = list(map(_OUTCOME, ran))
+            messages = list(map(_MESSAGE, outcomes))
+            if messages.count(None) != len(messages):  # some worker failed: its message, in order
+                failing = map(is_not, messages, repeat(None))
+                for (worker, _), message in compress(zip(ran, messages, strict=True), failing):
+                    events.add(Level.INFO, Action.AUTO_SINGLE_GPU, message, Reason.INSUFFICIENT_VRAM)
                     failed.append(worker)
-                if outcome.candidates:
-                    runs.append(outcome.candidates)
+            runs.extend(filter(None, map(_CANDIDATES, outcomes)))  # at C speed: thousands of workers
         if failed:
             tally.add_all(Reason.INSUFFICIENT_VRAM, failed)
         candidates = tuple(chain.from_iterable(runs))
