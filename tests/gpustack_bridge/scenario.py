@@ -105,10 +105,18 @@ class World:
             "GPUSCHED_LOG_FORMAT": "json",
         }
 
-    def start_bridge(self, *, synced: bool = True) -> BridgeProcess:
-        """Start a bridge; with ``synced``, wait until it has listed workers, models and instances."""
-        args = ["--server", self.server.url, "--cluster-id", str(self.cluster_id), "--mode", self.mode]
-        bridge = BridgeProcess(args, self.bridge_env(), self.logs / f"bridge-{len(self.bridges)}.log").start()
+    def start_bridge(
+        self, *, synced: bool = True, server: str | None = None, env: dict[str, str] | None = None
+    ) -> BridgeProcess:
+        """Start a bridge; with ``synced``, wait until it has listed workers, models and instances.
+
+        ``server``: the URL it reaches GPUStack at (a proxy's; GPUStack's own by default);
+        ``env``: more of its environment (``GPUSCHED_*`` settings).
+        """
+        url = server or self.server.url
+        args = ["--server", url, "--cluster-id", str(self.cluster_id), "--mode", self.mode]
+        log_path = self.logs / f"bridge-{len(self.bridges)}.log"
+        bridge = BridgeProcess(args, {**self.bridge_env(), **(env or {})}, log_path).start()
         self.bridges.append(bridge)
         if synced:
             wait_until(
