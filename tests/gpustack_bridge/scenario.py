@@ -270,7 +270,7 @@ def assert_consistent(w: World, unwritten: Iterable[int] = ()) -> None:
     w.deployment.assert_ledger_consistent()
     live = {r["id"] for r in w.instances() if r.get("worker_id") is not None}
     booked = Counter(
-        instance_of(meta.request_id, w.cluster_id)
+        instance_of(meta.request_id or "", w.cluster_id)
         for meta in w.deployment.client.rt.cluster.instance_meta().values()
     )
     assert set(booked) == live | set(unwritten) and all(n == 1 for n in booked.values()), (booked, live)

@@ -39,21 +39,15 @@ from tests.gpustack_bridge.synthetic import H100_SPEC
 pytestmark = [pytest.mark.gpustack, pytest.mark.slow]
 
 
-def _decided_on_master(w: World, replicated: ReplicatedRedis, model_id: int) -> set[int]:
-    """Instances of ``model_id`` whose ``scheduled`` result the current master holds (read from
-    the master itself: through Sentinel a replica's acknowledgement is waited for)."""
-    ids = {row["id"] for row in w.instances(model_id)}
-    master = replicated.client(replicated.master_index)
-    try:
-        entries = master.xrange(w.deployment.keys.results)
-    finally:
-        master.close()
+def _decided(w: World, model_id: int) -> set[int]:
+    """Instances of ``model_id`` with a ``scheduled`` result on the master's results stream (read
+    raw: acknowledged by a replica or not)."""
     decided = {
-        instance_of(fields["request_id"], w.cluster_id)
-        for _, fields in entries
-        if fields["status"] == "scheduled"
+        instance_of(f["request_id"], w.cluster_id)
+        for f in w.deployment.results()
+        if f["status"] == "scheduled"
     }
-    return {ident for ident in ids if ident in decided}
+    return {row["id"] for row in w.instances(model_id) if row["id"] in decided}
 
 
 def _seconds_until_placed_again(bridge: BridgeProcess, killed_at: float) -> float:
@@ -77,7 +71,7 @@ def test_redis_failing_over_under_the_bridge_places_every_instance_once_and_coun
     frozen = freeze_replicas(replicated_redis)
     second = w.create_model("qwen2.5-0.5b", replicas=3)
     wait_for(
-        lambda: len(_decided_on_master(w, replicated_redis, second["id"])) == 3,
+        lambda: len(_decided(w, second["id"])) == 3,
         60,
         "gpusched's decisions of the second model on the master (no replica holds them)",
     )
