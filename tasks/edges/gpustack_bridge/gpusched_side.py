@@ -32,10 +32,11 @@ class Desired:
     """What gpusched says about one instance's request chain.
 
     ``kind``: ``unknown`` (never submitted, or expired), ``waiting`` (accepted, not decided or
-    being moved), ``unacknowledged`` (a result or notice of the chain that no replica holds yet:
-    a failover could take it away), ``placed`` (``result`` is the ``scheduled`` result of ``request_id``, its
-    booking held), ``unschedulable`` (``result`` is the notice; it waits parked),
-    ``rejected`` (``result`` says why), ``finished`` (cancelled or released: nothing held).
+    being moved), ``unacknowledged`` (a result or notice of the chain that no replica holds
+    yet: a failover could take it away), ``placed`` (``result`` is the ``scheduled`` result of
+    ``request_id``, its booking held), ``unschedulable`` (``result`` is the notice; it waits
+    parked), ``rejected`` (``result`` says why), ``finished`` (cancelled or released: nothing
+    held).
     ``history``: the ``scheduled`` results of earlier links of the chain (moved placements).
     """
 

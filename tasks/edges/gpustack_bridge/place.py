@@ -181,7 +181,7 @@ class Placer:
             **where,
             what=what,
             error=str(error),
-            hint="not sent again with this body; gpusched keeps its decision (see docs/gpustack.md, Faults)",
+            hint="not sent again with this body (docs/gpustack.md, Faults)",
         )
 
     def _write_placement(self, row: Row, desired: Desired) -> None:
