@@ -34,6 +34,7 @@ from tasks.intake.chain_config import ChainSpec, LoadedChain, build_chain
 from tasks.runtime.drainer import drain_once
 from tasks.state.context import Runtime, build_runtime
 from tasks.state.ledger import instance_claims
+from tasks.state.replication import Position
 from tasks.state.streams import iter_stream
 
 
@@ -190,6 +191,16 @@ class Harness:
     def drain(self) -> dict[str, int]:
         """One drainer pass (outbox and timers) at the fake clock's time."""
         return drain_once(self.rt)
+
+    def acknowledge(self) -> Position:
+        """Store the position :meth:`Replication.acknowledge` stores once a replica confirmed its
+        mark (``WAIT`` itself needs a real replica): everything written so far is acknowledged."""
+        marked = self.rt.partition.call(self.rt.replication.mark_call())
+        stored = marked is not None and self.rt.partition.call(self.rt.replication.advance_call(*marked, 1))
+        position = self.rt.replication.position()
+        if not stored or position is None:
+            raise AssertionError(f"the mark {marked} was not stored as the acknowledged position")
+        return position
 
     # ---------------------------------------------------------------- reads
     def results(self) -> list[dict[str, str]]:

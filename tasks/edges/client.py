@@ -185,8 +185,9 @@ class ServiceClient:
         last = self.rt.client.xrevrange(self.rt.keys.results, count=1)
         return str(last[0][0]) if last else "0-0"
 
-    def _readable(self, entry_id: str | None) -> bool:
-        """Whether a results entry may be shown: acknowledged by a replica (replicas required)."""
+    def readable(self, entry_id: str | None) -> bool:
+        """Whether the results entry ``entry_id`` may be acted on: a replica acknowledged it, so no
+        failover can take it away (always, without replicas required; never for None)."""
         if not self.rt.replication.required:
             return True
         position = self.rt.replication.position()
@@ -202,9 +203,9 @@ class ServiceClient:
         """
         record = self.rt.records.record(request_id)
         finished = record.get("state") == RecordState.DONE
-        if finished and record.get("result") and self._readable(record.get("result_id")):
+        if finished and record.get("result") and self.readable(record.get("result_id")):
             text = record["result"]
-        elif not terminal and record.get("notice") and self._readable(record.get("notice_id")):
+        elif not terminal and record.get("notice") and self.readable(record.get("notice_id")):
             text = record["notice"]
         else:
             return None
@@ -265,7 +266,7 @@ class ServiceClient:
                                    block_ms=block)
             except redis.TimeoutError:  # no reply within the block + margin: reconnect, go on
                 continue
-            shown = self._acknowledged_entries(entries)
+            shown = self.acknowledged_entries(entries)
             for entry_id, fields in shown:
                 cursor = entry_id
                 if fields.get("request_id") == request_id and (
@@ -277,7 +278,7 @@ class ServiceClient:
                 time.sleep(ACK_POLL_S)
         raise WaitTimeout(f"no result for {request_id} within {timeout:g} s")
 
-    def _acknowledged_entries(self, entries: Entries) -> Entries:
+    def acknowledged_entries(self, entries: Entries) -> Entries:
         """The leading ``entries`` a replica acknowledged (all of them without replicas required)."""
         if not self.rt.replication.required or not entries:
             return entries

@@ -1,9 +1,12 @@
 """Fixtures of the bridge tests: GPUStack's own server (one with its scheduler, one with the
 gpusched plugin switching it off, started together once per session), a redis-server, and a
-:class:`~tests.gpustack_bridge.scenario.World` per test.
+:class:`~tests.gpustack_bridge.scenario.World` per test; ``failover_world`` puts the world's
+gpusched on a Redis that fails over (a master, a replica and three Sentinels of its own,
+:func:`service.failover_run.start_sentinels`).
 
 Skips locally when a prerequisite is missing (PostgreSQL, the GPUStack virtualenv built by
-``tools/gpustack-server/setup.sh``, redis-server); with ``CI`` set that is a failure.
+``tools/gpustack-server/setup.sh``, redis-server, redis-sentinel for ``failover_world``); with
+``CI`` set that is a failure.
 """
 
 from __future__ import annotations
@@ -16,8 +19,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from service.conftest import require_sentinel
+from service.failover_run import sentinel_settings, start_sentinels, stop_sentinels
 from service.support import Deployment
 
+from tasks.edges.local_failover import ReplicatedRedis
 from tasks.edges.localrun import RedisServer, start_redis
 from tests.gpustack_bridge.scenario import World
 from tests.gpustack_bridge.server import GpustackServer, Postgres, prerequisites
@@ -101,11 +107,13 @@ def models_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def world(
     gpustack_servers: Servers, bridge_redis: RedisServer, models_root: Path, tmp_path: Path
 ) -> Iterator[Callable[..., World]]:
-    """``world(mode, **gpusched_settings)``: a fresh GPUStack cluster and gpusched partition."""
+    """``world(mode, **gpusched_settings)``: a fresh GPUStack cluster and gpusched partition (on the
+    session's redis-server unless the settings name another ``redis_url``)."""
     made: list[World] = []
 
     def make(mode: str, workers: int = 1, **overrides: object) -> World:
-        deployment = Deployment(bridge_redis.url, tmp_path, {"model_roots": [str(models_root)], **overrides})
+        url = str(overrides.pop("redis_url", bridge_redis.url))
+        deployment = Deployment(url, tmp_path, {"model_roots": [str(models_root)], **overrides})
         deployment.redis.flushdb()
         server = gpustack_servers.started[mode == "place"]
         created = World(server, deployment, models_root, tmp_path, mode)
@@ -118,3 +126,25 @@ def world(
     for item in made:
         item.stop()
         item.deployment.stop()
+
+
+@pytest.fixture
+def replicated_redis(tmp_path: Path) -> Iterator[ReplicatedRedis]:
+    """A master, a replica and three Sentinels of this test's own (the test may kill the master)."""
+    _require()
+    require_sentinel()
+    replicated = start_sentinels(tmp_path / "redis")
+    yield replicated
+    stop_sentinels(replicated)
+
+
+@pytest.fixture
+def failover_world(replicated_redis: ReplicatedRedis, world: Callable[..., World]) -> Callable[..., World]:
+    """``failover_world(mode, **gpusched_settings)``: :func:`world`, every gpusched process (the
+    bridge, the workers, the test's client) finding its master through ``replicated_redis``'s
+    Sentinels. Requested after ``replicated_redis``, the world stops before the Redis does."""
+
+    def make(mode: str, workers: int = 1, **overrides: object) -> World:
+        return world(mode, workers, **{**sentinel_settings(replicated_redis), **overrides})
+
+    return make

@@ -8,18 +8,21 @@ Waits poll with generous deadlines and fail only if the system never converges.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from service.support import Deployment, wait_until
 
+from tasks.edges.gpustack_bridge.ids import instance_of
 from tests.gpustack_bridge.http import call
 from tests.gpustack_bridge.models import model_folder
 from tests.gpustack_bridge.server import ROOT, GpustackServer
@@ -68,6 +71,11 @@ class BridgeProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
+    def events(self, name: str) -> list[dict[str, Any]]:
+        """The log's JSON lines of event ``name`` (``gpustack.placed``, ...), in order."""
+        lines = (line for line in self.log().splitlines() if f'"event": "{name}"' in line)
+        return [json.loads(line) for line in lines]
+
 
 @dataclass
 class World:
@@ -97,10 +105,18 @@ class World:
             "GPUSCHED_LOG_FORMAT": "json",
         }
 
-    def start_bridge(self, *, synced: bool = True) -> BridgeProcess:
-        """Start a bridge; with ``synced``, wait until it has listed workers, models and instances."""
-        args = ["--server", self.server.url, "--cluster-id", str(self.cluster_id), "--mode", self.mode]
-        bridge = BridgeProcess(args, self.bridge_env(), self.logs / f"bridge-{len(self.bridges)}.log").start()
+    def start_bridge(
+        self, *, synced: bool = True, server: str | None = None, env: dict[str, str] | None = None
+    ) -> BridgeProcess:
+        """Start a bridge; with ``synced``, wait until it has listed workers, models and instances.
+
+        ``server``: the URL it reaches GPUStack at (a proxy's; GPUStack's own by default);
+        ``env``: more of its environment (``GPUSCHED_*`` settings).
+        """
+        url = server or self.server.url
+        args = ["--server", url, "--cluster-id", str(self.cluster_id), "--mode", self.mode]
+        log_path = self.logs / f"bridge-{len(self.bridges)}.log"
+        bridge = BridgeProcess(args, {**self.bridge_env(), **(env or {})}, log_path).start()
         self.bridges.append(bridge)
         if synced:
             wait_until(
@@ -123,6 +139,14 @@ class World:
             name = unique(prefix)
             self.fleet.add(name, gpus)
             names.append(name)
+        return names
+
+    def start_fleet(self, count: int, gpus: list[GpuSpec]) -> list[str]:
+        """Add ``count`` workers with ``gpus``, start the fleet's reports, wait until all are ready."""
+        names = self.add_workers(count, gpus)
+        assert self.fleet is not None
+        self.fleet.start()
+        self.wait_workers_ready(names)
         return names
 
     def wait_workers_ready(self, names: list[str], timeout: float = 90) -> None:
@@ -224,6 +248,34 @@ def gpus_over_total(server: GpustackServer, cluster_id: int) -> list[str]:
             if (memory.get("allocated") or 0) > (memory.get("total") or 0):
                 over.append(f"{worker['name']}:{gpu['type']}:{gpu['index']}")
     return over
+
+
+def scheduled_results(w: World) -> Counter[str]:
+    """Terminal ``scheduled`` results per request of this cluster (a move is its own request)."""
+    return Counter(
+        f["request_id"]
+        for f in w.deployment.results()
+        if f["status"] == "scheduled"
+        and f["terminal"] == "1"
+        and instance_of(f["request_id"], w.cluster_id) is not None
+    )
+
+
+def assert_consistent(w: World, unwritten: Iterable[int] = ()) -> None:
+    """gpusched books exactly GPUStack's live instances, once each; nothing over a GPU's total.
+
+    ``unwritten``: instances gpusched booked whose placement GPUStack refused to store (booked,
+    not live in GPUStack).
+    """
+    w.deployment.assert_ledger_consistent()
+    live = {r["id"] for r in w.instances() if r.get("worker_id") is not None}
+    booked = Counter(
+        instance_of(meta.request_id or "", w.cluster_id)
+        for meta in w.deployment.client.rt.cluster.instance_meta().values()
+    )
+    assert set(booked) == live | set(unwritten) and all(n == 1 for n in booked.values()), (booked, live)
+    assert max(scheduled_results(w).values(), default=1) == 1
+    assert gpus_over_total(w.server, w.cluster_id) == []
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:

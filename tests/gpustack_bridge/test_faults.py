@@ -9,54 +9,21 @@ from __future__ import annotations
 import signal
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
 from tasks.edges.gpustack_bridge.ids import base_request_id, instance_of
-from tests.gpustack_bridge.scenario import World, gpus_over_total, placements, wait_for
+from tests.gpustack_bridge.scenario import World, assert_consistent, placements, scheduled_results, wait_for
 from tests.gpustack_bridge.synthetic import H100_SPEC, L40S_SPEC
 
 pytestmark = [pytest.mark.gpustack, pytest.mark.slow]
-
-
-def _start(w: World, count: int, gpus: list[Any]) -> list[str]:
-    names = w.add_workers(count, gpus)
-    assert w.fleet is not None
-    w.fleet.start()
-    w.wait_workers_ready(names)
-    return names
-
-
-def _scheduled_results(w: World) -> Counter[str]:
-    """Terminal ``scheduled`` results per request of this cluster (a move is its own request)."""
-    return Counter(
-        f["request_id"]
-        for f in w.deployment.results()
-        if f["status"] == "scheduled"
-        and f["terminal"] == "1"
-        and instance_of(f["request_id"], w.cluster_id) is not None
-    )
-
-
-def _assert_consistent(w: World) -> None:
-    """gpusched books exactly GPUStack's live instances, once each; nothing over a GPU's total."""
-    w.deployment.assert_ledger_consistent()
-    live = {r["id"] for r in w.instances() if r.get("worker_id") is not None}
-    booked = Counter(
-        instance_of(meta.request_id, w.cluster_id)
-        for meta in w.deployment.client.rt.cluster.instance_meta().values()
-    )
-    assert set(booked) == live and all(n == 1 for n in booked.values()), (booked, live)
-    assert max(_scheduled_results(w).values(), default=1) == 1
-    assert gpus_over_total(w.server, w.cluster_id) == []
 
 
 def test_a_worker_that_stops_heartbeating_has_its_instances_moved_exactly_once(
     world: Callable[..., World],
 ) -> None:
     w = world("place", unreachable_grace_s=3, ready_stable_s=1)
-    names = _start(w, 3, [H100_SPEC, H100_SPEC])
+    names = w.start_fleet(3, [H100_SPEC, H100_SPEC])
     w.start_bridge()
     w.create_model("qwen2.5-0.5b", replicas=2)
     before = {r["id"]: r for r in w.running(2)}
@@ -75,18 +42,18 @@ def test_a_worker_that_stops_heartbeating_has_its_instances_moved_exactly_once(
     wait_for(moved, 150, f"the instances of {lost_name} moved")
     after = {r["id"]: r for r in w.instances()}
     assert set(after) == set(before)  # moved in place: GPUStack deleted and re-created nothing
-    results = _scheduled_results(w)
+    results = scheduled_results(w)
     moves = Counter(base_request_id(rid) for rid in results if "~" in rid)
     assert sorted(moves.values()) == [1] * len(moved_ids)  # each lost instance moved once
     assert {r["worker_name"] for r in after.values()} <= set(names) - {lost_name}
-    _assert_consistent(w)
+    assert_consistent(w)
 
 
 def test_a_deleted_instance_is_cancelled_its_gpus_released_and_its_replacement_placed(
     world: Callable[..., World],
 ) -> None:
     w = world("place")
-    _start(w, 2, [H100_SPEC])
+    w.start_fleet(2, [H100_SPEC])
     w.start_bridge()
     w.create_model("qwen2.5-0.5b", replicas=2)
     first = w.running(2)
@@ -102,14 +69,14 @@ def test_a_deleted_instance_is_cancelled_its_gpus_released_and_its_replacement_p
     assert replacement["worker_id"] == victim["worker_id"]  # the only GPU left: the one released
     released = [f for f in w.deployment.results() if f["status"] == "released"]
     assert [instance_of(f["request_id"], w.cluster_id) for f in released] == [victim["id"]]
-    _assert_consistent(w)
+    assert_consistent(w)
 
 
 def test_a_model_no_worker_can_hold_waits_with_gpustacks_message_then_places_when_a_worker_joins(
     world: Callable[..., World],
 ) -> None:
     w = world("place")
-    _start(w, 1, [L40S_SPEC, L40S_SPEC])  # two GPUs: a tp-4 model fits on no worker, nor across workers
+    w.start_fleet(1, [L40S_SPEC, L40S_SPEC])  # two GPUs: a tp-4 model fits on no worker, nor across workers
     w.start_bridge()
     model = w.create_model("qwen2.5-32b", replicas=1, params=["--tp-size", "4"])
     [row] = w.wait_instances(
@@ -124,14 +91,14 @@ def test_a_model_no_worker_can_hold_waits_with_gpustacks_message_then_places_whe
     assert placed["id"] == row["id"] and placed["model_id"] == model["id"]
     assert len(placed["gpu_indexes"]) == 4 and placed["worker_name"].startswith("big-")
     assert placed["state_message"] == ""
-    _assert_consistent(w)
+    assert_consistent(w)
 
 
 def test_the_bridge_sigkilled_mid_run_and_restarted_places_every_instance_once(
     world: Callable[..., World],
 ) -> None:
     w = world("place")
-    _start(w, 4, [H100_SPEC, H100_SPEC])
+    w.start_fleet(4, [H100_SPEC, H100_SPEC])
     bridge = w.start_bridge()
     w.create_model("qwen2.5-0.5b", replicas=6)
     wait_for(lambda: '"gpustack.submitted"' in bridge.log(), 60, "the first submission")
@@ -140,15 +107,15 @@ def test_the_bridge_sigkilled_mid_run_and_restarted_places_every_instance_once(
     w.start_bridge()
     rows = w.running(8, timeout=120)
     assert len(rows) == 8
-    assert sorted(_scheduled_results(w).values()) == [1] * 8
-    _assert_consistent(w)
+    assert sorted(scheduled_results(w).values()) == [1] * 8
+    assert_consistent(w)
 
 
 def test_gpustacks_server_restarted_cuts_the_watch_and_the_bridge_carries_on(
     world: Callable[..., World],
 ) -> None:
     w = world("place")
-    _start(w, 3, [H100_SPEC, H100_SPEC])
+    w.start_fleet(3, [H100_SPEC, H100_SPEC])
     bridge = w.start_bridge()
     w.create_model("qwen2.5-0.5b", replicas=2)
     before = placements(w.running(2))
@@ -160,4 +127,4 @@ def test_gpustacks_server_restarted_cuts_the_watch_and_the_bridge_carries_on(
     assert {name: after[name] for name in before} == before  # nothing placed before was re-placed
     assert not bridge.exited()
     assert bridge.log().count('"gpustack.synced"') == 1 and '"gpustack.watch_cut"' in bridge.log()
-    _assert_consistent(w)
+    assert_consistent(w)

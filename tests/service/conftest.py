@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from service.support import Deployment
 
+from tasks.edges.local_failover import sentinel_command
 from tasks.edges.localrun import RedisServer, redis_binary, start_redis
 
 
@@ -22,6 +23,15 @@ def require_redis_server() -> None:
         if os.environ.get("CI"):
             pytest.fail("redis-server is required in CI (.ci/run installs it)")
         pytest.skip("redis-server is not installed")
+
+
+def require_sentinel() -> None:
+    """Skip locally, fail in CI, without a Sentinel binary."""
+    require_redis_server()
+    if sentinel_command() is None:
+        if os.environ.get("CI"):
+            pytest.fail("redis-sentinel is required in CI (.ci/run installs it)")
+        pytest.skip("redis-sentinel is not installed")
 
 
 @pytest.fixture(scope="session")

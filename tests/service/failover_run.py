@@ -269,22 +269,11 @@ class Run:
     def kill_master(self, *, lag_s: float) -> None:
         """Freeze the replicas for ``lag_s`` behind a backlog (writes they will never get), then
         SIGKILL the master and thaw them."""
-        old = self.redis.master_index
-        replicas = self.redis.replicas()
-        if lag_s:
-            for index in replicas:
-                self.redis.freeze(index)
-            self.redis.client(old).set(BACKLOG_KEY, "x" * BACKLOG_BYTES)
-            time.sleep(lag_s)
-        before = _tails(self.redis.client(old), self.d.keys)
-        self.redis.kill_master()
-        self.kills.append(time.time())
-        for index in replicas:
-            self.redis.thaw(index)
-        self.redis.wait_for_master(60, other_than=old)
-        after = _tails(self.redis.client(self.redis.master_index), self.d.keys)
-        for stream, ids in before.items():
-            self.taken_away[stream] += len(ids - after[stream])
+        frozen = freeze_replicas(self.redis) if lag_s else []
+        time.sleep(lag_s)
+        done = fail_over(self.redis, self.d.keys, frozen)
+        self.kills.append(done.killed_at)
+        self.taken_away.update(done.taken_away)
 
     def settle(self) -> None:
         expected = {rid for rid, status in self.accepted.items() if status != "conflict"}
@@ -304,14 +293,62 @@ def _tails(client: redis.Redis, keys: Any) -> dict[str, set[str]]:
             for stream in (keys.results, keys.events)}
 
 
+def sentinel_settings(replicated: ReplicatedRedis) -> dict[str, Any]:
+    """The settings of a deployment that finds its master through ``replicated``'s Sentinels."""
+    return {"redis_url": replicated.url(), "redis_sentinels": replicated.sentinel_list,
+            "redis_sentinel_master": MASTER_NAME, "replica_ack_timeout_s": ACK_TIMEOUT_S}
+
+
+def start_sentinels(directory: Path) -> ReplicatedRedis:
+    """A master, a replica and three Sentinels with the short timings of these tests."""
+    return start_replicated(directory, down_after_ms=DOWN_AFTER_MS, failover_timeout_ms=FAILOVER_TIMEOUT_MS)
+
+
+def stop_sentinels(replicated: ReplicatedRedis) -> None:
+    """Stop every Sentinel and server, frozen ones too."""
+    for index in range(len(replicated.servers)):
+        replicated.thaw(index)  # a failure while frozen must not leave a stopped process behind
+    replicated.stop()
+
+
+def freeze_replicas(replicated: ReplicatedRedis) -> list[int]:
+    """Freeze (SIGSTOP) every replica behind :data:`BACKLOG_BYTES` written to the master: from now
+    on the master's writes stay in its memory, and a failover takes them away. The frozen indexes."""
+    frozen = replicated.replicas()
+    for index in frozen:
+        replicated.freeze(index)
+    replicated.client(replicated.master_index).set(BACKLOG_KEY, "x" * BACKLOG_BYTES)
+    return frozen
+
+
+@dataclass(frozen=True)
+class Failover:
+    """One SIGKILL of the master: when (epoch seconds), and the stream entries it took away."""
+
+    killed_at: float
+    taken_away: Counter[str]
+
+
+def fail_over(replicated: ReplicatedRedis, keys: Any, frozen: list[int], timeout: float = 60.0) -> Failover:
+    """SIGKILL the master, thaw the ``frozen`` replicas, wait until the Sentinels agree on a new
+    master; counts the results and events entries the old master had and the new one lacks."""
+    old = replicated.master_index
+    before = _tails(replicated.client(old), keys)
+    replicated.kill_master()
+    killed_at = time.time()
+    for index in frozen:
+        replicated.thaw(index)
+    replicated.wait_for_master(timeout, other_than=old)
+    after = _tails(replicated.client(replicated.master_index), keys)
+    return Failover(killed_at, Counter({stream: len(ids - after[stream]) for stream, ids in before.items()}))
+
+
 def start_run(plan: Plan, directory: Path, **overrides: Any) -> Run:
     """Start the replicated Redis, the deployment (workers ready) and the readers; apply the cluster."""
-    replicated = start_replicated(directory / "redis", down_after_ms=DOWN_AFTER_MS,
-                                  failover_timeout_ms=FAILOVER_TIMEOUT_MS)
-    settings = {"redis_sentinels": replicated.sentinel_list, "redis_sentinel_master": MASTER_NAME,
-                "replica_ack_timeout_s": ACK_TIMEOUT_S, **overrides}
+    replicated = start_sentinels(directory / "redis")
+    settings = {**sentinel_settings(replicated), **overrides}
     try:
-        d = Deployment(replicated.url(), directory, settings)
+        d = Deployment(settings.pop("redis_url"), directory, settings)
     except BaseException:
         replicated.stop()
         raise
@@ -429,6 +466,4 @@ def cli_together(
 def stop_run(run: Run) -> None:
     run.readers.stop()
     run.d.stop()
-    for index in range(len(run.redis.servers)):
-        run.redis.thaw(index)  # a failure while frozen must not leave a stopped process behind
-    run.redis.stop()
+    stop_sentinels(run.redis)

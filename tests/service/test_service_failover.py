@@ -11,26 +11,14 @@ The old master then comes back and the Sentinels make it a replica.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
-from service.conftest import require_redis_server
+from service.conftest import require_sentinel
 from service.failover_run import Plan, Run, cli, cli_together, execute, figures, start_run, stop_run
 from service.support import llm_request
 
-from tasks.edges.local_failover import sentinel_command
-
 pytestmark = pytest.mark.service
-
-
-def require_sentinel() -> None:
-    """Skip locally, fail in CI, without a Sentinel binary."""
-    require_redis_server()
-    if sentinel_command() is None:
-        if os.environ.get("CI"):
-            pytest.fail("redis-sentinel is required in CI (.ci/run installs it)")
-        pytest.skip("redis-sentinel is not installed")
 
 
 def test_a_failover_under_load_loses_duplicates_and_overbooks_nothing_acknowledged(tmp_path: Path) -> None:

@@ -35,7 +35,7 @@ from tasks.edges.gpustack_bridge.place import INSTANCES, Placer
 from tasks.edges.gpustack_bridge.shadow import Shadow
 from tasks.state.context import redis_client
 from tasks.state.generation import DataLost
-from tasks.state.streams import read_new
+from tasks.state.streams import ACK_POLL_S, read_new
 
 log = structlog.get_logger("gpusched.gpustack")
 Mode = Literal["place", "shadow"]
@@ -245,21 +245,25 @@ class Bridge:
 
     # ------------------------------------------------------------------ results
     def _read_results(self) -> None:
-        """Poke the instance of every result gpusched publishes (a wake-up only; records decide)."""
+        """Poke the instance of every result gpusched publishes (a wake-up only; records decide),
+        once a replica holds it: an entry above the acknowledged position is read again after
+        :data:`~tasks.state.streams.ACK_POLL_S` (the reconcile it wakes acts only on acknowledged
+        results, :mod:`~tasks.edges.gpustack_bridge.gpusched_side`)."""
         reader = redis_client(self.settings, blocking=True, max_block_ms=1000)
         cursor = "$"
         while not self.stop.is_set():
             try:
                 if cursor == "$":
-                    last = reader.xrevrange(self.client.rt.keys.results, count=1)
-                    cursor = str(last[0][0]) if last else "0-0"
-                for entry_id, fields in read_new(
-                    reader, self.client.rt.keys.results, cursor, count=500, block_ms=1000
-                ):
+                    cursor = self.client.last_result_id()
+                entries = read_new(reader, self.client.rt.keys.results, cursor, count=500, block_ms=1000)
+                shown = self.client.acknowledged_entries(entries)
+                for entry_id, fields in shown:
                     cursor = entry_id
                     ident = instance_of(str(fields.get("request_id", "")), self.cluster_id)
                     if ident is not None:
                         self.inbox.put(Poke(ident))
+                if len(shown) < len(entries):
+                    self.stop.wait(ACK_POLL_S)
             except redis.RedisError as error:
                 log.warning("gpustack.results_unreadable", error=str(error))
                 self.stop.wait(1.0)

@@ -4,6 +4,12 @@ The bridge never keeps its own copy of what gpusched decided: a request's record
 accepted request, the published result or ``unschedulable`` notice, ``moved_to`` when its
 booking was moved) is the truth, read again whenever an instance is reconciled. That makes
 a bridge restart a non-event: nothing it held in memory is needed to finish its work.
+
+Only what a replica acknowledged is acted on (docs/service.md, *Failover*): a result or a
+notice on the master alone may be taken away by a failover and decided again elsewhere, so a
+placement written from it could be one gpusched no longer holds. Such a chain is
+``unacknowledged``: nothing is written for it and nothing is judged, until the results reader
+sees the acknowledgement (:meth:`tasks.ServiceClient.acknowledged_entries`).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from tasks.edges.client import ServiceClient
 #: Most moves followed from a request to the booking that replaced it.
 MAX_MOVES = 64
 
-Kind = Literal["unknown", "waiting", "placed", "unschedulable", "rejected", "finished"]
+Kind = Literal["unknown", "waiting", "unacknowledged", "placed", "unschedulable", "rejected", "finished"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,9 +32,11 @@ class Desired:
     """What gpusched says about one instance's request chain.
 
     ``kind``: ``unknown`` (never submitted, or expired), ``waiting`` (accepted, not decided or
-    being moved), ``placed`` (``result`` is the ``scheduled`` result of ``request_id``, its
-    booking held), ``unschedulable`` (``result`` is the notice; it waits parked),
-    ``rejected`` (``result`` says why), ``finished`` (cancelled or released: nothing held).
+    being moved), ``unacknowledged`` (a result or notice of the chain that no replica holds
+    yet: a failover could take it away), ``placed`` (``result`` is the ``scheduled`` result of
+    ``request_id``, its booking held), ``unschedulable`` (``result`` is the notice; it waits
+    parked), ``rejected`` (``result`` says why), ``finished`` (cancelled or released: nothing
+    held).
     ``history``: the ``scheduled`` results of earlier links of the chain (moved placements).
     """
 
@@ -75,6 +83,8 @@ class GpuschedSide:
                 return Desired(
                     "unknown" if current == request_id else "waiting", current, None, tuple(history)
                 )
+            if not self._acknowledged(record):
+                return Desired("unacknowledged", current, None, tuple(history))
             result = _load(record.get("result")) if record.get("state") == RecordState.DONE else None
             if record.get("moved_to"):
                 if result is not None and result.get("status") == "scheduled":
@@ -83,6 +93,13 @@ class GpuschedSide:
                 continue
             return self._link(record, current, result, tuple(history))
         return Desired("waiting", current, None, tuple(history))
+
+    def _acknowledged(self, record: dict[str, str]) -> bool:
+        """Whether a replica holds the result (when done) and the notice (when any) ``record`` names."""
+        done = record.get("state") == RecordState.DONE and record.get("result")
+        if done and not self.client.readable(record.get("result_id")):
+            return False
+        return not record.get("notice") or self.client.readable(record.get("notice_id"))
 
     @staticmethod
     def _link(

@@ -18,7 +18,12 @@ and the instance counted as GPUStack's from then on (never twice).
 
 Every write is idempotent (nothing is written when the row already says it), so a
 restarted bridge, a redelivered result and a periodic full pass all converge on the same
-rows. GPUStack calls that fail are retried by the caller (``RetryLater``).
+rows. A write GPUStack fails with a 5xx, 408, 409 or 429 (or does not answer) raises, and
+the caller retries the instance later; one it refuses (any other 4xx but 404) is reported
+once (``gpustack.write_refused``) and that body is not sent again for that row (the
+instance's next reconcile sends only a body that differs: another placement, a row whose
+identity changed); the evaluation of a model GPUStack refused is still submitted with the
+request. The refused bodies are kept in memory: a restarted bridge tries each once more.
 """
 
 from __future__ import annotations
@@ -54,6 +59,8 @@ class Placer:
     keys: BridgeKeys
     model_roots: tuple[str, ...]
     evaluated: set[int] = field(default_factory=set)
+    #: (kind, row id) → the body GPUStack last refused for that row (never sent again).
+    refused: dict[tuple[str, int], Row] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ entry points
     def reconcile(self, instance_id: int) -> None:
@@ -75,6 +82,7 @@ class Placer:
     def deleted(self, before: Row) -> None:
         """The instance ``before`` is gone: withdraw its request (idempotent)."""
         rid = request_id(self.cluster_id, before)
+        self.refused.pop((INSTANCES, int(before["id"])), None)
         self.side.client.rt.client.hdel(self.keys.foreign, str(before["id"]))
         if self.side.known(rid):
             status = self.side.cancel(rid)
@@ -121,9 +129,8 @@ class Placer:
         body = {key: value for key, value in changes.items() if not _evaluated(current, key)}
         if body:
             identity = {k: current[k] for k in writeback.IDENTITY_FIELDS if current.get(k) is not None}
-            self.api.put_row("models", model_id, {**identity, **body})
-            metrics.WRITES.labels("evaluation").inc()
-        self.evaluated.add(model_id)
+            self._put("models", model_id, {**identity, **body}, "evaluation")
+        self.evaluated.add(model_id)  # written, or refused and reported: the request carries it
 
     # ------------------------------------------------------------------ converge
     def _converge(self, row: Row, desired: Desired) -> None:
@@ -143,18 +150,39 @@ class Placer:
         elif desired.kind == "rejected" and desired.result is not None:
             self._write_rejected(row, desired.result)
 
-    def _put(self, row: Row, body: Row, what: str) -> None:
+    def _put(self, kind: str, row_id: int, body: Row, what: str) -> bool:
+        """``PUT`` ``body`` to one row; whether GPUStack stored it.
+
+        Raises:
+            GpustackError: a retryable failure (5xx, 408, 409, 429, no answer): try again later.
+        """
+        if self.refused.get((kind, row_id)) == body:
+            return False  # GPUStack refused this very body: reported once, not sent again
         try:
-            self.api.put_row(INSTANCES, row["id"], body)
+            self.api.put_row(kind, row_id, body)
         except HttpStatus as error:
             metrics.WRITE_ERRORS.labels(str(error.status)).inc()
             if error.status == 404:  # deleted meanwhile: its DELETE event cancels the request
-                return
-            if not error.retryable:  # 422 and the like: retrying the same body cannot help
-                log.error("gpustack.write_refused", instance=row["id"], what=what, error=str(error))
-                return
-            raise
+                return False
+            if error.retryable:
+                raise
+            self._refused(kind, row_id, body, what, error)
+            return False
+        self.refused.pop((kind, row_id), None)
         metrics.WRITES.labels(what).inc()
+        return True
+
+    def _refused(self, kind: str, row_id: int, body: Row, what: str, error: HttpStatus) -> None:
+        """422 and the like: the same body cannot succeed; say so once and keep it from being resent."""
+        self.refused[(kind, row_id)] = body
+        where = {"instance": row_id} if kind == INSTANCES else {"model": row_id}
+        log.error(
+            "gpustack.write_refused",
+            **where,
+            what=what,
+            error=str(error),
+            hint="not sent again with this body (docs/gpustack.md, Faults)",
+        )
 
     def _write_placement(self, row: Row, desired: Desired) -> None:
         assert desired.result is not None
@@ -162,7 +190,8 @@ class Placer:
         workers = self.rows["workers"]
         body = writeback.placement_body(row, desired.result, workers, model.get("backend"))
         moved = writeback.placement_of_row(row) is not None
-        self._put(row, body, "move" if moved else "placement")
+        if not self._put(INSTANCES, row["id"], body, "move" if moved else "placement"):
+            return
         if not moved:
             created = _created(row)
             if created is not None:
@@ -180,13 +209,13 @@ class Placer:
         message = writeback.state_message_of(result)
         if row.get("state") == "pending" and row.get("state_message") == message:
             return
-        self._put(row, writeback.unschedulable_body(row, result), "unschedulable")
+        self._put(INSTANCES, row["id"], writeback.unschedulable_body(row, result), "unschedulable")
 
     def _write_rejected(self, row: Row, result: Row) -> None:
         message = writeback.state_message_of(result)
         if row.get("state") == "error" and row.get("state_message") == message:
             return
-        self._put(row, writeback.rejected_body(row, result), "rejected")
+        self._put(INSTANCES, row["id"], writeback.rejected_body(row, result), "rejected")
 
     def _overwritten(self, row: Row, desired: Desired) -> None:
         """Another scheduler placed the instance: count it as GPUStack's, release gpusched's request."""

@@ -12,7 +12,6 @@ import json
 
 from service_builders import uniform_cluster
 
-from tasks.state.replication import Position
 from tasks.state.streams import ensure_group, read_group
 from tasks.testing import Harness, isolated_settings
 
@@ -21,20 +20,10 @@ def _replicated() -> Harness:
     return Harness(settings=isolated_settings(min_replicas_acked=1))
 
 
-def _acknowledge(h: Harness) -> Position:
-    """What acknowledge() stores once a replica confirmed the mark."""
-    marked = h.rt.partition.call(h.rt.replication.mark_call())
-    assert marked is not None
-    assert h.rt.partition.call(h.rt.replication.advance_call(*marked, 1))
-    position = h.rt.replication.position()
-    assert position is not None
-    return position
-
-
 def test_a_mark_records_each_streams_last_entry_the_version_and_the_generation() -> None:
     h = _replicated()
     h.apply(uniform_cluster())
-    position = _acknowledge(h)
+    position = h.acknowledge()
     k = h.rt.keys
     (last_event, _), = h.rt.client.xrevrange(k.events, count=1)
     assert position.streams == {k.results: "0-0", k.events: last_event, k.deadletter: "0-0"}
@@ -64,13 +53,13 @@ def test_a_consumer_group_is_handed_only_acknowledged_entries() -> None:
     ensure_group(h.rt.client, k.results, "cp")
     first = [h.rt.client.xadd(k.results, {"request_id": f"r{i}"}) for i in range(3)]
     assert read_group(h.rt.client, k.results, "cp", "cp-1", acknowledged=k.acked) == []  # none yet
-    _acknowledge(h)
+    h.acknowledge()
     late = h.rt.client.xadd(k.results, {"request_id": "late"})  # on the master, not acknowledged
     handed = read_group(h.rt.client, k.results, "cp", "cp-1", count=2, acknowledged=k.acked)
     handed += read_group(h.rt.client, k.results, "cp", "cp-2", count=10, acknowledged=k.acked)
     assert [entry_id for entry_id, _ in handed] == first
     assert handed[2][1] == {"request_id": "r2"}
-    _acknowledge(h)
+    h.acknowledge()
     assert read_group(h.rt.client, k.results, "cp", "cp-1", acknowledged=k.acked) == [
         (late, {"request_id": "late"})
     ]
@@ -81,7 +70,7 @@ def test_a_version_no_replica_acknowledged_may_vanish_without_a_rollback() -> No
     told about that change. Read versions used to count (a false rollback halted everything)."""
     h = _replicated()
     h.apply(uniform_cluster())
-    _acknowledge(h)  # version 1 reached a replica
+    h.acknowledge()  # version 1 reached a replica
     assert h.rt.generation.check().ok
     h.apply(uniform_cluster(3))  # version 2: on the master only
     assert h.rt.generation.check().version == 2
@@ -100,7 +89,7 @@ def test_a_generation_is_remembered_once_a_replica_acknowledged_it() -> None:
     assert h.rt.generation.check().ok
     created = json.loads(h.rt.client.get(h.rt.keys.generation) or "{}")["id"]
     assert created != written
-    _acknowledge(h)
+    h.acknowledge()
     assert h.rt.generation.check().ok and h.rt.generation.remembered == created
     h.rt.client.delete(h.rt.keys.generation)
     assert h.rt.generation.check().verdict == "wiped"  # an acknowledged generation is gone: a loss
