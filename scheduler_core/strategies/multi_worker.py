@@ -24,7 +24,7 @@ from scheduler_core.accounting import Allocatable
 from scheduler_core.caching import Rule
 from scheduler_core.candidates import Candidate, Claim, Subordinate
 from scheduler_core.cluster import (
-    MEMORY_BALANCE_RATIO,
+    balanced_groups,
     gpu_rate,
     ram_not_enough,
     sort_workers_by_gpu_count,
@@ -92,8 +92,8 @@ def _worker_slots(inputs: _GateInputs, gpus: tuple[Gpu, ...], allocatable: Alloc
     if ram_not_enough(inputs.ram_claim, allocatable):
         return _NO_SLOTS
     vram = allocatable.vram
-    held = [(gpu, vram.get(gpu.index, 0)) for gpu in gpus if gpu.index is not None and gpu.total]
-    room = [(gpu, amount) for gpu, amount in held if amount > 0]
+    room = [(gpu, vram.get(gpu.index, 0)) for gpu in gpus if gpu.index is not None and gpu.total]
+    room = [(gpu, amount) for gpu, amount in room if amount > 0]
     below = () if inputs.diffusion else tuple(a for gpu, a in room if a / gpu.total < inputs.fraction)
     return _Slots(tuple(sorted(amount for _, amount in room)), below)
 
@@ -120,28 +120,18 @@ def _gate_passes(workers: list[_Slots]) -> bool:
     groups are cut on the distinct amounts, and only a group with no GPU below the
     fraction is counted per worker (at C speed: thousands of workers, a few such groups).
     """
-    slots_of = Counter(chain.from_iterable(map(_AMOUNTS, workers)))
-    group_of: dict[int, int] = {}
-    group, first = -1, 0
-    for amount in sorted(slots_of):
-        if group < 0 or not first >= amount * MEMORY_BALANCE_RATIO:
-            group, first = group + 1, amount
-        group_of[amount] = group
-    failed = set(map(group_of.__getitem__, chain.from_iterable(map(_BELOW, workers))))
-    members: dict[int, list[int]] = {}
-    for amount, group in group_of.items():
-        if group not in failed:
-            members.setdefault(group, []).append(amount)
+    held = list(map(_AMOUNTS, workers))  # each sorted: a group's amounts are a range
+    slots_of = Counter(chain.from_iterable(held))
+    below = set(chain.from_iterable(map(_BELOW, workers)))
     return any(
-        _same_count_per_worker(workers, amounts)
-        for amounts in members.values()
-        if sum(map(slots_of.__getitem__, amounts)) > 1
+        _same_count_per_worker(held, amounts)
+        for amounts in balanced_groups(slots_of, int)  # the distinct amounts, cut as GPUStack cuts slots
+        if below.isdisjoint(amounts) and sum(map(slots_of.__getitem__, amounts)) > 1
     )
 
 
-def _same_count_per_worker(workers: list[_Slots], amounts: list[int]) -> bool:
+def _same_count_per_worker(held: list[tuple[int, ...]], amounts: list[int]) -> bool:
     """Whether every worker with GPUs of these amounts (ascending) has the same number of them."""
-    held = list(map(_AMOUNTS, workers))  # each sorted: a group's amounts are a range
     after = map(bisect_right, held, repeat(amounts[-1]))
     counts = set(map(operator.sub, after, map(bisect_left, held, repeat(amounts[0]))))
     counts.discard(0)
