@@ -190,7 +190,7 @@ class StageRunner:
         if memo is None:
             return [worker for worker in workers if keep(worker)]
         kept = SlotKey("subset", slot)
-        return memo.derived(kept, workers, lambda: [worker for worker in workers if keep(worker)])
+        return memo.derived(kept, workers, lambda: tuple(filter(keep, workers)))
 
     def _result(
         self, rule: WorkerRule[_I, _O, _P], inputs: _I, gpu_type: str | None, worker: WorkerView

@@ -63,6 +63,10 @@ class WorkerValues(Protocol):
         """Instances per model id among the instances of the last ``track_instances``."""
         ...
 
+    def by_id(self, views: Sequence[WorkerView]) -> Mapping[int, WorkerView]:
+        """``views`` by worker id, kept while they are the same objects (read it, never change it)."""
+        ...
+
     def get(self, worker_id: int, key: object, view: WorkerView) -> object | None:
         """A value remembered for this exact worker view, or None."""
         ...
@@ -107,7 +111,9 @@ class ClusterState:
         remembered: WorkerValues | None = None,
     ) -> None:
         self._views = workers
-        self._workers = {worker.id: worker for worker in workers}
+        self._workers: Mapping[int, WorkerView] = (
+            {worker.id: worker for worker in workers} if remembered is None else remembered.by_id(workers)
+        )
         self.instances = tuple(instances)
         index = remembered.track_instances(self.instances) if remembered is not None else None
         # Only read through .get below: the index may be the memo's, shared across decisions.

@@ -188,7 +188,7 @@ def _decided(
 class Prepared:
     """What a decision derives from the request before looking at GPUs."""
 
-    views: list[WorkerView]
+    views: tuple[WorkerView, ...]
     facts: ModelFacts
     categories: list[str]
     model_params: ModelParameters
@@ -224,12 +224,13 @@ def _reused(
     return compute() if memo is None else memo.derived(slot, items, compute)
 
 
-def _views(request: ScheduleRequest, memo: SnapshotMemo | None) -> list[WorkerView]:
-    """The validated worker views (reused while the rows are the same objects)."""
+def _views(request: ScheduleRequest, memo: SnapshotMemo | None) -> tuple[WorkerView, ...]:
+    """The validated worker views (reused while the rows are the same objects; a tuple, so
+    the memo's later checks of the same views are one identity test each)."""
     workers = request.workers
     if workers is None:
         raise RequestError("workers", "workers are required when no cluster state is held")
-    return _reused(memo, VIEWS, workers, lambda: _validated_views(workers, memo))
+    return _reused(memo, VIEWS, workers, lambda: tuple(_validated_views(workers, memo)))
 
 
 def _validated_views(workers: Sequence[Worker], memo: SnapshotMemo | None) -> list[WorkerView]:
@@ -466,9 +467,10 @@ def _counted_instances(request: ScheduleRequest, leaves_out_replaced: bool) -> S
 
 def _grouped(
     workers: Sequence[WorkerView],
-) -> tuple[list[WorkerView], dict[str | None, list[WorkerView]]]:
-    ordered = sort_workers_by_gpu_count(workers)
-    return ordered, group_workers_by_gpu_type(ordered)
+) -> tuple[tuple[WorkerView, ...], dict[str | None, tuple[WorkerView, ...]]]:
+    """The workers by GPU count, and per GPU type (tuples: what the memo keeps them as)."""
+    ordered = tuple(sort_workers_by_gpu_count(workers))
+    return ordered, {gpu_type: tuple(group) for gpu_type, group in group_workers_by_gpu_type(ordered).items()}
 
 
 def _fractions(

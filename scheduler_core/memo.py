@@ -57,14 +57,24 @@ class SlotKey:
         return SlotKey(self.name, part)
 
 
+#: :meth:`SnapshotMemo.by_id`'s slot.
+_BY_ID = SlotKey("views_by_id")
+
+
 def _extends(longer: Sequence[object], prefix: Sequence[object]) -> bool:
     """True when ``longer`` starts with the very objects of ``prefix``, in order."""
-    return len(longer) >= len(prefix) and all(map(operator.is_, prefix, longer))
+    return longer is prefix or (len(longer) >= len(prefix) and all(map(operator.is_, prefix, longer)))
 
 
 def same_objects(first: Sequence[object], second: Sequence[object]) -> bool:
-    """True when both sequences hold the very same objects in the same order."""
-    return len(first) == len(second) and all(map(operator.is_, first, second))
+    """True when both sequences hold the very same objects in the same order (at once when
+    both are one tuple: the memo keeps tuples as given, so a tuple handed on stays itself)."""
+    return first is second or (len(first) == len(second) and all(map(operator.is_, first, second)))
+
+
+def frozen(items: Sequence[_T]) -> tuple[_T, ...]:
+    """``items`` as a tuple: itself when it is one (then :func:`same_objects` is one identity test)."""
+    return items if type(items) is tuple else tuple(items)
 
 
 class StageOutcomes:
@@ -167,7 +177,7 @@ class _Kept:
         self.values: dict[int, object] = {}
         self.items: dict[int, object] = {}
         self.by_worker: dict[int, list[int]] = {}
-        self.views = tuple(views)
+        self.views = frozen(views)
         self.mark = mark
 
     def clear(self) -> None:
@@ -269,6 +279,10 @@ class SnapshotMemo:
         self._models = Counter(map(_MODEL_ID, instances))
         self._rediff(previous, instances)
         return self._index
+
+    def by_id(self, views: Sequence[WorkerView]) -> Mapping[int, WorkerView]:
+        """``views`` by worker id, kept while they are the same objects (read it, never change it)."""
+        return self.derived(_BY_ID, views, lambda: {view.id: view for view in views})
 
     def running_models(self) -> Mapping[int | None, int]:
         """Instances per model id among the instances of the last :meth:`track_instances`."""
@@ -410,7 +424,7 @@ class SnapshotMemo:
             table = _Kept(views, self.journal_mark())
         elif not same_objects(table.views, views):
             table.clear()
-            table.views = tuple(views)
+            table.views = frozen(views)
         else:
             changed = self.changed_since(table.mark)
             if changed is None:
@@ -449,7 +463,7 @@ class SnapshotMemo:
         value = compute()
         if len(self._derived) >= 64:  # a handful of slots in use; stale ones go
             self._derived.clear()
-        self._derived[slot] = (tuple(items), value)
+        self._derived[slot] = (frozen(items), value)
         return value
 
     def first_failure(self, check: SlotKey, items: Sequence[_T], passes: Callable[[_T], bool]) -> int | None:
