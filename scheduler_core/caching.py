@@ -28,7 +28,9 @@ wrapper alone decides when its answer can be reused.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from itertools import chain
 from typing import Any, Generic, Protocol, TypeVar
 
 from scheduler_core.accounting import Allocatable
@@ -95,6 +97,20 @@ class StageRunner:
         self._shared: dict[tuple[str, str | None], tuple[object, dict[object, object]]] = {}
         self._shapes: dict[tuple[int, str | None, bool], tuple[WorkerView, Hashable]] = {}
         self._functions: dict[tuple[SlotKey, Hashable], Memoized[Any, Any]] = {}
+
+    def tally(
+        self, slot: SlotKey, values: Sequence[_T], items: Callable[[_T], Iterable[_K]]
+    ) -> Mapping[_K, int]:
+        """How often each of ``items(value)`` occurs over ``values``; with a memo, the last
+        count under ``slot`` updated by the values that changed (:meth:`SnapshotMemo.tally`).
+
+        ``items`` must be a pure function of the value; ``slot`` names it and whatever the
+        values depend on.
+        """
+        memo = self._memo
+        if memo is None:
+            return Counter(chain.from_iterable(map(items, values)))
+        return memo.tally(slot, values, items)
 
     def memoized(self, slot: SlotKey, signature: Hashable, compute: Callable[[_K], _V]) -> Memoized[_K, _V]:
         """One :class:`Memoized` per name and signature for this decision (every strategy gets

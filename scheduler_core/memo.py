@@ -19,7 +19,7 @@ import operator
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import filterfalse
+from itertools import chain, compress, count, filterfalse
 from typing import Any, Generic, TypeVar
 
 from scheduler_core._schemas import ModelInstance
@@ -219,7 +219,7 @@ class SnapshotMemo:
 
     __slots__ = (
         "_derived", "_entries", "_era", "_functions", "_ids", "_index", "_instances", "_journal", "_kept",
-        "_models", "_passed", "_stages", "_views", "generations",
+        "_models", "_passed", "_stages", "_tallies", "_views", "generations",
     )
 
     #: Entries kept at most per kind; beyond it that kind starts over (workers come and go).
@@ -234,6 +234,8 @@ class SnapshotMemo:
     KEPT_TABLES = 8
 
     def __init__(self) -> None:
+        #: Per slot, the values of the last :meth:`tally` and their counts.
+        self._tallies: dict[SlotKey, tuple[tuple[Any, ...], Counter[Any]]] = {}
         self._entries: dict[int, _MemoEntry] = {}
         self._instances: tuple[ModelInstance, ...] = ()
         #: The index of :attr:`_instances` and their identities (None: not kept).
@@ -465,6 +467,36 @@ class SnapshotMemo:
             self._derived.clear()
         self._derived[slot] = (frozen(items), value)
         return value
+
+    def tally(self, slot: SlotKey, values: Sequence[_T], items: Callable[[_T], Iterable[_K]]) -> Counter[_K]:
+        """How often each of ``items(value)`` occurs over ``values`` (read it, never change it).
+
+        ``items`` must be a pure function of the (frozen) value; ``slot`` names it and
+        whatever the values depend on. When ``values`` has as many positions as at the
+        last call under ``slot`` and most hold the very same objects (a booking changes one
+        worker's), only the positions that changed are counted again: out with the old
+        value's items, in with the new one's.
+        """
+        kept = self._tallies.get(slot)
+        if kept is not None and len(kept[0]) == len(values):
+            previous, counts = kept
+            changed = list(compress(count(), map(operator.is_not, values, previous)))
+            if len(changed) <= len(values) // 4:
+                for position in changed:
+                    for item in items(previous[position]):
+                        left = counts[item] - 1
+                        if left:
+                            counts[item] = left
+                        else:
+                            del counts[item]
+                    counts.update(items(values[position]))
+                self._tallies[slot] = (frozen(values), counts)
+                return counts
+        counts = Counter(chain.from_iterable(map(items, values)))
+        if len(self._tallies) >= 64:  # a handful of slots in use; stale ones go
+            self._tallies.clear()
+        self._tallies[slot] = (frozen(values), counts)
+        return counts
 
     def first_failure(self, check: SlotKey, items: Sequence[_T], passes: Callable[[_T], bool]) -> int | None:
         """The position of the first item that does not ``pass``, None when all do.

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import operator
 from bisect import bisect_left, bisect_right
-from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain, repeat
+from itertools import repeat
 from typing import ClassVar, NamedTuple
 
 from scheduler_core._units import byte_to_gib
@@ -31,6 +30,7 @@ from scheduler_core.cluster import (
 )
 from scheduler_core.events import Action, Level, list_message
 from scheduler_core.framework import Clears
+from scheduler_core.memo import SlotKey
 from scheduler_core.outcomes import FailureTally, StageOutcome
 from scheduler_core.reasons import MORE_CAPACITY, Reason
 from scheduler_core.selection import Selection
@@ -61,8 +61,11 @@ class MultiWorkerMultiGpu(GpustackStage):
         candidates: list[Candidate] = []
         for gpu_type, workers_of_type in selection.workers_by_type.items():
             inputs = _GateInputs(selection.ram_claim, selection.fraction(gpu_type), selection.is_diffusion)
-            ran = selection.runner.run(_SLOTS, inputs, gpu_type, workers_of_type)
-            if _gate_passes([slots for _, slots in ran if slots.amounts]):
+            runner = selection.runner
+            slots = [slots for _, slots in runner.run(_SLOTS, inputs, gpu_type, workers_of_type)]
+            amounts = runner.tally(_GATE_AMOUNTS.of((inputs, gpu_type)), slots, _AMOUNTS)
+            below = runner.tally(_GATE_BELOW.of((inputs, gpu_type)), slots, _BELOW)
+            if _gate_passes([held.amounts for held in slots if held.amounts], amounts, below):
                 found = _auto_select(selection, workers_of_type, gpu_type)
                 if not found and len(workers_of_type) >= 2:
                     tally.add_all(Reason.NO_WORKER_COMBINATION, workers_of_type)
@@ -107,9 +110,13 @@ _NO_SLOTS = _Slots((), ())
 _SLOTS = Rule("multi_worker_gate_slots", _worker_slots, _same_slots, reads_reported=False)
 _AMOUNTS = operator.attrgetter("amounts")
 _BELOW = operator.attrgetter("below")
+#: The gate's slot amounts and those below the fraction, counted over a GPU type's workers
+#: (kept per gate inputs and type: a booking recounts one worker's).
+_GATE_AMOUNTS = SlotKey("multi_worker_gate_amounts")
+_GATE_BELOW = SlotKey("multi_worker_gate_below")
 
 
-def _gate_passes(workers: list[_Slots]) -> bool:
+def _gate_passes(held: list[tuple[int, ...]], slots_of: Mapping[int, int], below: Mapping[int, int]) -> bool:
     """Whether some memory-balanced group of the workers' GPUs has every GPU at the fraction
     or above and the same GPU count on each of its workers (more than one GPU in all).
 
@@ -119,14 +126,15 @@ def _gate_passes(workers: list[_Slots]) -> bool:
     that starts where the previous one's first amount falls short of 0.9 × the next: the
     groups are cut on the distinct amounts, and only a group with no GPU below the
     fraction is counted per worker (at C speed: thousands of workers, a few such groups).
+
+    ``held`` is each worker's amounts (sorted: a group's amounts are a range), ``slots_of``
+    how many slots there are of each amount, ``below`` the amounts of slots below the
+    fraction (their counts).
     """
-    held = list(map(_AMOUNTS, workers))  # each sorted: a group's amounts are a range
-    slots_of = Counter(chain.from_iterable(held))
-    below = set(chain.from_iterable(map(_BELOW, workers)))
     return any(
         _same_count_per_worker(held, amounts)
         for amounts in balanced_groups(slots_of, int)  # the distinct amounts, cut as GPUStack cuts slots
-        if below.isdisjoint(amounts) and sum(map(slots_of.__getitem__, amounts)) > 1
+        if below.keys().isdisjoint(amounts) and sum(map(slots_of.__getitem__, amounts)) > 1
     )
 
 

@@ -422,6 +422,52 @@ def test_first_failure_reads_only_what_was_appended_and_answers_like_a_full_scan
             assert all(any(r is item for item in items[len(previous):]) for r in read)
 
 
+@given(
+    size=st.integers(min_value=0, max_value=12),
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["replace", "replace", "same", "grow", "shrink", "many"]),
+            st.integers(min_value=0, max_value=11),
+            st.lists(st.integers(min_value=0, max_value=5), max_size=4),
+        ),
+        max_size=20,
+    ),
+)
+def test_tally_follows_replaced_values_and_counts_like_a_fresh_count(
+    size: int, steps: list[tuple[str, int, list[int]]]
+) -> None:
+    """``tally`` equals a fresh count (no zero or negative entries left) after any sequence of
+    values replaced in place, lists grown or shrunk and most values changed at once, and it
+    reads only the replaced values' items while few change."""
+    memo = SnapshotMemo()
+    values = [(position % 3,) for position in range(size)]
+    read: list[object] = []
+
+    def items(value: tuple[int, ...]) -> tuple[int, ...]:
+        read.append(value)
+        return value
+
+    memo.tally(SlotKey("t"), values, items)
+    for action, position, new in steps:
+        values = list(values)
+        replaced = 0
+        if action == "replace" and values:
+            old, values[position % len(values)] = values[position % len(values)], tuple(new)
+            replaced = int(old is not values[position % len(values)])  # () is one object
+        elif action == "grow":
+            values.append(tuple(new))
+        elif action == "shrink" and values:
+            values.pop(position % len(values))
+        elif action == "many":
+            values = [tuple(new) for _ in values]
+        read.clear()
+        counts = memo.tally(SlotKey("t"), values, items)
+        assert counts == Counter(item for value in values for item in value)
+        assert all(number > 0 for number in counts.values())
+        if action in ("replace", "same") and len(values) >= 4:
+            assert len(read) == 2 * replaced  # the old value's items out, the new one's in
+
+
 def test_an_appended_instance_with_a_lone_surrogate_is_rejected_through_the_memo() -> None:
     """With a memo the instance names are read only once; one appended later with a lone
     surrogate is still rejected, with its position, exactly as without the memo."""
