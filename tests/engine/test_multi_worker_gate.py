@@ -13,11 +13,15 @@ workers short of RAM and GPUs below the fraction.
 
 from __future__ import annotations
 
+from collections import Counter
+from itertools import chain
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler_core.accounting import Allocatable
 from scheduler_core.cluster import MEMORY_BALANCE_RATIO
+from scheduler_core.memo import SlotKey, SnapshotMemo
 from scheduler_core.strategies import multi_worker
 from scheduler_core.workers import Gpu
 
@@ -83,7 +87,18 @@ def _stage_gate(
 ) -> bool:
     inputs = multi_worker._GateInputs(ram_claim, fraction, diffusion)
     slots = [multi_worker._worker_slots(inputs, gpus, free) for gpus, free in workers]
-    return multi_worker._gate_passes([worker for worker in slots if worker.amounts])
+    held = [worker.amounts for worker in slots if worker.amounts]
+    fresh = multi_worker._gate_passes(
+        held, Counter(chain.from_iterable(held)), Counter(chain.from_iterable(w.below for w in slots))
+    )
+    # As a decider with a memo counts them: the slots of a decision before, where the
+    # first worker was short of RAM, updated by the one worker that changed.
+    memo = SnapshotMemo()
+    for values in ([multi_worker._NO_SLOTS, *slots[1:]], slots):
+        amounts = memo.tally(SlotKey("amounts"), values, multi_worker._AMOUNTS)
+        below = memo.tally(SlotKey("below"), values, multi_worker._BELOW)
+    assert multi_worker._gate_passes(held, amounts, below) == fresh
+    return fresh
 
 
 @settings(max_examples=2000, deadline=None)
