@@ -34,7 +34,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler_core import ClusterChange, ModelInstance, canonical_json, occupied_workers
+from scheduler_core import ClusterChange, canonical_json
 from tasks.base.digests import sha256_hex
 from tasks.base.events import append_event, dumps
 from tasks.base.rows import Released, json_list, released_items
@@ -164,12 +164,7 @@ def _change(fold: ClusterFold, fact: Any) -> Change:
     version = int(fact.get("version") or 0)
     if kind != ClusterChange.CAPACITY_FREED.value:
         return Change(kind, workers, version)
-    ids = {worker.id for worker in workers}
-    held: dict[int, list[ModelInstance]] = {wid: [] for wid in ids}
-    for instance in fold.instance_list():
-        for wid in occupied_workers(instance):
-            if wid in ids:
-                held[wid].append(instance)
+    held = {worker.id: fold.instances_on(worker.id) for worker in workers}
     freed = json_list(fact.get("gpus"))
     only = {str(key) for key in freed} if freed else None
     room = [gpu for worker in workers for gpu in gpu_room(worker, held[worker.id], only)]

@@ -47,6 +47,9 @@ class ClusterFold:
     meta: dict[str, InstanceMeta] = field(default_factory=dict)
     _worker_list: list[Worker] | None = None
     _instance_list: list[ModelInstance] | None = None
+    #: Per worker id, the instances occupying it by key, in cluster-entry order (None: not
+    #: built since the instances were last replaced; kept up to date by bookings and releases).
+    _by_worker: dict[int, dict[str, ModelInstance]] | None = None
 
     # ----------------------------------------------------------------- reads
     def worker_list(self) -> list[Worker]:
@@ -60,6 +63,20 @@ class ClusterFold:
         if self._instance_list is None:
             self._instance_list = list(self.instances.values())
         return self._instance_list
+
+    def instances_on(self, worker_id: int) -> list[ModelInstance]:
+        """The instances occupying the worker (as main or subordinate), in cluster-entry order.
+
+        A release of capacity looks at its workers' instances only: the index is built once
+        and then follows each booking and release instead of a walk over the cluster.
+        """
+        if self._by_worker is None:
+            index: dict[int, dict[str, ModelInstance]] = {}
+            for key, instance in self.instances.items():
+                for occupied in occupied_workers(instance):
+                    index.setdefault(occupied, {})[key] = instance
+            self._by_worker = index
+        return list(self._by_worker.get(worker_id, {}).values())
 
     def gpu_types(self) -> dict[int, tuple[str | None, ...]]:
         """GPU types per worker id (for instances without a GPU type)."""
@@ -78,6 +95,7 @@ class ClusterFold:
         ordered = sorted(instances, key=lambda item: item[2].order)
         self.instances = {key: instance for key, instance, _ in ordered}
         self.meta = {key: meta for key, _, meta in ordered}
+        self._by_worker = None
         self._invalidate(workers=True)
 
     def apply_snapshot(self, version: int, rows: SnapshotRows, kept: Sequence[str]) -> None:
@@ -100,6 +118,7 @@ class ClusterFold:
         before = self.workers
         self.workers = {w.id: _unchanged(before.get(w.id), w) for w in rows.workers}
         self.instances, self.meta = instances, meta
+        self._by_worker = None
         self.version = version
         self._invalidate(workers=True)
 
@@ -120,6 +139,12 @@ class ClusterFold:
         self, version: int, key: str, instance: ModelInstance, meta: InstanceMeta
     ) -> None:
         """A reservation added an instance."""
+        index = self._by_worker
+        if index is not None and key in self.instances:
+            self._by_worker = None  # replaced in place: its position stays, so build again
+        elif index is not None:
+            for occupied in occupied_workers(instance):
+                index.setdefault(occupied, {})[key] = instance
         self.instances[key] = instance
         self.meta[key] = meta
         self.version = version
@@ -162,9 +187,13 @@ class ClusterFold:
             raise ValueError(f"unknown change type {change_type!r}")
 
     def _drop(self, keys: Iterable[str]) -> None:
+        index = self._by_worker
         for key in keys:
-            self.instances.pop(key, None)
+            instance = self.instances.pop(key, None)
             self.meta.pop(key, None)
+            if index is not None and instance is not None:
+                for occupied in occupied_workers(instance):
+                    index.get(occupied, {}).pop(key, None)
 
     def _invalidate(self, *, workers: bool) -> None:
         self._instance_list = None
