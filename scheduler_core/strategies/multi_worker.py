@@ -15,6 +15,7 @@ import operator
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from itertools import repeat
 from typing import ClassVar, NamedTuple
 
@@ -62,10 +63,10 @@ class MultiWorkerMultiGpu(GpustackStage):
         for gpu_type, workers_of_type in selection.workers_by_type.items():
             inputs = _GateInputs(selection.ram_claim, selection.fraction(gpu_type), selection.is_diffusion)
             runner = selection.runner
-            slots = [slots for _, slots in runner.run(_SLOTS, inputs, gpu_type, workers_of_type)]
+            slots = list(map(_RESULT, runner.run(_SLOTS, inputs, gpu_type, workers_of_type)))
             amounts = runner.tally(_GATE_AMOUNTS.of((inputs, gpu_type)), slots, _AMOUNTS)
             below = runner.tally(_GATE_BELOW.of((inputs, gpu_type)), slots, _BELOW)
-            if _gate_passes([held.amounts for held in slots if held.amounts], amounts, below):
+            if _gate_passes(list(filter(None, map(_AMOUNTS, slots))), amounts, below):
                 found = _auto_select(selection, workers_of_type, gpu_type)
                 if not found and len(workers_of_type) >= 2:
                     tally.add_all(Reason.NO_WORKER_COMBINATION, workers_of_type)
@@ -109,6 +110,8 @@ _NO_SLOTS = _Slots((), ())
 #: Kept per worker by the runner: a booking costs one worker's slots, not the cluster's.
 _SLOTS = Rule("multi_worker_gate_slots", _worker_slots, _same_slots, reads_reported=False)
 _AMOUNTS = operator.attrgetter("amounts")
+#: A worker's result in the runner's (worker, result) pairs.
+_RESULT = operator.itemgetter(1)
 _BELOW = operator.attrgetter("below")
 #: The gate's slot amounts and those below the fraction, counted over a GPU type's workers
 #: (kept per gate inputs and type: a booking recounts one worker's).
@@ -139,11 +142,15 @@ def _gate_passes(held: list[tuple[int, ...]], slots_of: Mapping[int, int], below
 
 
 def _same_count_per_worker(held: list[tuple[int, ...]], amounts: list[int]) -> bool:
-    """Whether every worker with GPUs of these amounts (ascending) has the same number of them."""
+    """Whether every worker with GPUs of these amounts (ascending) has the same number of them.
+
+    The workers' counts are walked at C speed and the walk stops at the first worker whose
+    count differs from the first worker's (most groups of a busy cluster fail early).
+    """
     after = map(bisect_right, held, repeat(amounts[-1]))
-    counts = set(map(operator.sub, after, map(bisect_left, held, repeat(amounts[0]))))
-    counts.discard(0)
-    return len(counts) == 1
+    counts = filter(None, map(operator.sub, after, map(bisect_left, held, repeat(amounts[0]))))
+    first = next(counts, 0)
+    return bool(first) and next(filter(partial(operator.ne, first), counts), 0) == 0
 
 
 def _whole_node_fits(selection: Selection, worker: WorkerView, gpu_type: str | None) -> bool:

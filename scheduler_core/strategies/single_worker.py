@@ -175,9 +175,9 @@ class SingleWorkerMultiGpu(GpustackStage):
             )
             several = selection.runner.subset(SEVERAL_GPUS.of(gpu_type), workers, _several_gpus)
             ran = selection.runner.run(_RULE, inputs, gpu_type, several)
-            outcomes = [outcome for _, outcome in ran]
-            found = [outcome.candidate for outcome in outcomes]
-            candidates += [candidate for candidate in found if candidate is not None]
+            outcomes = list(map(_OUTCOME, ran))  # at C speed: thousands of workers
+            found = list(map(_CANDIDATE, outcomes))
+            candidates += filter(None, found)
             _track_failures(selection, gpu_type, outcomes, found, _Failed(tally, ran))
         return tally.outcome(candidates)
 
@@ -195,6 +195,9 @@ class _Failed:
 
 
 _WORKER = operator.itemgetter(0)
+_OUTCOME = operator.itemgetter(1)
+_CANDIDATE = operator.attrgetter("candidate")
+_PEAK_TOTAL = operator.attrgetter("peak_total")
 
 
 def _several_gpus(worker: WorkerView) -> bool:
@@ -235,7 +238,7 @@ def _track_failures(
         failed: tallies each failing worker under the reason of its stretch's text.
     """
     tracker = selection.log.multi_gpu
-    peaks = [outcome.peak_total for outcome in outcomes]
+    peaks = list(map(_PEAK_TOTAL, outcomes))
     if None not in found:  # no failure: only the tracker's last state matters
         highest = max(peaks, default=-1)
         if highest > tracker.vram:
@@ -243,7 +246,7 @@ def _track_failures(
             assert peak is not None
             tracker.vram, tracker.satisfied, tracker.total_gpus = peak
         return
-    failing = [position for position, candidate in enumerate(found) if candidate is None]
+    failing = list(compress(count(), map(operator.is_, found, repeat(None))))
     setters = _record_breakers(peaks, tracker.vram)
     recorded: tuple[int, int, int] | None = None
     reason = Reason.INSUFFICIENT_VRAM  # set by the first stretch with a failure, which records
