@@ -9,7 +9,8 @@ pick booked (appended to the instances) before the next decision — as
 garbage collector paused, as ``run_core`` decides). The cluster is
 ``bench_service.py``'s (``--cluster-workers`` × ``--gpus`` H100s, ``--instances``
 small instances already running) and so is the mix (10 % tp1, 30 % tp2, 40 %
-tp4, 20 % tp8, interleaved).
+tp4, 20 % tp8, interleaved). ``--models K`` cycles the requests over K model
+ids, so each model's later requests are replicas of a model already running.
 
 Prints the median and p99 per tensor-parallel size and over the mix (wall
 time of ``schedule()``, ms). ``--check`` also decides each request without
@@ -50,6 +51,8 @@ def decide_all(args: argparse.Namespace) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {}
     requests = plan(args.warmup + args.requests, MIXES[args.mix], "decider")
     for number, raw in enumerate(requests):
+        if args.models:  # replicas: a model's later requests place it where it already runs
+            raw["model"]["id"] = 1000 + number % args.models
         stored = ScheduleRequest.model_validate(raw).model_dump_json()
         request = ScheduleRequest.model_validate_json(stored).model_copy(
             update={"workers": workers, "model_instances": list(instances)}
@@ -90,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=400, help="measured decisions")
     parser.add_argument("--warmup", type=int, default=40, help="decisions before the measured ones")
     parser.add_argument("--mix", choices=sorted(MIXES), default="mixed")
+    parser.add_argument("--models", type=int, default=0,
+                        help="requests cycle over this many model ids (replicas; 0: one model per request)")
     parser.add_argument("--check", action="store_true",
                         help="also decide without the memo and require byte-identical results")
     args = parser.parse_args(argv)

@@ -11,9 +11,9 @@ request does not carry, so it contributes nothing here.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain, repeat
+from itertools import chain, compress, repeat
 
 from scheduler_core.accounting import Allocatable
 from scheduler_core.candidates import Candidate, Claim
@@ -230,7 +230,7 @@ def spread_scores(
         dict.fromkeys(ids), ("spread_load",), lambda worker_id: _worker_load(cluster, worker_id),
     )
     if _runs_on_any(cluster, loads, model_id):
-        return _spread_with_replicas(candidates, loads, model_id)
+        return _spread_replicas_kept(cluster, candidates, runs, loads, model_id)
     # A model with no instance on any candidate worker: its own count is 0 everywhere, so a
     # score depends on the candidate, its worker's load and the range of the workers' totals.
     totals = [load.total for load in loads.values()]
@@ -278,12 +278,64 @@ def _spread_for_newcomer(
     return scores
 
 
-def _spread_with_replicas(
-    candidates: Sequence[Candidate], loads: Mapping[int, _WorkerLoad], model_id: int | None
+def _spread_replicas_kept(
+    cluster: ClusterState,
+    candidates: Sequence[Candidate],
+    runs: Sequence[Sequence[Candidate]] | None,
+    loads: Mapping[int, _WorkerLoad],
+    model_id: int | None,
 ) -> list[float]:
-    """:func:`spread_scores` of a model that already runs on some candidate worker."""
-    counts = {worker_id: load.counts(model_id) for worker_id, load in loads.items()}
-    ranges = _ranges(counts.values())
+    """:func:`spread_scores` of a model that already runs on some of the candidate workers.
+
+    On a worker without the model a candidate's score is the newcomer's formula (its own
+    count is 0, the worker term reads only the range of the others' counts, and the GPU
+    term is a newcomer's), so those candidates (or, given ``runs``, those workers' runs) keep
+    their scores across decisions in the same tables as a new model's whenever that range
+    is the workers' totals' range. Only the candidates of the few workers running the model
+    are scored here.
+    """
+    holders = {
+        worker_id: load.counts(model_id) for worker_id, load in loads.items() if model_id in load.by_model
+    }
+    elsewhere = ((0, load.total) for worker_id, load in loads.items() if worker_id not in holders)
+    ranges = _ranges([*holders.values(), *elsewhere])
+    known = (holders, ranges)
+    if not ranges.any_worker_without_model:  # every worker runs it: nothing to keep
+        return _spread_with_replicas(candidates, loads, model_id, known)
+    newcomer = _Ranges((0, 0), ranges.other, True)
+    scores: list[float] = []
+    if runs is not None:
+        others = [run for run in runs if _run_worker_id(run) not in holders]
+        kept_runs = iter(cluster.per_item(
+            ("spread_newcomer_runs", newcomer), others, _run_worker_id,
+            lambda part: [_spread_for_newcomer(run, loads, newcomer) for run in part],
+        ))
+        for run in runs:
+            if _run_worker_id(run) in holders:
+                scores += _spread_with_replicas(run, loads, model_id, known)
+            else:
+                scores += next(kept_runs)
+        return scores
+    held = [candidate.worker.id in holders for candidate in candidates]
+    kept = iter(cluster.per_item(
+        ("spread_newcomer", newcomer), list(compress(candidates, map(operator.not_, held))), _WORKER_ID,
+        lambda part: _spread_for_newcomer(part, loads, newcomer),
+    ))
+    own = iter(_spread_with_replicas(list(compress(candidates, held)), loads, model_id, known))
+    return [next(own) if holder else next(kept) for holder in held]
+
+
+def _spread_with_replicas(
+    candidates: Sequence[Candidate],
+    loads: Mapping[int, _WorkerLoad],
+    model_id: int | None,
+    known: tuple[Mapping[int, tuple[int, int]], _Ranges],
+) -> list[float]:
+    """:func:`spread_scores` of candidates, term by term, for a model that already runs on some
+    candidate worker; ``known``: the counts of the workers running it, and the ranges over
+    every candidate worker."""
+    holders, ranges = known
+    counts = _HolderCounts(holders, loads)
     by_counts: dict[tuple[int, int], float] = {}
     scores: list[float] = []
     append = scores.append
@@ -310,6 +362,23 @@ def _spread_with_replicas(
             gpu = _newcomer_score(indexes, load) if newcomer else _gpu_score(indexes, load, model_id)
             append(base + _GPU_WEIGHT * gpu * MAX_SCORE)
     return scores
+
+
+class _HolderCounts(Mapping[int, tuple[int, int]]):
+    """(own count, others' count) per worker: the holders' as counted, (0, total) elsewhere."""
+
+    def __init__(self, holders: Mapping[int, tuple[int, int]], loads: Mapping[int, _WorkerLoad]) -> None:
+        self._holders, self._loads = holders, loads
+
+    def __getitem__(self, worker_id: int) -> tuple[int, int]:
+        found = self._holders.get(worker_id)
+        return found if found is not None else (0, self._loads[worker_id].total)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._loads)
+
+    def __len__(self) -> int:
+        return len(self._loads)
 
 
 def score_candidates(

@@ -320,7 +320,8 @@ def test_spread_scores_match_the_direct_formula(seed: int) -> None:
 def test_spread_scores_kept_per_run_match_the_direct_formula(seed: int) -> None:
     """Scores kept per worker run (the single-GPU stage's runs, the same objects while a
     worker's instances are unchanged) are GPUStack's spread scores exactly, as instances land
-    on other workers and the range of the workers' totals moves."""
+    on other workers and the range of the workers' totals moves, for a new model and for one
+    with replicas on some of the workers (its other workers' runs kept as a newcomer's)."""
     from scheduler_core.candidates import Candidate, Claim
     from scheduler_core.cluster import ClusterState
     from scheduler_core.scoring import spread_scores
@@ -351,8 +352,9 @@ def test_spread_scores_kept_per_run_match_the_direct_formula(seed: int) -> None:
         kept = [runs[view.id] for view in views if runs[view.id]]
         candidates = [candidate for run in kept for candidate in run]
         cluster = ClusterState(views, placed, memo)
-        expected = _reference_spread(candidates, placed, 3)  # model 3 never runs: a newcomer
-        assert spread_scores(candidates, cluster, 3, kept) == expected, step
+        model_id = rng.choice([1, 2, 3])  # model 3 never runs: a newcomer; 1 and 2 have replicas
+        expected = _reference_spread(candidates, placed, model_id)
+        assert spread_scores(candidates, cluster, model_id, kept) == expected, (step, model_id)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
