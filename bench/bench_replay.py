@@ -159,10 +159,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"log: {decisions} decisions written in {seconds:.0f} s ({decisions / seconds:.1f} "
                   f"decisions/s by {args.workers} workers, with a cancel per placement; load {_load()})",
                   flush=True)
-            if args.save is not None:
-                _save(server.url, args.save)
         for processes in args.processes:
             replay_log(server.url, processes or None)
+        if args.log is None and args.save is not None:  # after the replays: they come first
+            _save(server.url, args.save)
     finally:
         server.remove()
         shutil.rmtree(folder, ignore_errors=True)
@@ -173,7 +173,7 @@ def _save(url: str, folder: Path) -> None:
     """Write Redis's dump of the log into ``folder``."""
     import redis
 
-    client = redis.Redis.from_url(url)
+    client = redis.Redis.from_url(url, socket_timeout=None)  # a 100,000-decision log takes a while
     client.save()
     directory = Path(str(client.config_get("dir")["dir"]))
     client.close()
