@@ -48,7 +48,7 @@ def test_the_index_lists_what_a_walk_finds_after_any_changes(
         key = f"k{number}"
         row = _row(number, main, follower if follower != main else None)
         meta = InstanceMeta("gpusched", (version, 0), workers=tuple(occupied_workers(row)))
-        if action == "book" and key not in fold.instances or action == "rebook":
+        if (action == "book" and key not in fold.instances) or action == "rebook":
             fold.apply_booked(version, key, row, meta)
         elif action == "release":
             fold.apply_released(version, [key, "absent"])
