@@ -11,9 +11,10 @@ request does not carry, so it contributes nothing here.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain, compress, repeat
+from itertools import chain, compress, islice, repeat
+from typing import Any
 
 from scheduler_core.accounting import Allocatable
 from scheduler_core.candidates import Candidate, Claim
@@ -195,11 +196,16 @@ def _run_worker_id(run: Sequence[Candidate]) -> int:
     return run[0].worker.id
 
 
-def _runs_on_any(cluster: ClusterState, loads: Mapping[int, _WorkerLoad], model_id: int | None) -> bool:
-    """Whether the model has an instance on any of the workers (usually not: a new model)."""
+def _holders(
+    cluster: ClusterState, loads: Mapping[int, _WorkerLoad], model_id: int | None
+) -> dict[int, tuple[int, int]]:
+    """(placements of the model, of other models) on each worker that runs the model (usually
+    none: a new model)."""
     if model_id is None or not cluster.runs_model(model_id):
-        return False
-    return any(model_id in load.by_model for load in loads.values())
+        return {}
+    return {
+        worker_id: load.counts(model_id) for worker_id, load in loads.items() if model_id in load.by_model
+    }
 
 
 def spread_scores(
@@ -229,20 +235,34 @@ def spread_scores(
     loads = cluster.per_worker(
         dict.fromkeys(ids), ("spread_load",), lambda worker_id: _worker_load(cluster, worker_id),
     )
-    if _runs_on_any(cluster, loads, model_id):
-        return _spread_replicas_kept(cluster, candidates, runs, loads, model_id)
+    holders = _holders(cluster, loads, model_id)
+    if holders:
+        return _spread_with_holders(cluster, candidates, runs, loads, model_id, holders)
     # A model with no instance on any candidate worker: its own count is 0 everywhere, so a
     # score depends on the candidate, its worker's load and the range of the workers' totals.
     totals = [load.total for load in loads.values()]
     ranges = _Ranges((0, 0), (min(totals), max(totals)), True)
-    if runs is not None:  # one worker's run at a time: an unchanged run keeps its scores
+    return _newcomer_kept(cluster, runs if runs is not None else candidates, runs is not None, loads, ranges)
+
+
+def _newcomer_kept(
+    cluster: ClusterState,
+    items: Sequence[Any],
+    by_run: bool,
+    loads: Mapping[int, _WorkerLoad],
+    ranges: _Ranges,
+) -> list[float]:
+    """The newcomer scores of ``items`` (candidates, or with ``by_run`` the runs of one worker
+    each), in order, each item's kept across decisions while its worker and ``ranges`` are
+    unchanged."""
+    if by_run:  # one worker's run at a time: an unchanged run keeps its scores
         scored = cluster.per_item(
-            ("spread_newcomer_runs", ranges), runs, _run_worker_id,
+            ("spread_newcomer_runs", ranges), items, _run_worker_id,
             lambda part: [_spread_for_newcomer(run, loads, ranges) for run in part],
         )
         return list(chain.from_iterable(scored))
     return cluster.per_item(
-        ("spread_newcomer", ranges), candidates, _WORKER_ID,
+        ("spread_newcomer", ranges), items, _WORKER_ID,
         lambda part: _spread_for_newcomer(part, loads, ranges),
     )
 
@@ -278,64 +298,54 @@ def _spread_for_newcomer(
     return scores
 
 
-def _spread_replicas_kept(
+def _spread_with_holders(
     cluster: ClusterState,
     candidates: Sequence[Candidate],
     runs: Sequence[Sequence[Candidate]] | None,
     loads: Mapping[int, _WorkerLoad],
     model_id: int | None,
+    holders: Mapping[int, tuple[int, int]],
 ) -> list[float]:
-    """:func:`spread_scores` of a model that already runs on some of the candidate workers.
+    """:func:`spread_scores` of a model that already runs on some of the candidate workers
+    (``holders``: their counts).
 
     On a worker without the model a candidate's score is the newcomer's formula (its own
     count is 0, the worker term reads only the range of the others' counts, and the GPU
     term is a newcomer's), so those candidates (or, given ``runs``, those workers' runs) keep
     their scores across decisions in the same tables as a new model's whenever that range
     is the workers' totals' range. Only the candidates of the few workers running the model
-    are scored here.
+    are scored term by term.
     """
-    holders = {
-        worker_id: load.counts(model_id) for worker_id, load in loads.items() if model_id in load.by_model
-    }
     elsewhere = ((0, load.total) for worker_id, load in loads.items() if worker_id not in holders)
     ranges = _ranges([*holders.values(), *elsewhere])
-    known = (holders, ranges)
     if not ranges.any_worker_without_model:  # every worker runs it: nothing to keep
-        return _spread_with_replicas(candidates, loads, model_id, known)
-    newcomer = _Ranges((0, 0), ranges.other, True)
-    scores: list[float] = []
-    if runs is not None:
-        others = [run for run in runs if _run_worker_id(run) not in holders]
-        kept_runs = iter(cluster.per_item(
-            ("spread_newcomer_runs", newcomer), others, _run_worker_id,
-            lambda part: [_spread_for_newcomer(run, loads, newcomer) for run in part],
-        ))
-        for run in runs:
-            if _run_worker_id(run) in holders:
-                scores += _spread_with_replicas(run, loads, model_id, known)
-            else:
-                scores += next(kept_runs)
-        return scores
-    held = [candidate.worker.id in holders for candidate in candidates]
-    kept = iter(cluster.per_item(
-        ("spread_newcomer", newcomer), list(compress(candidates, map(operator.not_, held))), _WORKER_ID,
-        lambda part: _spread_for_newcomer(part, loads, newcomer),
+        return _spread_with_replicas(candidates, loads, model_id, holders, ranges)
+    items: Sequence[Any] = runs if runs is not None else candidates
+    worker_of = _run_worker_id if runs is not None else _WORKER_ID
+    held = [worker_of(item) in holders for item in items]
+    others = list(compress(items, map(operator.not_, held)))
+    kept = iter(_newcomer_kept(cluster, others, runs is not None, loads, _Ranges((0, 0), ranges.other, True)))
+    theirs = compress(items, held)
+    own = iter(_spread_with_replicas(
+        list(chain.from_iterable(theirs) if runs is not None else theirs), loads, model_id, holders, ranges,
     ))
-    own = iter(_spread_with_replicas(list(compress(candidates, held)), loads, model_id, known))
-    return [next(own) if holder else next(kept) for holder in held]
+    sizes = map(len, items) if runs is not None else repeat(1)
+    scores: list[float] = []
+    for holder, size in zip(held, sizes, strict=False):  # sizes: repeat(1) is endless
+        scores += islice(own if holder else kept, size)
+    return scores
 
 
 def _spread_with_replicas(
     candidates: Sequence[Candidate],
     loads: Mapping[int, _WorkerLoad],
     model_id: int | None,
-    known: tuple[Mapping[int, tuple[int, int]], _Ranges],
+    holders: Mapping[int, tuple[int, int]],
+    ranges: _Ranges,
 ) -> list[float]:
     """:func:`spread_scores` of candidates, term by term, for a model that already runs on some
-    candidate worker; ``known``: the counts of the workers running it, and the ranges over
-    every candidate worker."""
-    holders, ranges = known
-    counts = _HolderCounts(holders, loads)
+    candidate worker: ``holders`` are the counts of the workers running it, ``ranges`` the
+    counts' ranges over every candidate worker."""
     by_counts: dict[tuple[int, int], float] = {}
     scores: list[float] = []
     append = scores.append
@@ -347,7 +357,7 @@ def _spread_with_replicas(
         worker_id = candidate.worker.id
         if worker_id != last_id:
             last_id, load = worker_id, loads[worker_id]
-            pair = counts[worker_id]
+            pair = holders.get(worker_id) or (0, load.total)
             worker = by_counts.get(pair, -1.0)
             if worker < 0:
                 worker = by_counts[pair] = _worker_score(*pair, ranges) * MAX_SCORE
@@ -362,23 +372,6 @@ def _spread_with_replicas(
             gpu = _newcomer_score(indexes, load) if newcomer else _gpu_score(indexes, load, model_id)
             append(base + _GPU_WEIGHT * gpu * MAX_SCORE)
     return scores
-
-
-class _HolderCounts(Mapping[int, tuple[int, int]]):
-    """(own count, others' count) per worker: the holders' as counted, (0, total) elsewhere."""
-
-    def __init__(self, holders: Mapping[int, tuple[int, int]], loads: Mapping[int, _WorkerLoad]) -> None:
-        self._holders, self._loads = holders, loads
-
-    def __getitem__(self, worker_id: int) -> tuple[int, int]:
-        found = self._holders.get(worker_id)
-        return found if found is not None else (0, self._loads[worker_id].total)
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._loads)
-
-    def __len__(self) -> int:
-        return len(self._loads)
 
 
 def score_candidates(
