@@ -7,10 +7,7 @@ with ``model_construct`` (no re-validation): a 2,000-worker cluster can yield
 
 from __future__ import annotations
 
-import heapq
-import operator
 from collections.abc import Mapping, Sequence
-from itertools import compress, repeat
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -44,6 +41,7 @@ from scheduler_core.messages import (
 )
 from scheduler_core.outcomes import ReasonFailures
 from scheduler_core.params import flatten_to_argv
+from scheduler_core.ranking import Ranking
 from scheduler_core.reasons import Reason
 from scheduler_core.selection import Selection
 
@@ -126,7 +124,7 @@ def _subordinate_out(sub: Subordinate) -> SubordinateOut:
 
 
 def candidates_out(
-    candidates: Sequence[Candidate], scores: Sequence[float], shown: Sequence[int]
+    candidates: Sequence[Candidate], ranking: Ranking, shown: Sequence[int]
 ) -> list[CandidateOut]:
     """The shown candidates (positions into ``candidates``) with their placement scores.
 
@@ -153,7 +151,7 @@ def candidates_out(
             "gpu_indexes": list(indexes),
             "computed_resource_claim": claimed,
             "overcommit": overcommit,
-            "score": scores[position],
+            "score": ranking.score(position),
             "subordinate_workers": [_subordinate_out(sub) for sub in subordinates] if subordinates else None,
             "kv_tokens": kv_tokens,
         }
@@ -238,42 +236,20 @@ def blocked(request_id: str, filter_messages: Sequence[str], reason: Reason | No
     )
 
 
-def shown_candidates(scores: Sequence[float], limit: int | None, chosen: int | None = None) -> list[int]:
-    """Indexes of the candidates to report, in selector order.
-
-    All of them without a ``limit``; otherwise the ``limit`` best-scoring
-    (ties: earlier first), which always includes ``chosen`` (GPUStack's pick,
-    the first highest score, ranks first anyway; a scorer with other tie-breaks
-    may pick a later tie, which then takes the last tie's place).
-    """
-    if limit is None or len(scores) <= limit:
-        return list(range(len(scores)))
-    limit = max(limit, 1)
-    # The limit-th highest score; every higher one is shown, then the earliest ties.
-    cutoff = heapq.nlargest(limit, scores)[-1]
-    # The few indexes at or above the cutoff, found without a Python loop over thousands of scores.
-    at_least = list(compress(range(len(scores)), map(operator.ge, scores, repeat(cutoff))))
-    above = [i for i in at_least if scores[i] > cutoff]
-    ties = [i for i in at_least if scores[i] == cutoff][: limit - len(above)]
-    shown = above + ties
-    if chosen is not None and chosen not in shown:
-        shown[-1] = chosen
-    return sorted(shown)
-
-
 def decision(
     request_id: str,
     selection: Selection,
     facts: ModelFacts,
     filter_messages: Sequence[str],
     outcome: SelectorOutcome,
-    scores: Sequence[float],
+    ranking: Ranking,
     chosen: int | None,
     max_candidates: int | None = None,
 ) -> ScheduleResult:
-    """A scheduled or unschedulable result with GPUStack's messages."""
+    """A scheduled or unschedulable result with GPUStack's messages (``ranking``: the scores
+    of ``outcome``'s candidates, ``chosen`` its pick)."""
     candidates = outcome.candidates
-    shown = shown_candidates(scores, max_candidates, chosen)
+    shown = ranking.shown(max_candidates, chosen)
     block = list_message(filter_messages) + "\n" if filter_messages else ""
     messages = list(outcome.messages)
     launch: LaunchOut | None = None
@@ -289,7 +265,7 @@ def decision(
     return ScheduleResult(
         request_id=request_id,
         status="scheduled" if chosen is not None else "unschedulable",
-        candidates=candidates_out(candidates, scores, shown),
+        candidates=candidates_out(candidates, ranking, shown),
         candidates_total=len(candidates),
         selected=None if chosen is None else shown.index(chosen),
         messages=messages,

@@ -86,6 +86,11 @@ class WorkerValues(Protocol):
         kept while the worker and ``views`` are unchanged."""
         ...
 
+    def kept(self, slot: Hashable, items: Sequence[object], build: Callable[[], _T]) -> _T:
+        """An object its user brings up to date on every use, kept per ``slot`` while ``items``
+        holds the same objects."""
+        ...
+
     def item_values(
         self,
         slot: Hashable,
@@ -192,6 +197,16 @@ class ClusterState:
         if remembered is None:
             return compute(items)
         return remembered.item_values(slot, self._views, items, worker_of, compute)
+
+    def kept(self, slot: Hashable, items: Sequence[object], build: Callable[[], _T]) -> _T | None:
+        """With a memo, the object it keeps per ``slot`` while ``items`` holds the same objects
+        (``build`` makes a new one); None without a memo (nothing lasts past this decision).
+
+        The object is its user's: it must hold nothing but what ``slot`` and ``items``
+        determine, and its user brings it up to date with this decision's cluster on every use.
+        """
+        remembered = self._remembered
+        return None if remembered is None else remembered.kept(slot, items, build)
 
     def _per_worker(self, view: WorkerView, key: object, compute: Callable[[], _T]) -> _T:
         remembered = self._remembered

@@ -33,6 +33,7 @@ from scheduler_core import _render
 from scheduler_core._schemas import ModelInstance, ModelSpec, ScheduleRequest, ScheduleResult, Worker
 from scheduler_core.arguments import FIND_CONTEXT, Plan, TpRule, build_plan, validate_arguments
 from scheduler_core.caching import StageRunner
+from scheduler_core.candidates import Candidate
 from scheduler_core.cluster import ClusterState, group_workers_by_gpu_type, sort_workers_by_gpu_count
 from scheduler_core.cycle import CycleState, DecisionInputs
 from scheduler_core.diffusion_launch import ExplicitArgs, explicit_diffusion_args
@@ -41,7 +42,9 @@ from scheduler_core.estimate import ModelFacts, estimate_vram, is_llm, model_ram
 from scheduler_core.framework import (
     Chain,
     FilterChainOutcome,
+    KeptRanking,
     Policy,
+    Scorer,
     WorkerFilter,
     run_filters,
     run_strategies,
@@ -52,6 +55,7 @@ from scheduler_core.memo import SlotKey, SnapshotMemo
 from scheduler_core.model_config import ModelConfigError, ModelParameters, model_parameters_from_config
 from scheduler_core.model_folder import ModelFolderError
 from scheduler_core.plugins import chain_for, policy_of, scorer_of
+from scheduler_core.ranking import ListRanking, Ranking
 from scheduler_core.selection import Selection
 from scheduler_core.validation import parse_request
 from scheduler_core.workers import DuplicateGpu, InvalidText, WorkerView, checked_views, worker_view
@@ -349,16 +353,15 @@ def _decide(
         return Decided(_render.blocked(request_id, filtered.messages, filtered.blocked_by))
     selection = _selection(request, prepared, filtered.workers, memo, chain, policy)
     outcome = run_strategies(selection, chain.strategies, policy.headline)
-    scorer = scorer_of(chain)
-    scores = scorer.score(outcome.candidates, selection)
-    chosen = scorer.pick(outcome.candidates, scores)
+    ranking = _ranking(scorer_of(chain), outcome.candidates, selection)
+    chosen = ranking.best()
     result = _render.decision(
         request_id,
         selection,
         prepared.facts,
         filtered.messages,
         outcome,
-        scores,
+        ranking,
         chosen,
         chain.max_candidates,
     )
@@ -368,6 +371,17 @@ def _decide(
     args = prepared.diffusion_args
     planned = _render.with_diffusion_plan(result, selection, prepared.facts, candidate, args)
     return Decided(planned, selection.state)
+
+
+def _ranking(scorer: Scorer, candidates: Sequence[Candidate], selection: Selection) -> Ranking:
+    """The scorer's pick and scores: kept across decisions when it keeps them (``rank``),
+    else every candidate scored (``score``) and its ``pick``."""
+    if isinstance(scorer, KeptRanking):
+        kept = scorer.rank(candidates, selection)
+        if kept is not None:
+            return kept
+    scores = scorer.score(candidates, selection)
+    return ListRanking(scores, scorer.pick(candidates, scores))
 
 
 def _filtered(

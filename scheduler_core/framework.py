@@ -21,13 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from scheduler_core._schemas import ModelSpec
 from scheduler_core.candidates import Candidate
 from scheduler_core.cycle import CycleState, DecisionInputs, PolicySettings
 from scheduler_core.events import Action, Event, Level
 from scheduler_core.outcomes import ReasonFailures, StageOutcome
+from scheduler_core.ranking import Ranking
 from scheduler_core.reasons import ClusterChange, Reason
 from scheduler_core.selection import Selection
 from scheduler_core.wake import GpuFloor, WakeQuery, union_of
@@ -106,6 +107,16 @@ class Scorer(Protocol):
 
     def pick(self, candidates: Sequence[Candidate], scores: Sequence[float]) -> int | None:
         """Index of the chosen candidate (None when there is none)."""
+        ...
+
+
+@runtime_checkable
+class KeptRanking(Protocol):
+    """A scorer that may keep its scores across decisions (with a memo) and rank without
+    scoring every candidate again; the same pick and scores as its ``score`` and ``pick``."""
+
+    def rank(self, candidates: Sequence[Candidate], selection: Selection) -> Ranking | None:
+        """The ranking of ``candidates``, or None to have them scored and picked as usual."""
         ...
 
 

@@ -219,7 +219,7 @@ class SnapshotMemo:
 
     __slots__ = (
         "_derived", "_entries", "_era", "_functions", "_ids", "_index", "_instances", "_journal", "_kept",
-        "_models", "_passed", "_stages", "_tallies", "_views", "generations",
+        "_models", "_objects", "_passed", "_stages", "_tallies", "_views", "generations",
     )
 
     #: Entries kept at most per kind; beyond it that kind starts over (workers come and go).
@@ -232,6 +232,8 @@ class SnapshotMemo:
     JOURNAL = 100_000
     #: Tables of values per worker or per item kept at most (the least recently used goes).
     KEPT_TABLES = 8
+    #: Objects of :meth:`kept` kept at most (the least recently used goes).
+    KEPT_OBJECTS = 16
 
     def __init__(self) -> None:
         #: Per slot, the values of the last :meth:`tally` and their counts.
@@ -258,6 +260,8 @@ class SnapshotMemo:
         self._era = 0
         #: Tables of :meth:`worker_values` and :meth:`item_values`, least recently used first.
         self._kept: dict[Hashable, _Kept] = {}
+        #: Objects of :meth:`kept` and the items each follows, least recently used first.
+        self._objects: dict[Hashable, tuple[tuple[object, ...], object]] = {}
 
     def track_instances(self, instances: tuple[ModelInstance, ...]) -> InstanceIndex | None:
         """Give every worker whose bound instances changed a new generation; return the
@@ -334,6 +338,7 @@ class SnapshotMemo:
         self._entries.clear()
         self._stages.clear()
         self._kept.clear()
+        self._objects.clear()
         self.generations.clear()
         self._journal.clear()
         self._era += 1
@@ -467,6 +472,23 @@ class SnapshotMemo:
             self._derived.clear()
         self._derived[slot] = (frozen(items), value)
         return value
+
+    def kept(self, slot: Hashable, items: Sequence[object], build: Callable[[], _T]) -> _T:
+        """One object per ``slot`` that its user updates decision after decision, kept while
+        ``items`` holds the same objects (a new one from ``build`` otherwise).
+
+        Unlike :meth:`derived`, the object is the user's to change: it must hold nothing but
+        what ``slot`` and ``items`` determine, brought up to date by its user on every use
+        (the least recently used of :data:`KEPT_OBJECTS` goes).
+        """
+        objects = self._objects
+        entry = objects.pop(slot, None)
+        if entry is None or not same_objects(entry[0], items):
+            entry = (frozen(items), build())
+        if len(objects) >= self.KEPT_OBJECTS:
+            del objects[next(iter(objects))]
+        objects[slot] = entry  # the most recently used last
+        return entry[1]  # type: ignore[return-value]
 
     def tally(self, slot: SlotKey, values: Sequence[_T], items: Callable[[_T], Iterable[_K]]) -> Counter[_K]:
         """How often each of ``items(value)`` occurs over ``values`` (read it, never change it).

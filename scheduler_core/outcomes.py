@@ -14,7 +14,7 @@ GPUStack's message texts stay in the decision log the stages record into
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from scheduler_core.candidates import Candidate
@@ -55,10 +55,26 @@ class CandidateRuns:
     """A stage's candidates as the runs of one worker each they were joined from: the runner
     keeps a worker's run (the same object) while the worker is unchanged, so a scorer can keep
     a run's scores across decisions. Filed in the decision's :class:`~scheduler_core.CycleState`
-    by the stage; ``candidates`` is the very tuple the stage returned."""
+    by the stage; ``candidates`` is the very tuple the stage returned.
+
+    Attributes:
+        candidates: the stage's candidates (``slots`` joined in order).
+        slots: per worker the stage walked, in its order, that worker's run (empty: none).
+        key: what the runs are computed from besides the workers (the stage and its rule's
+            inputs per GPU type), by equality.
+        layout: the worker sequences the slots follow, one per GPU type, by identity: equal
+            keys and the same layout put the same worker at each position.
+    """
 
     candidates: tuple[Candidate, ...]
-    runs: tuple[tuple[Candidate, ...], ...]
+    slots: tuple[Sequence[Candidate], ...]
+    key: Hashable
+    layout: tuple[Sequence[WorkerView], ...]
+
+    @property
+    def runs(self) -> tuple[Sequence[Candidate], ...]:
+        """The non-empty runs, in order."""
+        return tuple(filter(None, self.slots))
 
 
 @dataclass(slots=True)

@@ -11,6 +11,7 @@ request does not carry, so it contributes nothing here.
 from __future__ import annotations
 
 import operator
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain, compress, islice, repeat
@@ -20,6 +21,7 @@ from scheduler_core.accounting import Allocatable
 from scheduler_core.candidates import Candidate, Claim
 from scheduler_core.cluster import ClusterState
 from scheduler_core.outcomes import CandidateRuns
+from scheduler_core.ranking import Ranking, SlotRanking
 from scheduler_core.selection import Selection
 
 #: GPUStack's scale-up placement max score.
@@ -397,10 +399,98 @@ def pick_highest(scores: Sequence[float]) -> int | None:
     return scores.index(max(scores))
 
 
+class _SpreadStanding:
+    """The spread scores of a model that runs on none of the candidate workers, kept across
+    decisions on the same slots (:class:`~scheduler_core.outcomes.CandidateRuns`: one stage, its
+    inputs and worker sequences).
+
+    Such a model's own count is 0 everywhere, so a candidate's score is the newcomer formula
+    on its worker's load and the range of the candidate workers' instance totals
+    (:func:`_spread_for_newcomer`): a slot keeps its scores while its run is the same object
+    (the runner makes a new one whenever its worker's instances change) and the range is
+    unchanged; the range is kept as a count of the non-empty slots' totals.
+    """
+
+    __slots__ = ("counts", "ranges", "ranking", "totals")
+
+    def __init__(self) -> None:
+        self.ranking: SlotRanking | None = None
+        #: Per slot, its worker's instance total (-1: an empty slot).
+        self.totals: list[int] = []
+        #: How many non-empty slots have each total.
+        self.counts: Counter[int] = Counter()
+        self.ranges: _Ranges | None = None
+
+    def rank(self, slots: Sequence[Sequence[Candidate]], cluster: ClusterState) -> SlotRanking:
+        """The ranking of this decision's slots (their runs joined are its candidates)."""
+        ranking = self.ranking
+        if ranking is None or len(ranking.slots) != len(slots):
+            return self._rebuild(slots, cluster)
+        changed = ranking.changed(slots)
+        loads = _slot_loads(cluster, slots, changed)
+        for position in changed:
+            self._count(position, loads, slots[position])
+        ranges = self._ranges()
+        if ranges != self.ranges:  # the range moved: every score with it
+            return self._rebuild(slots, cluster)
+        if changed:
+            ranking.update(slots, changed, lambda _, run: _spread_for_newcomer(run, loads, ranges))
+        return ranking
+
+    def _rebuild(self, slots: Sequence[Sequence[Candidate]], cluster: ClusterState) -> SlotRanking:
+        loads = _slot_loads(cluster, slots, range(len(slots)))
+        self.totals = [-1] * len(slots)
+        self.counts = Counter()
+        for position, run in enumerate(slots):
+            self._count(position, loads, run)
+        ranges = self.ranges = self._ranges()
+        self.ranking = SlotRanking(slots, lambda _, run: _spread_for_newcomer(run, loads, ranges))
+        return self.ranking
+
+    def _count(self, position: int, loads: Mapping[int, _WorkerLoad], run: Sequence[Candidate]) -> None:
+        counts, old = self.counts, self.totals[position]
+        if old >= 0:
+            left = counts[old] - 1
+            if left:
+                counts[old] = left
+            else:
+                del counts[old]
+        new = loads[run[0].worker.id].total if run else -1
+        self.totals[position] = new
+        if new >= 0:
+            counts[new] += 1
+
+    def _ranges(self) -> _Ranges:
+        counts = self.counts
+        return _Ranges((0, 0), (min(counts), max(counts)), True)
+
+
+def _slot_loads(
+    cluster: ClusterState, slots: Sequence[Sequence[Candidate]], positions: Iterable[int]
+) -> dict[int, _WorkerLoad]:
+    """The loads of the workers of the non-empty slots at ``positions``."""
+    ids = dict.fromkeys(slots[position][0].worker.id for position in positions if slots[position])
+    return cluster.per_worker(ids, ("spread_load",), lambda worker_id: _worker_load(cluster, worker_id))
+
+
 class GpustackScorer:
     """GPUStack's placement scorer (the model's spread/binpack) and its first-highest pick."""
 
     name = "gpustack"
+
+    def rank(self, candidates: Sequence[Candidate], selection: Selection) -> Ranking | None:
+        """The pick and the best candidates, kept across decisions: for a spread model that runs
+        nowhere in the cluster, with a memo, on candidates a stage filed as slots
+        (:class:`_SpreadStanding`); None otherwise (then :meth:`score` and :meth:`pick`)."""
+        model = selection.model
+        runs = selection.state.get(CandidateRuns)
+        if model.placement_strategy == "binpack" or runs is None or runs.candidates is not candidates:
+            return None
+        cluster = selection.cluster
+        if cluster.runs_model(model.id) or not SlotRanking.fits(runs.slots):
+            return None
+        standing = cluster.kept(("spread_standing", runs.key), runs.layout, _SpreadStanding)
+        return None if standing is None else standing.rank(runs.slots, cluster)
 
     def score(self, candidates: Sequence[Candidate], selection: Selection) -> list[float]:
         """The placement score of each candidate, in candidate order."""

@@ -8,6 +8,7 @@ least the fraction; a diffusion model only needs ``claim ≤ total``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain, compress, repeat
 from operator import attrgetter, is_not, itemgetter
@@ -114,7 +115,9 @@ class SingleWorkerSingleGpu(GpustackStage):
         tally = FailureTally(self.name)
         if selection.gpu_count is not None and selection.gpu_count > 1:
             return tally.outcome(())
-        runs: list[tuple[Candidate, ...]] = []
+        slots: list[tuple[Candidate, ...]] = []
+        keys: list[_Inputs] = []
+        layout: list[Sequence[WorkerView]] = []
         failed: list[WorkerView] = []
         events = selection.log.events
         for gpu_type, workers in selection.workers_by_type.items():
@@ -134,10 +137,13 @@ class SingleWorkerSingleGpu(GpustackStage):
                 for (worker, _), message in compress(zip(ran, messages, strict=True), failing):
                     events.add(Level.INFO, Action.AUTO_SINGLE_GPU, message, Reason.INSUFFICIENT_VRAM)
                     failed.append(worker)
-            runs.extend(filter(None, map(_CANDIDATES, outcomes)))  # at C speed: thousands of workers
+            slots.extend(map(_CANDIDATES, outcomes))  # at C speed: thousands of workers
+            keys.append(inputs)
+            layout.append(workers)
         if failed:
             tally.add_all(Reason.INSUFFICIENT_VRAM, failed)
-        candidates = tuple(chain.from_iterable(runs))
+        candidates = tuple(chain.from_iterable(slots))
         if candidates:
-            selection.state.prepare(CandidateRuns, lambda: CandidateRuns(candidates, tuple(runs)))
+            filed = CandidateRuns(candidates, tuple(slots), (self.name, tuple(keys)), tuple(layout))
+            selection.state.prepare(CandidateRuns, lambda: filed)
         return tally.outcome(candidates)

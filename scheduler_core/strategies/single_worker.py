@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import operator
 from bisect import bisect_left
+from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import compress, count, islice, repeat
+from itertools import chain, compress, count, islice, repeat
 from typing import ClassVar
 
 from scheduler_core._units import byte_to_gib
@@ -25,7 +26,7 @@ from scheduler_core.estimate import RamClaimRule
 from scheduler_core.events import Action, Level, list_message
 from scheduler_core.framework import Clears
 from scheduler_core.memo import SlotKey
-from scheduler_core.outcomes import FailureTally, StageOutcome
+from scheduler_core.outcomes import CandidateRuns, FailureTally, StageOutcome
 from scheduler_core.reasons import MORE_CAPACITY, Reason
 from scheduler_core.selection import Selection, effective_vram
 from scheduler_core.strategies.stage import GpustackStage
@@ -115,12 +116,14 @@ class _WorkerCandidate:
     ``peak`` is what GPUStack's "largest group" bookkeeping takes from this worker
     when the group beats every earlier one: (free VRAM of the group, GPUs in it, the
     worker's GPUs), the first of its largest groups; ``peak_total`` its free VRAM
-    (-1: the worker tracked no group).
+    (-1: the worker tracked no group). ``run`` is the candidate as the worker's run
+    (empty: none), kept with it for the scorer (:class:`~scheduler_core.outcomes.CandidateRuns`).
     """
 
     candidate: Candidate | None
     peak: tuple[int, int, int] | None
     peak_total: int
+    run: tuple[Candidate, ...] = ()
 
 
 def _candidate(inputs: _Inputs, worker: WorkerView, outcome: _WorkerOutcome) -> _WorkerCandidate:
@@ -133,7 +136,8 @@ def _candidate(inputs: _Inputs, worker: WorkerView, outcome: _WorkerOutcome) -> 
         return _WorkerCandidate(None, peak, peak_total)
     claims = outcome.claims
     claim = Claim(claims, inputs.ram_rule.ram_for(claims), inputs.utilization, inputs.vram_claim)
-    return _WorkerCandidate(Candidate(worker, inputs.gpu_type, tuple(claims), claim), peak, peak_total)
+    candidate = Candidate(worker, inputs.gpu_type, tuple(claims), claim)
+    return _WorkerCandidate(candidate, peak, peak_total, (candidate,))
 
 
 _RULE = Rule("single_worker_multi_gpu", _best_group, _candidate, reads_reported=False)
@@ -160,7 +164,9 @@ class SingleWorkerMultiGpu(GpustackStage):
         """One candidate per worker that can hold the model on a balanced GPU group; a worker
         of two or more GPUs without one fails with the reason of GPUStack's text for it."""
         tally = FailureTally(self.name)
-        candidates: list[Candidate] = []
+        slots: list[tuple[Candidate, ...]] = []
+        keys: list[_Inputs] = []
+        layout: list[Sequence[WorkerView]] = []
         for gpu_type, workers in selection.workers_by_type.items():
             inputs = _Inputs(
                 gpu_type,
@@ -177,8 +183,14 @@ class SingleWorkerMultiGpu(GpustackStage):
             ran = selection.runner.run(_RULE, inputs, gpu_type, several)
             outcomes = list(map(_OUTCOME, ran))  # at C speed: thousands of workers
             found = list(map(_CANDIDATE, outcomes))
-            candidates += filter(None, found)
+            slots.extend(map(_RUN, outcomes))
+            keys.append(inputs)
+            layout.append(several)
             _track_failures(selection, gpu_type, outcomes, found, _Failed(tally, ran))
+        candidates = tuple(chain.from_iterable(slots))
+        if candidates:
+            filed = CandidateRuns(candidates, tuple(slots), (self.name, tuple(keys)), tuple(layout))
+            selection.state.prepare(CandidateRuns, lambda: filed)
         return tally.outcome(candidates)
 
 
@@ -197,6 +209,7 @@ class _Failed:
 _WORKER = operator.itemgetter(0)
 _OUTCOME = operator.itemgetter(1)
 _CANDIDATE = operator.attrgetter("candidate")
+_RUN = operator.attrgetter("run")
 _PEAK_TOTAL = operator.attrgetter("peak_total")
 
 

@@ -226,7 +226,7 @@ def test_memoized_computes_each_argument_once_and_is_shared_per_signature() -> N
 )
 def test_shown_candidates_are_the_best_scoring_earliest_first(scores: list[float], limit: int) -> None:
     """The capped list is the ``limit`` best by (score desc, index asc), in selector order."""
-    from scheduler_core._render import shown_candidates as _shown_candidates
+    from scheduler_core.ranking import shown_candidates as _shown_candidates
 
     expected = sorted(sorted(range(len(scores)), key=lambda i: (-scores[i], i))[:limit])
     assert _shown_candidates(scores, limit) == expected
