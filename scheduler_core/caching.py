@@ -28,6 +28,7 @@ wrapper alone decides when its answer can be reused.
 
 from __future__ import annotations
 
+import operator
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from itertools import chain
@@ -182,6 +183,7 @@ class StageRunner:
         results = list(last.results)
         positions = last.positions
         entries, generations = table.entries, memo.generations
+        evaluated: list[int] = []
         for worker_id in set(changed):
             position = positions.get(worker_id)
             if position is None:  # not among these workers
@@ -191,8 +193,35 @@ class StageRunner:
             result = self._result(rule, inputs, gpu_type, worker)
             entries[worker_id] = (worker, generation, result)
             results[position] = (worker, result)
-        table.last = LastRun(workers, results, memo.journal_mark(), positions)
+            evaluated.append(position)
+        last.patched = None  # one link back at most: the runs before it are not kept alive
+        table.last = LastRun(workers, results, memo.journal_mark(), positions, (last, evaluated))
         return results
+
+    def columns(
+        self,
+        rule: WorkerRule[_I, _O, _P],
+        inputs: _I,
+        gpu_type: str | None,
+        workers: Sequence[WorkerView],
+        getters: tuple[Callable[[_P], Any], ...],
+    ) -> tuple[list[tuple[WorkerView, _P]], tuple[list[Any], ...]]:
+        """:meth:`run`, and per getter the list of its value of each worker's result, in order.
+
+        With a memo the lists are kept with the run and, when the run was patched, the
+        previous run's lists are patched where it was (a booking: one worker's entry), not
+        read off every result again. Read the lists, never change them. ``getters`` must
+        be pure functions of a result (module constants: they key the kept lists).
+        """
+        results = self.run(rule, inputs, gpu_type, workers)
+        memo = self._memo
+        last = None if memo is None else memo.stage_outcomes((rule.name, inputs, gpu_type)).last
+        if last is None or last.results is not results:
+            return results, _read_columns(results, getters)
+        kept = last.columns.get(getters)
+        if kept is None:
+            kept = last.columns[getters] = _patched_columns(last, getters)
+        return results, kept
 
     def subset(
         self, slot: SlotKey, workers: Sequence[WorkerView], keep: Callable[[WorkerView], bool]
@@ -249,6 +278,31 @@ class StageRunner:
         if known is None or (known[0] is not inputs and known[0] != inputs):
             known = self._shared[key] = (inputs, {})
         return known[1]
+
+
+_RESULT = operator.itemgetter(1)
+#: What :meth:`StageRunner.columns` reads off each result (its ``getters``).
+Getters = tuple[Callable[[Any], Any], ...]
+
+
+def _read_columns(results: Sequence[tuple[WorkerView, Any]], getters: Getters) -> tuple[list[Any], ...]:
+    outcomes = list(map(_RESULT, results))  # at C speed: thousands of workers
+    return tuple(list(map(getter, outcomes)) for getter in getters)
+
+
+def _patched_columns(last: LastRun, getters: Getters) -> tuple[list[Any], ...]:
+    """The columns of ``last``: its source run's, patched at the positions evaluated again."""
+    source = last.patched
+    previous = None if source is None else source[0].columns.get(getters)
+    if source is None or previous is None:
+        return _read_columns(last.results, getters)
+    columns = tuple(list(column) for column in previous)
+    results = last.results
+    for position in source[1]:
+        result = results[position][1]
+        for column, getter in zip(columns, getters, strict=True):
+            column[position] = getter(result)
+    return columns
 
 
 class Rule(Generic[_I, _O, _P]):

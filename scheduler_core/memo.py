@@ -95,9 +95,15 @@ class StageOutcomes:
 
 class LastRun:
     """One run of a rule over a worker sequence, kept so that the next run over the same
-    workers only evaluates the workers whose instances changed since (the journal)."""
+    workers only evaluates the workers whose instances changed since (the journal).
 
-    __slots__ = ("mark", "positions", "results", "workers")
+    ``columns`` are lists read off the results (per tuple of getters, one list per getter,
+    in worker order) that a stage asked for; ``patched`` is the run this one was patched
+    from and the positions evaluated again, so the next request for the same columns
+    patches that run's lists instead of reading every result again.
+    """
+
+    __slots__ = ("columns", "mark", "patched", "positions", "results", "workers")
 
     def __init__(
         self,
@@ -105,12 +111,15 @@ class LastRun:
         results: list[tuple[WorkerView, object]],
         mark: tuple[int, int],
         positions: dict[int, int] | None = None,
+        patched: tuple[LastRun, list[int]] | None = None,
     ) -> None:
         self.workers = workers
         self.results = results
         self.mark = mark
         #: Each worker's position (None: a worker id listed twice, so no patching).
         self.positions = positions if positions is not None else _positions(workers)
+        self.columns: dict[Hashable, tuple[list[Any], ...]] = {}
+        self.patched = patched
 
 
 def _positions(workers: Sequence[WorkerView]) -> dict[int, int] | None:

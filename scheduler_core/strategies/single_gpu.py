@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain, compress, repeat
-from operator import attrgetter, is_not, itemgetter
+from operator import attrgetter, is_not
 from typing import ClassVar
 
 from scheduler_core._units import byte_to_gib
@@ -94,9 +94,10 @@ def _candidates(inputs: _Inputs, worker: WorkerView, outcome: _WorkerOutcome) ->
 
 
 _RULE = Rule("single_worker_single_gpu", _fits, _candidates, reads_reported=False)
-_OUTCOME = itemgetter(1)
 _MESSAGE = attrgetter("message")
 _CANDIDATES = attrgetter("candidates")
+#: What the stage reads of each worker's part (kept with the run: :meth:`StageRunner.columns`).
+_COLUMNS = (_CANDIDATES, _MESSAGE)
 
 
 class SingleWorkerSingleGpu(GpustackStage):
@@ -129,15 +130,13 @@ class SingleWorkerSingleGpu(GpustackStage):
                 selection.is_diffusion,
                 selection.ram_rule,
             )
-            ran = selection.runner.run(_RULE, inputs, gpu_type, workers)
-            outcomes = list(map(_OUTCOME, ran))
-            messages = list(map(_MESSAGE, outcomes))
+            ran, (runs, messages) = selection.runner.columns(_RULE, inputs, gpu_type, workers, _COLUMNS)
             if messages.count(None) != len(messages):  # some worker failed: its message, in order
                 failing = map(is_not, messages, repeat(None))
                 for (worker, _), message in compress(zip(ran, messages, strict=True), failing):
                     events.add(Level.INFO, Action.AUTO_SINGLE_GPU, message, Reason.INSUFFICIENT_VRAM)
                     failed.append(worker)
-            slots.extend(map(_CANDIDATES, outcomes))  # at C speed: thousands of workers
+            slots += runs
             keys.append(inputs)
             layout.append(workers)
         if failed:

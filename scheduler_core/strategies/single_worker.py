@@ -180,13 +180,11 @@ class SingleWorkerMultiGpu(GpustackStage):
                 selection.ram_rule,
             )
             several = selection.runner.subset(SEVERAL_GPUS.of(gpu_type), workers, _several_gpus)
-            ran = selection.runner.run(_RULE, inputs, gpu_type, several)
-            outcomes = list(map(_OUTCOME, ran))  # at C speed: thousands of workers
-            found = list(map(_CANDIDATE, outcomes))
-            slots.extend(map(_RUN, outcomes))
+            ran, (found, runs, peaks) = selection.runner.columns(_RULE, inputs, gpu_type, several, _COLUMNS)
+            slots += runs
             keys.append(inputs)
             layout.append(several)
-            _track_failures(selection, gpu_type, outcomes, found, _Failed(tally, ran))
+            _track_failures(selection, gpu_type, ran, found, peaks, _Failed(tally, ran))
         candidates = tuple(chain.from_iterable(slots))
         if candidates:
             filed = CandidateRuns(candidates, tuple(slots), (self.name, tuple(keys)), tuple(layout))
@@ -207,10 +205,11 @@ class _Failed:
 
 
 _WORKER = operator.itemgetter(0)
-_OUTCOME = operator.itemgetter(1)
 _CANDIDATE = operator.attrgetter("candidate")
 _RUN = operator.attrgetter("run")
 _PEAK_TOTAL = operator.attrgetter("peak_total")
+#: What the stage reads of each worker's part (kept with the run: :meth:`StageRunner.columns`).
+_COLUMNS = (_CANDIDATE, _RUN, _PEAK_TOTAL)
 
 
 def _several_gpus(worker: WorkerView) -> bool:
@@ -233,8 +232,9 @@ def _record_breakers(peaks: list[int], start: int) -> list[int]:
 def _track_failures(
     selection: Selection,
     gpu_type: str | None,
-    outcomes: list[_WorkerCandidate],
+    ran: list[tuple[WorkerView, _WorkerCandidate]],
     found: list[Candidate | None],
+    peaks: list[int],
     failed: _Failed,
 ) -> None:
     """GPUStack's walk over the workers of one GPU type, without visiting each of them.
@@ -246,16 +246,16 @@ def _track_failures(
     stretch between two of them records one message if a worker in it failed.
 
     Args:
-        outcomes: the workers' parts, in worker order.
+        ran: the workers and their parts, in worker order.
         found: each part's candidate (None: the worker failed).
+        peaks: each part's ``peak_total``.
         failed: tallies each failing worker under the reason of its stretch's text.
     """
     tracker = selection.log.multi_gpu
-    peaks = list(map(_PEAK_TOTAL, outcomes))
     if None not in found:  # no failure: only the tracker's last state matters
         highest = max(peaks, default=-1)
         if highest > tracker.vram:
-            peak = outcomes[peaks.index(highest)].peak  # the first of the largest, as the walk keeps
+            peak = ran[peaks.index(highest)][1].peak  # the first of the largest, as the walk keeps
             assert peak is not None
             tracker.vram, tracker.satisfied, tracker.total_gpus = peak
         return
@@ -263,9 +263,9 @@ def _track_failures(
     setters = _record_breakers(peaks, tracker.vram)
     recorded: tuple[int, int, int] | None = None
     reason = Reason.INSUFFICIENT_VRAM  # set by the first stretch with a failure, which records
-    for setter, start, end in zip([None, *setters], [0, *setters], [*setters, len(outcomes)], strict=True):
+    for setter, start, end in zip([None, *setters], [0, *setters], [*setters, len(ran)], strict=True):
         if setter is not None:
-            peak = outcomes[setter].peak
+            peak = ran[setter][1].peak
             assert peak is not None  # it beat the tracker, so it tracked a group
             tracker.vram, tracker.satisfied, tracker.total_gpus = peak
         first = bisect_left(failing, start)

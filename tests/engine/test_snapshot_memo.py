@@ -10,6 +10,7 @@ GPU types (CUDA and ROCm, mixed workers), states and the worker list itself.
 
 from __future__ import annotations
 
+import operator
 import random
 from collections import Counter
 from dataclasses import replace
@@ -649,3 +650,58 @@ def test_a_booking_patches_the_last_run_with_the_booked_worker_only() -> None:
     booked = _booked(first, 1, 1)
     decide([booked])
     assert evaluated == [booked.worker_id] and patched == [True]
+
+
+def test_columns_of_a_patched_run_are_the_last_ones_patched_at_the_booked_worker() -> None:
+    """A stage's columns (lists read off each worker's result) after a booking: the last run's
+    lists with the booked worker's entries read again, equal to reading every result; lists
+    of a run that was not patched from one with the same columns are read in full."""
+    from scheduler_core.caching import StageRunner
+    from scheduler_core.cluster import ClusterState
+    from scheduler_core.workers import worker_view
+
+    views = tuple(worker_view(Worker.model_validate(worker(i, f"w{i}", [gpu(g, H100) for g in range(2)])))
+                  for i in range(1, 5))
+    totals = operator.attrgetter("total")
+    rule = _TotalsRule()
+    memo = SnapshotMemo()
+
+    def columns(placed: list[ModelInstance]) -> tuple[Any, ...]:
+        runner = StageRunner(ClusterState(views, placed, memo), memo)
+        ran, (found,) = runner.columns(rule, 0, "cuda", views, (totals,))
+        assert found == [totals(result) for _, result in ran]
+        return tuple(found)
+
+    assert columns([]) == (160, 160, 160, 160)
+    booked = ModelInstance.model_validate({
+        "id": 1, "model_id": 1, "worker_id": 3, "gpu_type": "cuda", "gpu_indexes": [0],
+        "computed_resource_claim": {"vram": {"0": 20 * GIB}},
+    })
+    rule.read.clear()
+    assert columns([booked]) == (160, 160, 140, 160)
+    assert rule.read == [3]  # only the booked worker was evaluated, every other entry kept
+    assert columns([]) == (160, 160, 160, 160)
+
+
+class _TotalsRule:
+    """A per-worker rule whose result is the worker's free VRAM in GiB (and notes whom it read)."""
+
+    name = "totals"
+    reads_reported = False
+
+    def __init__(self) -> None:
+        self.read: list[int] = []
+
+    def evaluate(self, inputs: int, gpus: Any, allocatable: Any) -> int:
+        return sum(allocatable.vram.values()) // GIB
+
+    def attach(self, inputs: int, worker: Any, outcome: int) -> Any:
+        self.read.append(worker.id)
+        return _Total(outcome)
+
+
+class _Total:
+    __slots__ = ("total",)
+
+    def __init__(self, total: int) -> None:
+        self.total = total
