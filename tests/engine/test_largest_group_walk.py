@@ -85,8 +85,12 @@ def test_the_stage_records_what_the_walk_records(first: list[Any], second: list[
             ]
             expected += _walk(expected_log, gpu_type, entries, views)
             found = [outcome.candidate for outcome in outcomes]
-            failed = single_worker._Failed(tally, list(zip(views, outcomes, strict=True)))
-            single_worker._track_failures(SimpleNamespace(log=got_log), gpu_type, outcomes, found, failed)  # type: ignore[arg-type]
+            peaks = [outcome.peak_total for outcome in outcomes]
+            ran = list(zip(views, outcomes, strict=True))
+            failed = single_worker._Failed(tally, ran)
+            single_worker._track_failures(
+                SimpleNamespace(log=got_log), gpu_type, ran, found, peaks, failed  # type: ignore[arg-type]
+            )
             failing |= {view.id for view, (_, _, has) in zip(views, entries, strict=True) if not has}
     assert got == expected
     # every worker without a candidate is tallied once (the two types' workers share ids)
