@@ -93,7 +93,7 @@ def master_kwargs(settings: Settings) -> dict[str, Any]:
 
 def sentinel_manager(settings: Settings) -> Sentinel:
     """A redis-py :class:`~redis.sentinel.Sentinel` over ``redis_sentinels`` (connects lazily)."""
-    return Sentinel(  # type: ignore[no-untyped-call]
+    return Sentinel(  # type: ignore[no-untyped-call,unused-ignore]  (untyped before redis 8.2)
         list(settings.sentinel_addresses), sentinel_kwargs=sentinel_kwargs(settings)
     )
 
@@ -106,7 +106,7 @@ def master_client(settings: Settings, **connection: Any) -> redis.Redis:
     """
     assert settings.redis_sentinel_master is not None  # Settings require it with redis_sentinels
     manager = sentinel_manager(settings)
-    client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call]
+    client: redis.Redis = manager.master_for(  # type: ignore[no-untyped-call,unused-ignore]
         settings.redis_sentinel_master, redis_class=redis.Redis, **master_kwargs(settings), **connection
     )
     return client
