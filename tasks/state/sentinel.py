@@ -93,7 +93,8 @@ def master_kwargs(settings: Settings) -> dict[str, Any]:
 
 def sentinel_manager(settings: Settings) -> Sentinel:
     """A redis-py :class:`~redis.sentinel.Sentinel` over ``redis_sentinels`` (connects lazily)."""
-    return Sentinel(  # type: ignore[no-untyped-call,unused-ignore]  (untyped before redis 8.2)
+    # untyped before redis 8.2, typed since: the ignore holds for both
+    return Sentinel(  # type: ignore[no-untyped-call,unused-ignore]
         list(settings.sentinel_addresses), sentinel_kwargs=sentinel_kwargs(settings)
     )
 
