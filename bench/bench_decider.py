@@ -5,7 +5,8 @@ request parsed, the mirror's workers and instances handed to
 ``scheduler_core.schedule`` with the chain of ``configs/chain.json`` (16
 candidates reported) and one ``SnapshotMemo`` kept across decisions, and the
 pick booked (appended to the instances) before the next decision — as
-``tasks/decision/core_call.py: run_core`` and the mirror do (inside ``deciding()``, the
+``tasks/decision/core_call.py: run_core`` and the mirror do (the fold's instance tuple
+extended by each booking; inside ``deciding()``, the
 garbage collector paused, as ``run_core`` decides). The cluster is
 ``bench_service.py``'s (``--cluster-workers`` × ``--gpus`` H100s, ``--instances``
 small instances already running) and so is the mix (10 % tp1, 30 % tp2, 40 %
@@ -33,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_service import MIXES, ROOT, cluster, percentile, plan, running_instances
 
-from scheduler_core import ModelInstance, ScheduleRequest, SnapshotMemo, Worker, deciding, schedule
+from scheduler_core import ModelInstance, ScheduleRequest, SnapshotMemo, Worker, deciding, extended, schedule
 from tasks.decision.booking import candidate_instance
 from tasks.intake.chain_config import load_chain
 
@@ -43,10 +44,10 @@ def decide_all(args: argparse.Namespace) -> dict[str, list[float]]:
     chain = load_chain(ROOT / "configs" / "chain.json").chain
     snapshot = cluster(args.cluster_workers, args.gpus)
     workers = [Worker.model_validate(row) for row in snapshot["workers"]]
-    instances = [
+    instances = tuple(
         ModelInstance.model_validate(row)
         for row in running_instances(args.cluster_workers, args.gpus, args.instances)
-    ]
+    )
     memo = SnapshotMemo()
     times: dict[str, list[float]] = {}
     requests = plan(args.warmup + args.requests, MIXES[args.mix], "decider")
@@ -55,7 +56,7 @@ def decide_all(args: argparse.Namespace) -> dict[str, list[float]]:
             raw["model"]["id"] = 1000 + number % args.models
         stored = ScheduleRequest.model_validate(raw).model_dump_json()
         request = ScheduleRequest.model_validate_json(stored).model_copy(
-            update={"workers": workers, "model_instances": list(instances)}
+            update={"workers": workers, "model_instances": instances}
         )
         with deciding():  # as tasks/decision/core_call.py decides: the collector paused
             started = time.perf_counter()
@@ -65,8 +66,8 @@ def decide_all(args: argparse.Namespace) -> dict[str, list[float]]:
             times.setdefault(_tp(raw), []).append(elapsed)
         if args.check and schedule(request, chain=chain).model_dump_json() != result.model_dump_json():
             raise SystemExit(f"request {number}: the decision with the memo differs from the one without")
-        if result.selected is not None:
-            instances.append(_booked(result.candidates[result.selected], number, request))
+        if result.selected is not None:  # as the mirror's fold appends a booking
+            instances = extended(instances, (_booked(result.candidates[result.selected], number, request),))
     return times
 
 

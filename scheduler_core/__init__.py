@@ -46,7 +46,7 @@ from scheduler_core.framework import Chain
 from scheduler_core.gpu_ids import GpuId, parse_gpu_id, selected_worker_names
 from scheduler_core.hooks import chain_wake_table, deciding, wake_floor, worker_admits
 from scheduler_core.limits import encodable, render_text, render_value
-from scheduler_core.memo import SnapshotMemo
+from scheduler_core.memo import SnapshotMemo, extended
 from scheduler_core.plugins import DEFAULT_CHAIN, FILTERS_BY_NAME, STRATEGIES_BY_NAME, chain_of
 from scheduler_core.precise.settings import PreciseSettings
 from scheduler_core.reasons import MORE_CAPACITY, ClusterChange, Reason
@@ -101,6 +101,7 @@ __all__ = [
     "dotted_field",
     "encodable",
     "evaluated_gpus_per_replica",
+    "extended",
     "first_problem",
     "gpu_capacity",
     "instance_claims",

@@ -119,7 +119,8 @@ class ClusterState:
         self._workers: Mapping[int, WorkerView] = (
             {worker.id: worker for worker in workers} if remembered is None else remembered.by_id(workers)
         )
-        self.instances = tuple(instances)
+        # a tuple is kept as itself (a memo compares it with the last one by identity first)
+        self.instances = instances if isinstance(instances, tuple) else tuple(instances)
         index = remembered.track_instances(self.instances) if remembered is not None else None
         # Only read through .get below: the index may be the memo's, shared across decisions.
         self._bound, self._held = index if index is not None else index_instances(self.instances)

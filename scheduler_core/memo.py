@@ -61,9 +61,34 @@ class SlotKey:
 _BY_ID = SlotKey("views_by_id")
 
 
+class Extended(tuple[object, ...]):
+    """A tuple that starts with the very items of :attr:`base`, in order (made by
+    :func:`extended`, which is the only way it gets one)."""
+
+    base: tuple[object, ...] | None = None
+
+
+def extended(base: tuple[_T, ...], added: Iterable[_T]) -> tuple[_T, ...]:
+    """``base`` with ``added`` appended, as a tuple that says it extends ``base``.
+
+    A memo that last saw ``base`` compares the new tuple with it in one identity test
+    instead of item by item: a booking appends one instance to thousands, decision after
+    decision. ``base``'s own link back is dropped, so the tuples before it are not kept
+    alive (one link is what a memo that sees every tuple needs; without it, the items
+    are compared one by one, with the same answer).
+    """
+    made = Extended((*base, *added))
+    made.base = base
+    if isinstance(base, Extended):
+        base.base = None
+    return made  # type: ignore[return-value]
+
+
 def _extends(longer: Sequence[object], prefix: Sequence[object]) -> bool:
     """True when ``longer`` starts with the very objects of ``prefix``, in order."""
-    return longer is prefix or (len(longer) >= len(prefix) and all(map(operator.is_, prefix, longer)))
+    if longer is prefix or (isinstance(longer, Extended) and longer.base is prefix):
+        return True
+    return len(longer) >= len(prefix) and all(map(operator.is_, prefix, longer))
 
 
 def same_objects(first: Sequence[object], second: Sequence[object]) -> bool:
@@ -74,7 +99,7 @@ def same_objects(first: Sequence[object], second: Sequence[object]) -> bool:
 
 def frozen(items: Sequence[_T]) -> tuple[_T, ...]:
     """``items`` as a tuple: itself when it is one (then :func:`same_objects` is one identity test)."""
-    return items if type(items) is tuple else tuple(items)
+    return items if isinstance(items, tuple) else tuple(items)
 
 
 class StageOutcomes:
@@ -544,7 +569,7 @@ class SnapshotMemo:
                 return position
         if len(self._passed) >= 64:  # a handful of checks in use
             self._passed.clear()
-        self._passed[check] = tuple(items)
+        self._passed[check] = frozen(items)
         return None
 
     def memoized(self, slot: SlotKey, signature: Hashable, compute: Callable[[_K], _V]) -> Memoized[_K, _V]:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler_core import ModelInstance, Worker
+from scheduler_core import ModelInstance, Worker, extended
 from tasks.base.rows import InstanceMeta
 from tasks.intake.snapshots import SnapshotRows
 from tasks.state.ledger import occupied_workers, worker_gpu_types
@@ -46,7 +46,8 @@ class ClusterFold:
     instances: dict[str, ModelInstance] = field(default_factory=dict)
     meta: dict[str, InstanceMeta] = field(default_factory=dict)
     _worker_list: list[Worker] | None = None
-    _instance_list: list[ModelInstance] | None = None
+    #: Instances in cluster-entry order; a booking appends to it (:func:`scheduler_core.extended`).
+    _instance_list: tuple[ModelInstance, ...] | None = None
     #: Per worker id, the instances occupying it by key, in cluster-entry order (None: not
     #: built since the instances were last replaced; kept up to date by bookings and releases).
     _by_worker: dict[int, dict[str, ModelInstance]] | None = None
@@ -58,10 +59,11 @@ class ClusterFold:
             self._worker_list = [self.workers[wid] for wid in sorted(self.workers)]
         return self._worker_list
 
-    def instance_list(self) -> list[ModelInstance]:
-        """Instances in cluster-entry order (cached until an instance changes)."""
+    def instance_list(self) -> tuple[ModelInstance, ...]:
+        """Instances in cluster-entry order (cached until an instance changes; a new booking
+        hands out the last tuple extended by it, which a decider's memo compares at once)."""
         if self._instance_list is None:
-            self._instance_list = list(self.instances.values())
+            self._instance_list = tuple(self.instances.values())
         return self._instance_list
 
     def instances_on(self, worker_id: int) -> list[ModelInstance]:
@@ -140,15 +142,19 @@ class ClusterFold:
     ) -> None:
         """A reservation added an instance."""
         index = self._by_worker
-        if index is not None and key in self.instances:
-            self._by_worker = None  # replaced in place: its position stays, so build again
+        replaced = key in self.instances  # in place: its position stays
+        if index is not None and replaced:
+            self._by_worker = None  # build again
         elif index is not None:
             for occupied in occupied_workers(instance):
                 index.setdefault(occupied, {})[key] = instance
         self.instances[key] = instance
         self.meta[key] = meta
         self.version = version
+        listed = self._instance_list
         self._invalidate(workers=False)
+        if listed is not None and not replaced:  # a new key comes last in entry order
+            self._instance_list = extended(listed, (instance,))
 
     def apply_released(self, version: int, keys: Sequence[str]) -> None:
         """Instances were released (deleted, lost or rescheduled)."""

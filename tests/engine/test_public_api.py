@@ -48,6 +48,7 @@ PUBLIC = [
     "chain_wake_table",
     "encodable",
     "evaluated_gpus_per_replica",
+    "extended",
     "gpu_capacity",
     "instance_claims",
     "occupied_workers",

@@ -705,3 +705,46 @@ class _Total:
 
     def __init__(self, total: int) -> None:
         self.total = total
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1))
+def test_extended_instance_tuples_give_fresh_decisions_whatever_the_memo_saw_last(seed: int) -> None:
+    """Instances handed over as tuples that say what they extend (:func:`scheduler_core.extended`,
+    as the mirror's fold hands them out), with some tuples never shown to the memo (its link
+    then points at a tuple the memo did not see), releases that start a new tuple and released
+    instances booked again: every decision equals the same decision without a memo."""
+    from scheduler_core import extended
+
+    rng = random.Random(seed)
+    workers = [Worker.model_validate(_worker_row(rng, i)) for i in range(1, rng.randint(3, 8))]
+    pool = [_free_instance(rng, workers, number) for number in range(12)]
+    listed: tuple[ModelInstance, ...] = ()
+    memo = SnapshotMemo()
+    for step in range(24):
+        roll = rng.random()
+        if roll < 0.55:
+            listed = extended(listed, rng.sample(pool, rng.randint(1, 2)))
+        elif roll < 0.8 and listed:  # a release: a tuple of its own
+            gone = rng.randrange(len(listed))
+            listed = (*listed[:gone], *listed[gone + 1:])
+        if len(set(map(id, listed))) != len(listed) or rng.random() < 0.3:
+            listed = tuple({id(i): i for i in listed}.values())  # each object once; or the memo skips this
+            continue
+        row = _model_row(rng, workers)
+        request = ScheduleRequest.model_validate({"request_id": f"r{step}", "model": row}).model_copy(
+            update={"workers": workers, "model_instances": listed}
+        )
+        remembered = schedule(request, memo=memo)
+        assert remembered.model_dump_json() == schedule(request).model_dump_json(), f"step {step}"
+
+
+def _free_instance(rng: random.Random, workers: list[Worker], number: int) -> ModelInstance:
+    """A one-GPU instance on a random worker's GPU (a quarter of an H100)."""
+    host = rng.choice(workers)
+    device = rng.choice(host.gpus)  # every generated worker has GPUs
+    return ModelInstance.model_validate({
+        "id": 500 + number, "name": f"free-{number}", "model_id": rng.choice([1, 2, 7]),
+        "worker_id": host.id, "gpu_type": device.type, "gpu_indexes": [device.index],
+        "computed_resource_claim": {"vram": {str(device.index): 20 * GIB}},
+    })
