@@ -42,6 +42,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from scheduler_core import deciding
 from tasks.base.logging import get_logger
 from tasks.base.step import RESERVE, Step
 from tasks.base.task_names import DECIDE_BATCH
@@ -106,10 +107,13 @@ def decide_batch(rt: Runtime, items: Sequence[Item], task_id: str) -> BatchProgr
     pending = list(items)
     idle_rounds = 0
     rt.mirror.sync()  # before the lease: a snapshot's load overlaps the lease holder's decisions
-    while pending and idle_rounds < OUTDATED_ATTEMPTS:
-        left = _round(rt, pending, task_id, progress)
-        idle_rounds = idle_rounds + 1 if len(left) == len(pending) else 0
-        pending = left
+    # The collector stays paused for the rounds: its passes run after the batch, with the
+    # lease released, not while the other processes wait for it.
+    with deciding():
+        while pending and idle_rounds < OUTDATED_ATTEMPTS:
+            left = _round(rt, pending, task_id, progress)
+            idle_rounds = idle_rounds + 1 if len(left) == len(pending) else 0
+            pending = left
     if pending:
         log.warning("batch_left_to_watchdog", requests=len(pending))
     return progress

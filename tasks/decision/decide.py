@@ -34,6 +34,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from scheduler_core import deciding
 from tasks.audit.decision_event import decision_event_data
 from tasks.base.digests import result_digest, sha256_hex
 from tasks.base.events import dumps
@@ -106,7 +107,8 @@ def _decide(rt: Runtime, ref: Any, seq: int, attempt: int, task_id: str, *, fini
             return Progress(None)
         ref, seq, attempt = found, 0, 0
     for _ in range(OUTDATED_ATTEMPTS):
-        progress = _decide_once(rt, ref, seq, attempt, task_id, finish=finish)
+        with deciding():  # the collector's passes after the commit, with the lease released
+            progress = _decide_once(rt, ref, seq, attempt, task_id, finish=finish)
         if not progress.outdated:
             return progress
     return Progress(None)

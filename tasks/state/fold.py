@@ -45,7 +45,7 @@ class ClusterFold:
     workers: dict[int, Worker] = field(default_factory=dict)
     instances: dict[str, ModelInstance] = field(default_factory=dict)
     meta: dict[str, InstanceMeta] = field(default_factory=dict)
-    _worker_list: list[Worker] | None = None
+    _worker_list: tuple[Worker, ...] | None = None
     #: Instances in cluster-entry order; a booking appends to it (:func:`scheduler_core.extended`).
     _instance_list: tuple[ModelInstance, ...] | None = None
     #: Per worker id, the instances occupying it by key, in cluster-entry order (None: not
@@ -53,10 +53,11 @@ class ClusterFold:
     _by_worker: dict[int, dict[str, ModelInstance]] | None = None
 
     # ----------------------------------------------------------------- reads
-    def worker_list(self) -> list[Worker]:
-        """Workers by ascending id (cached until a worker changes)."""
+    def worker_list(self) -> tuple[Worker, ...]:
+        """Workers by ascending id (cached until a worker changes: a decider's memo finds the
+        same tuple in one identity test)."""
         if self._worker_list is None:
-            self._worker_list = [self.workers[wid] for wid in sorted(self.workers)]
+            self._worker_list = tuple(self.workers[wid] for wid in sorted(self.workers))
         return self._worker_list
 
     def instance_list(self) -> tuple[ModelInstance, ...]:
