@@ -23,6 +23,7 @@ import re
 import shlex
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 #: Values ``find_bool_parameter`` reads as False (``gpustack/utils/command.py: _FALSY_VALUES``).
 _FALSE_WORDS = frozenset({"0", "false", "no", "off", "f", "n"})
@@ -148,8 +149,16 @@ def flatten_to_argv(parameters: Sequence[str | None] | None) -> list[str]:
     Raises:
         ParameterError: an element has unbalanced quotes.
     """
+    return list(_argv(tuple(parameters or ())))
+
+
+@lru_cache(maxsize=1024)
+def _argv(parameters: tuple[str | None, ...]) -> tuple[str, ...]:
+    """:func:`flatten_to_argv`, remembered per parameter list: a pure function of the strings
+    (a decision reads it twice, and a service sees the same lists request after request);
+    an element that cannot be split raises every time (errors are not remembered)."""
     tokens: list[str] = []
-    for element in parameters or ():
+    for element in parameters:
         stripped = (element or "").strip()
         if not stripped:
             continue
@@ -157,7 +166,7 @@ def flatten_to_argv(parameters: Sequence[str | None] | None) -> list[str]:
             tokens.extend(safe_split(stripped))
         else:
             tokens.append(stripped)
-    return tokens
+    return tuple(tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +215,7 @@ class BackendParameters:
 
     def __init__(self, parameters: Sequence[str | None] | None) -> None:
         #: The flattened argv (what SGLang receives).
-        self.argv: tuple[str, ...] = tuple(flatten_to_argv(parameters))
+        self.argv: tuple[str, ...] = _argv(tuple(parameters or ()))
         self._flags = tuple(_flags(self.argv))
 
     def has(self, names: Sequence[str]) -> bool:
