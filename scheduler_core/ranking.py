@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import heapq
 import operator
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Sequence
-from itertools import chain, compress, count, repeat
+from itertools import accumulate, chain, compress, count, repeat
 from typing import Protocol
 
 from scheduler_core.candidates import Candidate
@@ -110,24 +110,32 @@ class SlotRanking:
 
     __slots__ = ("_buckets", "_noted", "_order", "_scores", "_tree", "size", "slots")
 
-    def __init__(self, slots: Sequence[Run], scores_of: RunScores) -> None:
+    def __init__(self, slots: Sequence[Run], joined: Sequence[float]) -> None:
+        """Rank ``slots`` whose runs joined have the scores ``joined`` (in that order).
+
+        Built at C speed (a stable sort of the positions by score, then one slice per
+        distinct score): a ranking is built again whenever every score changes at once.
+        """
         self.slots: list[Run] = list(slots)
-        self._scores: list[list[float]] = [
-            scores_of(position, run) if run else [] for position, run in enumerate(self.slots)
-        ]
-        buckets: dict[float, list[int]] = {}
-        for position, scores in enumerate(self._scores):
-            base = position << STRIDE_BITS
-            for index, score in enumerate(scores):  # ascending keys: each bucket is sorted as built
-                bucket = buckets.get(score)
-                if bucket is None:
-                    buckets[score] = [base + index]
-                else:
-                    bucket.append(base + index)
-        self._buckets = buckets
-        self._order = sorted(buckets)
-        self._tree = _fenwick(list(map(len, self.slots)))
-        self.size = sum(map(len, self.slots))
+        lengths = list(map(len, self.slots))
+        ends = list(accumulate(lengths))
+        starts = [0, *ends[:-1]]
+        flat = list(joined)
+        self._scores: list[list[float]] = list(map(flat.__getitem__, map(slice, starts, ends)))
+        bases = [position << STRIDE_BITS for position in range(len(lengths))]
+        keys = list(chain.from_iterable(map(range, bases, map(operator.add, bases, lengths))))
+        order = sorted(range(len(keys)), key=flat.__getitem__)  # stable: ties keep selector order
+        ranked = list(map(flat.__getitem__, order))
+        ranked_keys = list(map(keys.__getitem__, order))
+        self._order = sorted(set(ranked))
+        self._buckets: dict[float, list[int]] = {}
+        low = 0
+        for score in self._order:
+            high = bisect_right(ranked, score, low)
+            self._buckets[score] = ranked_keys[low:high]
+            low = high
+        self._tree = _fenwick(lengths)
+        self.size = len(keys)
         #: Scores of the positions handed out by the last :meth:`best` / :meth:`shown`.
         self._noted: dict[int, float] = {}
 

@@ -444,7 +444,8 @@ class _SpreadStanding:
         for position, run in enumerate(slots):
             self._count(position, loads, run)
         ranges = self.ranges = self._ranges()
-        self.ranking = SlotRanking(slots, lambda _, run: _spread_for_newcomer(run, loads, ranges))
+        joined = list(chain.from_iterable(slots))
+        self.ranking = SlotRanking(slots, _spread_for_newcomer(joined, loads, ranges))
         return self.ranking
 
     def _count(self, position: int, loads: Mapping[int, _WorkerLoad], run: Sequence[Candidate]) -> None:

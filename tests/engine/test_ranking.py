@@ -52,7 +52,9 @@ def test_kept_ranking_answers_like_the_joined_scores(seed: int, limit: int | Non
         scores[position] = [rng.choice(SCORES) for _ in run]
         return scores[position]
 
-    ranking = SlotRanking(slots, scores_of)
+    for position, run in enumerate(slots):
+        scores_of(position, run)
+    ranking = SlotRanking(slots, [score for position in range(len(slots)) for score in scores[position]])
     _check(ranking, scores, slots, limit)
     for _ in range(12):
         fresh = list(slots)
