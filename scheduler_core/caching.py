@@ -144,6 +144,7 @@ class StageRunner:
             if patched is not None:
                 return patched  # type: ignore[return-value]
         entries, generations = table.entries, memo.generations
+        shapes = _shapes(table)
         results: list[tuple[WorkerView, _P]] = []
         for worker in workers:
             generation = generations.get(worker.id, 0)
@@ -151,7 +152,7 @@ class StageRunner:
             if entry is not None and entry[0] is worker and entry[1] == generation:
                 result: _P = entry[2]  # type: ignore[assignment]
             else:
-                result = self._result(rule, inputs, gpu_type, worker)
+                result = self._result(rule, inputs, gpu_type, worker, shapes)
                 entries[worker.id] = (worker, generation, result)
             results.append((worker, result))
         if isinstance(workers, Sequence):
@@ -183,6 +184,7 @@ class StageRunner:
         results = list(last.results)
         positions = last.positions
         entries, generations = table.entries, memo.generations
+        shapes = _shapes(table)
         evaluated: list[int] = []
         for worker_id in set(changed):
             position = positions.get(worker_id)
@@ -190,7 +192,7 @@ class StageRunner:
                 continue
             worker = results[position][0]
             generation = generations.get(worker_id, 0)
-            result = self._result(rule, inputs, gpu_type, worker)
+            result = self._result(rule, inputs, gpu_type, worker, shapes)
             entries[worker_id] = (worker, generation, result)
             results[position] = (worker, result)
             evaluated.append(position)
@@ -238,11 +240,18 @@ class StageRunner:
         return memo.derived(kept, workers, lambda: tuple(filter(keep, workers)))
 
     def _result(
-        self, rule: WorkerRule[_I, _O, _P], inputs: _I, gpu_type: str | None, worker: WorkerView
+        self,
+        rule: WorkerRule[_I, _O, _P],
+        inputs: _I,
+        gpu_type: str | None,
+        worker: WorkerView,
+        shapes: dict[object, object] | None = None,
     ) -> _P:
+        """The worker's result; its shape's outcome taken from ``shapes`` (the memo's, kept
+        across decisions) or from this decision's table."""
         free = self._cluster.allocatable(worker, gpu_type)
         shape = self._shape(worker, gpu_type, free, rule.reads_reported)
-        table = self._table(rule.name, inputs, gpu_type)
+        table = shapes if shapes is not None else self._table(rule.name, inputs, gpu_type)
         outcome = table.get(shape)
         if outcome is None:
             outcome = table[shape] = rule.evaluate(inputs, worker.gpus, free)
@@ -278,6 +287,13 @@ class StageRunner:
         if known is None or (known[0] is not inputs and known[0] != inputs):
             known = self._shared[key] = (inputs, {})
         return known[1]
+
+
+def _shapes(table: StageOutcomes) -> dict[object, object]:
+    """The stage table's outcomes by worker shape (started over when it grew past its bound)."""
+    if len(table.shapes) >= StageOutcomes.SHAPES:
+        table.shapes.clear()
+    return table.shapes
 
 
 _RESULT = operator.itemgetter(1)

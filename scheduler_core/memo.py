@@ -107,15 +107,22 @@ class StageOutcomes:
 
     ``entries`` maps a worker id to ``(worker copy, generation, outcome)``; an
     outcome is valid while the copy is the same object and the worker's
-    generation in :attr:`SnapshotMemo.generations` is unchanged.
+    generation in :attr:`SnapshotMemo.generations` is unchanged. ``shapes`` maps a
+    worker shape (its GPUs and allocatable memory, what the rule's pure ``evaluate``
+    reads) to the rule's outcome, valid for as long as the table (the same rule and inputs).
     """
 
-    __slots__ = ("entries", "last")
+    __slots__ = ("entries", "last", "shapes")
+
+    #: Outcomes by worker shape kept at most; beyond it the table starts over.
+    SHAPES = 4096
 
     def __init__(self) -> None:
         self.entries: dict[int, _StageEntry] = {}
         #: The last full run: the workers it ran over, their results and the memo's journal mark.
         self.last: LastRun | None = None
+        #: The rule's outcome per worker shape (what ``evaluate`` reads), across decisions.
+        self.shapes: dict[object, object] = {}
 
 
 class LastRun:

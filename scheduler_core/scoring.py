@@ -421,12 +421,16 @@ class _SpreadStanding:
         self.counts: Counter[int] = Counter()
         self.ranges: _Ranges | None = None
 
-    def rank(self, slots: Sequence[Sequence[Candidate]], cluster: ClusterState) -> SlotRanking:
-        """The ranking of this decision's slots (their runs joined are its candidates)."""
+    def rank(self, slots: Sequence[Sequence[Candidate]], cluster: ClusterState) -> SlotRanking | None:
+        """The ranking of this decision's slots (their runs joined are its candidates); None
+        when a run is too long for a key (:meth:`SlotRanking.fits`)."""
         ranking = self.ranking
         if ranking is None or len(ranking.slots) != len(slots):
-            return self._rebuild(slots, cluster)
+            return self._rebuild(slots, cluster) if SlotRanking.fits(slots) else None
         changed = ranking.changed(slots)
+        if not SlotRanking.fits([slots[position] for position in changed]):
+            self.ranking = None
+            return None
         loads = _slot_loads(cluster, slots, changed)
         for position in changed:
             self._count(position, loads, slots[position])
@@ -488,7 +492,7 @@ class GpustackScorer:
         if model.placement_strategy == "binpack" or runs is None or runs.candidates is not candidates:
             return None
         cluster = selection.cluster
-        if cluster.runs_model(model.id) or not SlotRanking.fits(runs.slots):
+        if cluster.runs_model(model.id):
             return None
         standing = cluster.kept(("spread_standing", runs.key), runs.layout, _SpreadStanding)
         return None if standing is None else standing.rank(runs.slots, cluster)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain, compress, repeat
-from operator import attrgetter, is_not
+from operator import attrgetter, is_not, itemgetter
 from typing import ClassVar
 
 from scheduler_core._units import byte_to_gib
@@ -94,6 +94,7 @@ def _candidates(inputs: _Inputs, worker: WorkerView, outcome: _WorkerOutcome) ->
 
 
 _RULE = Rule("single_worker_single_gpu", _fits, _candidates, reads_reported=False)
+_WORKER = itemgetter(0)
 _MESSAGE = attrgetter("message")
 _CANDIDATES = attrgetter("candidates")
 #: What the stage reads of each worker's part (kept with the run: :meth:`StageRunner.columns`).
@@ -132,10 +133,11 @@ class SingleWorkerSingleGpu(GpustackStage):
             )
             ran, (runs, messages) = selection.runner.columns(_RULE, inputs, gpu_type, workers, _COLUMNS)
             if messages.count(None) != len(messages):  # some worker failed: its message, in order
-                failing = map(is_not, messages, repeat(None))
-                for (worker, _), message in compress(zip(ran, messages, strict=True), failing):
+                failing = list(map(is_not, messages, repeat(None)))
+                # each distinct message once, first seen first: what the collector keeps of them all
+                for message in dict.fromkeys(compress(messages, failing)):
                     events.add(Level.INFO, Action.AUTO_SINGLE_GPU, message, Reason.INSUFFICIENT_VRAM)
-                    failed.append(worker)
+                failed += compress(map(_WORKER, ran), failing)
             slots += runs
             keys.append(inputs)
             layout.append(workers)
