@@ -622,9 +622,9 @@ def test_a_booking_patches_the_last_run_with_the_booked_worker_only() -> None:
     patched: list[bool] = []
     result_of, patch_of = StageRunner._result, StageRunner._patched
 
-    def spy_result(self: Any, rule: Any, inputs: Any, gpu_type: Any, worker: Any) -> Any:
+    def spy_result(self: Any, rule: Any, inputs: Any, gpu_type: Any, worker: Any, *rest: Any) -> Any:
         evaluated.append(worker.id)
-        return result_of(self, rule, inputs, gpu_type, worker)
+        return result_of(self, rule, inputs, gpu_type, worker, *rest)
 
     def spy_patched(self: Any, *args: Any) -> Any:
         found = patch_of(self, *args)
