@@ -22,6 +22,14 @@ messages, keeping ``--batch-inflight`` messages per process outstanding.
 Latency is still per request, from the ``submit_many()`` call that carried it
 to its result.
 
+``--rate R`` adds an open-loop round after every round (a fresh database and
+workers, the same warm-up): requests offered at R per second whatever the
+service does (a batch of the round's size, or one request, sent every
+size ÷ R seconds on a fixed schedule, as a control plane with steady
+arrivals sends them), ``--rate-requests`` of them, with each request's latency
+from the call that sent it to its result: the p50/p99 at that load, where the
+closed loop's latencies only restate how many requests it keeps in flight.
+
 ``--instances N`` starts the round with N control-plane instances already
 running (small one-GPU models spread over every worker by a seeded generator,
 :func:`running_instances`), so the core decides against N + the bench's own
@@ -186,12 +194,14 @@ def run_round(
     args: argparse.Namespace,
     snapshot: dict[str, Any],
     server_pid: int | None = None,
+    offering: bool = False,
 ) -> dict[str, Any]:
     """One measurement with ``processes`` worker processes on a fresh database.
 
     Throughput: ``--inflight`` outstanding requests per process (saturates the
     workers). Latency: one request outstanding at a time (no queueing), which
-    is what a request sees on an idle-to-moderately loaded deployment.
+    is what a request sees on an idle-to-moderately loaded deployment. With
+    ``offering``, the round is the open loop at ``--rate`` instead (after the same warm-up).
     """
     from tasks.base.settings import Settings, reset_settings
     from tasks.edges.client import ServiceClient
@@ -220,7 +230,15 @@ def run_round(
         time.sleep(0.3)
         mix = MIXES[args.mix]
         inflight = (args.batch_inflight * batch if batch else args.inflight) * processes
-        _drive(client, reader, plan(args.warmup, mix, f"warm{processes}"), inflight, batch)
+        # Every worker process decides each request shape before the clock starts (a long-lived
+        # worker's memo is warm): in a batch round, at least 8 batches per process.
+        warmup = max(args.warmup, 8 * batch * processes)
+        _drive(client, reader, plan(warmup, mix, f"warm{processes}"), inflight, batch)
+        if offering:  # the open loop alone, on the cluster the closed loop starts from
+            offering_plan = plan(args.rate_requests, mix, f"rate{processes}")
+            offered = _offer(client, reader, offering_plan, batch, args.rate)
+            reader.done.set()
+            return {"processes": processes, "batch": batch, "offered": offered}
         measured = plan(args.requests, mix, f"run{processes}")
         pids = _process_pids(server_pid, workers) if args.cpu_split else {}
         cpu_before = _cpu_ticks(pids)
@@ -316,6 +334,40 @@ def _drive(
     return latencies
 
 
+def _offer(
+    client: Any, reader: ResultReader, requests: list[dict[str, Any]], batch: int, rate: float
+) -> dict[str, float]:
+    """Open loop: send ``batch`` requests (one when 0) every ``batch / rate`` s on a fixed
+    schedule, then wait for every result; the latencies (ms) and how far sending fell behind."""
+    step = max(batch, 1)
+    chunks = [requests[start:start + step] for start in range(0, len(requests), step)]
+    submitted: dict[str, float] = {}
+    started = time.perf_counter()
+    behind = 0.0
+    for number, chunk in enumerate(chunks):
+        due = started + number * step / rate
+        wait = due - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
+        behind = max(behind, -wait)
+        now = time.perf_counter()
+        submitted.update((item["request_id"], now) for item in chunk)
+        if batch:
+            client.submit_many(chunk)
+        else:
+            client.submit(chunk[0])
+    deadline = time.monotonic() + 600
+    while any(rid not in reader.seen for rid in submitted):
+        if time.monotonic() > deadline:
+            raise RuntimeError("offered requests never got a result")
+        with reader.changed:
+            reader.changed.wait(0.05)
+    wall = max(reader.seen[rid] for rid in submitted) - started
+    latencies = [(reader.seen[rid] - sent) * 1000 for rid, sent in submitted.items()]
+    return {"rate": rate, "achieved": len(submitted) / wall, "p50_ms": percentile(latencies, 50),
+            "p99_ms": percentile(latencies, 99), "max_ms": max(latencies), "behind_ms": behind * 1000}
+
+
 def _core_ms(client: Any, request_ids: set[str]) -> list[float]:
     from tasks.state.streams import iter_stream
 
@@ -331,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, nargs="*", default=[1, 2, 4], help="processes per round")
     parser.add_argument("--requests", type=int, default=400, help="measured requests per round")
-    parser.add_argument("--warmup", type=int, default=40)
+    parser.add_argument("--warmup", type=int, default=40,
+                        help="decided before the clock starts (batch rounds: 8 batches a process at least)")
     parser.add_argument("--inflight", type=int, default=2,
                         help="outstanding requests per process in the throughput phase")
     parser.add_argument("--latency-requests", type=int, default=200,
@@ -351,6 +404,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mix", choices=sorted(MIXES), default="mixed")
     parser.add_argument("--redis-url", default=None,
                         help="use this Redis (its database is flushed!) instead of a private one")
+    parser.add_argument("--rate", type=float, default=0.0,
+                        help="also offer requests at this rate (per s, open loop) and report their latency")
+    parser.add_argument("--rate-requests", type=int, default=1500, help="requests offered at --rate")
     parser.add_argument("--cpu-split", action="store_true",
                         help="also print each process's CPU ms per decision under load (Linux /proc)")
     args = parser.parse_args(argv)
@@ -380,6 +436,13 @@ def main(argv: list[str] | None = None) -> int:
                 split = ", ".join(f"{role} {ms:.2f}" for role, ms in row["cpu_ms"].items())
                 print(f"      CPU ms per decision under load: {split} "
                       f"(total {sum(row['cpu_ms'].values()):.2f})", flush=True)
+            if args.rate:
+                rate_args = argparse.Namespace(**{**vars(args), "batch": batch})
+                got = run_round(url, processes, rate_args, snapshot, server_pid, offering=True)["offered"]
+                print(f"      offered {got['rate']:.0f}/s (open loop, a round of its own): completed "
+                      f"{got['achieved']:.1f}/s, p50 {got['p50_ms']:.1f} ms, p99 {got['p99_ms']:.1f} ms, "
+                      f"max {got['max_ms']:.1f} ms; sending fell behind by up to {got['behind_ms']:.1f} ms",
+                      flush=True)
     finally:
         if server is not None:
             server.remove()
