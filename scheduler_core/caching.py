@@ -29,17 +29,22 @@ wrapper alone decides when its answer can be reused.
 from __future__ import annotations
 
 import operator
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from itertools import chain
+from dataclasses import dataclass
+from itertools import chain, compress, count, repeat
 from typing import Any, Generic, Protocol, TypeVar
 
+from scheduler_core import fenwick
 from scheduler_core.accounting import Allocatable
 from scheduler_core.cluster import ClusterState
 from scheduler_core.memo import LastRun, Memoized, SlotKey, SnapshotMemo, StageOutcomes, same_objects
+from scheduler_core.outcomes import RunsPart
 from scheduler_core.workers import Gpu, WorkerView
 
 _T = TypeVar("_T")
+_D = TypeVar("_D")
 _R = TypeVar("_R")
 _K = TypeVar("_K", bound=Hashable)
 _V = TypeVar("_V")
@@ -181,12 +186,12 @@ class StageRunner:
         changed = memo.changed_since(last.mark)
         if changed is None or len(changed) > self.PATCH_LIMIT:
             return None
-        results = list(last.results)
+        results = last.results  # patched in place: the run's users follow its version (LastRun)
         positions = last.positions
         entries, generations = table.entries, memo.generations
         shapes = _shapes(table)
         evaluated: list[int] = []
-        for worker_id in set(changed):
+        for worker_id in sorted(set(changed)):
             position = positions.get(worker_id)
             if position is None:  # not among these workers
                 continue
@@ -196,8 +201,11 @@ class StageRunner:
             entries[worker_id] = (worker, generation, result)
             results[position] = (worker, result)
             evaluated.append(position)
-        last.patched = None  # one link back at most: the runs before it are not kept alive
-        table.last = LastRun(workers, results, memo.journal_mark(), positions, (last, evaluated))
+        if evaluated:
+            for getters, lists in last.columns.items():
+                _patch_columns(lists, getters, results, evaluated)
+            last.patched(evaluated)
+        last.mark = memo.journal_mark()
         return results
 
     def columns(
@@ -206,24 +214,26 @@ class StageRunner:
         inputs: _I,
         gpu_type: str | None,
         workers: Sequence[WorkerView],
-        getters: tuple[Callable[[_P], Any], ...],
-    ) -> tuple[list[tuple[WorkerView, _P]], tuple[list[Any], ...]]:
+        getters: Getters,
+    ) -> Columns:
         """:meth:`run`, and per getter the list of its value of each worker's result, in order.
 
-        With a memo the lists are kept with the run and, when the run was patched, the
-        previous run's lists are patched where it was (a booking: one worker's entry), not
-        read off every result again. Read the lists, never change them. ``getters`` must
-        be pure functions of a result (module constants: they key the kept lists).
+        With a memo the lists are kept with the run (:class:`~scheduler_core.memo.LastRun`)
+        and patched with it, where it was patched (a booking: one worker's entry), not read
+        off every result again; the returned :attr:`Columns.run` and :attr:`Columns.version`
+        say which kept run and which of its versions they are. Read the lists, never change
+        them, and only during this decision (the next patch rewrites them). ``getters`` must be
+        pure functions of a result (module constants: they key the kept lists).
         """
         results = self.run(rule, inputs, gpu_type, workers)
         memo = self._memo
         last = None if memo is None else memo.stage_outcomes((rule.name, inputs, gpu_type)).last
         if last is None or last.results is not results:
-            return results, _read_columns(results, getters)
+            return Columns(results, _read_columns(results, getters), None, 0)
         kept = last.columns.get(getters)
         if kept is None:
-            kept = last.columns[getters] = _patched_columns(last, getters)
-        return results, kept
+            kept = last.columns[getters] = _read_columns(results, getters)
+        return Columns(results, kept, last, last.version)
 
     def subset(
         self, slot: SlotKey, workers: Sequence[WorkerView], keep: Callable[[WorkerView], bool]
@@ -306,19 +316,98 @@ def _read_columns(results: Sequence[tuple[WorkerView, Any]], getters: Getters) -
     return tuple(list(map(getter, outcomes)) for getter in getters)
 
 
-def _patched_columns(last: LastRun, getters: Getters) -> tuple[list[Any], ...]:
-    """The columns of ``last``: its source run's, patched at the positions evaluated again."""
-    source = last.patched
-    previous = None if source is None else source[0].columns.get(getters)
-    if source is None or previous is None:
-        return _read_columns(last.results, getters)
-    columns = tuple(list(column) for column in previous)
-    results = last.results
-    for position in source[1]:
+def _patch_columns(
+    lists: tuple[list[Any], ...], getters: Getters, results: list[Any], positions: list[int]
+) -> None:
+    """Rewrite the columns at ``positions`` from the results there."""
+    for position in positions:
         result = results[position][1]
-        for column, getter in zip(columns, getters, strict=True):
+        for column, getter in zip(lists, getters, strict=True):
             column[position] = getter(result)
-    return columns
+
+
+@dataclass(frozen=True, slots=True)
+class Columns:
+    """What :meth:`StageRunner.columns` gives: the run's results, the lists read off them, and
+    (with a memo) the kept run they belong to and its version (None and 0 without one)."""
+
+    results: list[tuple[WorkerView, Any]]
+    lists: tuple[list[Any], ...]
+    run: LastRun | None
+    version: int
+
+    def derived(self, key: Hashable, build: Callable[[], _D], patch: Callable[[_D, list[int]], bool]) -> _D:
+        """``build()``, something derived from these lists and results, kept with the run.
+
+        Kept with a memo, it is brought up to date by ``patch(state, positions)`` with the
+        positions the run was patched at since it was last handed out (``patch`` changes
+        ``state`` in place and returns False when it cannot: then it is built again); when
+        the run has not changed since, it is handed out as it is. Both must read nothing but
+        these lists and results and what ``key`` names (so every other input of theirs is part
+        of ``key``); the state is the run's: use it during this decision only.
+        """
+        run = self.run
+        if run is None:
+            return build()
+        entry = run.kept.get(key)
+        if entry is not None:
+            version, state = entry
+            changed = run.changed_since(version)
+            if changed is not None and (not changed or patch(state, changed)):
+                run.kept[key] = (run.version, state)
+                return state  # type: ignore[no-any-return]
+        state = build()
+        run.kept[key] = (run.version, state)
+        return state
+
+
+def none_positions(columns: Columns, column: int, *, none: bool = True) -> list[int]:
+    """The positions whose value in ``columns.lists[column]`` is None (``none``) or is not,
+    ascending, kept with the run: a patch moves only the patched positions in or out."""
+    values: list[Any] = columns.lists[column]
+    test = operator.is_ if none else operator.is_not
+
+    def build() -> list[int]:
+        return list(compress(count(), map(test, values, repeat(None))))
+
+    def patch(positions: list[int], changed: list[int]) -> bool:
+        for position in changed:
+            at = bisect_left(positions, position)
+            listed = at < len(positions) and positions[at] == position
+            wanted = (values[position] is None) == none
+            if wanted and not listed:
+                positions.insert(at, position)
+            elif listed and not wanted:
+                del positions[at]
+        return True
+
+    return columns.derived(("none_positions", column, none), build, patch)
+
+
+def joined(columns: Columns, runs: list[Sequence[_T]]) -> RunsPart[_T] | None:
+    """``runs`` (a column of ``columns``: one worker's run each) as a part of a
+    :class:`~scheduler_core.outcomes.JoinedRuns`, with the Fenwick tree of their lengths kept
+    with the run; None without a memo (then a plain tuple joins them faster)."""
+    if columns.run is None:
+        return None
+
+    def build() -> list[Any]:
+        lengths = list(map(len, runs))
+        return [lengths, fenwick.build(lengths), sum(lengths)]
+
+    def patch(state: list[Any], positions: list[int]) -> bool:
+        lengths, tree = state[0], state[1]
+        for position in positions:
+            length = len(runs[position])
+            grown = length - lengths[position]
+            if grown:
+                fenwick.add(tree, position, grown)
+                lengths[position] = length
+                state[2] += grown
+        return True
+
+    state = columns.derived(("joined", id(runs)), build, patch)
+    return RunsPart(tuple(runs), list(state[1]), state[2])
 
 
 class Rule(Generic[_I, _O, _P]):

@@ -27,7 +27,7 @@ from scheduler_core._schemas import ModelSpec
 from scheduler_core.candidates import Candidate
 from scheduler_core.cycle import CycleState, DecisionInputs, PolicySettings
 from scheduler_core.events import Action, Event, Level
-from scheduler_core.outcomes import ReasonFailures, StageOutcome
+from scheduler_core.outcomes import JoinedRuns, ReasonFailures, StageOutcome
 from scheduler_core.ranking import Ranking
 from scheduler_core.reasons import ClusterChange, Reason
 from scheduler_core.selection import Selection
@@ -232,10 +232,11 @@ def passes_filters(model: ModelSpec, worker: WorkerView, filters: Sequence[Worke
 
 @dataclass(frozen=True, slots=True)
 class SelectorOutcome:
-    """Candidates in selector order, GPUStack's messages, the events, the deciding stage,
-    and the failures per reason of every stage that ran (in stage order)."""
+    """Candidates in selector order (an immutable sequence: a tuple, or a stage's runs joined
+    without a copy), GPUStack's messages, the events, the deciding stage, and the failures
+    per reason of every stage that ran (in stage order)."""
 
-    candidates: tuple[Candidate, ...]
+    candidates: Sequence[Candidate]
     messages: tuple[str, ...]
     events: tuple[Event, ...]
     stage: str | None
@@ -275,7 +276,8 @@ def _outcome(
     selection: Selection, candidates: Sequence[Candidate], stage: str | None, failures: list[ReasonFailures]
 ) -> SelectorOutcome:
     log = selection.log
-    return SelectorOutcome(tuple(candidates), tuple(log.messages), log.events.events, stage, tuple(failures))
+    kept = candidates if isinstance(candidates, tuple | JoinedRuns) else tuple(candidates)  # no copy of those
+    return SelectorOutcome(kept, tuple(log.messages), log.events.events, stage, tuple(failures))
 
 
 def wake_table(

@@ -129,13 +129,20 @@ class LastRun:
     """One run of a rule over a worker sequence, kept so that the next run over the same
     workers only evaluates the workers whose instances changed since (the journal).
 
-    ``columns`` are lists read off the results (per tuple of getters, one list per getter,
-    in worker order) that a stage asked for; ``patched`` is the run this one was patched
-    from and the positions evaluated again, so the next request for the same columns
-    patches that run's lists instead of reading every result again.
+    A later run over the same workers *patches* this one in place: ``results`` and every
+    list of ``columns`` (per tuple of getters, one list per getter read off the results,
+    in worker order, that a stage asked for) are rewritten at the positions evaluated
+    again, ``version`` counts the patches that changed something and ``log`` says which
+    positions each changed (the last :data:`LOG` of them), so whoever kept something
+    derived from the run at an earlier version can bring it up to date from the changed
+    positions alone (:meth:`changed_since`), in ``kept`` or elsewhere. ``kept`` is the
+    users' room for such derived state; it lives and dies with the run.
     """
 
-    __slots__ = ("columns", "mark", "patched", "positions", "results", "workers")
+    __slots__ = ("columns", "kept", "log", "mark", "positions", "results", "version", "workers")
+
+    #: Patches whose positions the log keeps.
+    LOG = 64
 
     def __init__(
         self,
@@ -143,15 +150,39 @@ class LastRun:
         results: list[tuple[WorkerView, object]],
         mark: tuple[int, int],
         positions: dict[int, int] | None = None,
-        patched: tuple[LastRun, list[int]] | None = None,
     ) -> None:
         self.workers = workers
         self.results = results
         self.mark = mark
         #: Each worker's position (None: a worker id listed twice, so no patching).
         self.positions = positions if positions is not None else _positions(workers)
-        self.columns: dict[Hashable, tuple[list[Any], ...]] = {}
-        self.patched = patched
+        self.columns: dict[tuple[Callable[[Any], Any], ...], tuple[list[Any], ...]] = {}
+        self.version = 0
+        self.log: list[tuple[int, list[int]]] = []
+        self.kept: dict[Hashable, Any] = {}
+
+    def patched(self, positions: list[int]) -> None:
+        """Note a patch that rewrote ``positions`` (a new version, logged)."""
+        self.version += 1
+        log = self.log
+        log.append((self.version, positions))
+        if len(log) > self.LOG:
+            del log[: len(log) - self.LOG]
+
+    def changed_since(self, version: int) -> list[int] | None:
+        """The positions rewritten after ``version`` (ascending, once each); None when the log
+        no longer reaches back that far."""
+        if version == self.version:
+            return []
+        log = self.log
+        if version > self.version or not log or log[0][0] > version + 1:
+            return None
+        changed: set[int] = set()
+        for patched, positions in reversed(log):
+            if patched <= version:
+                break
+            changed.update(positions)
+        return sorted(changed)
 
 
 def _positions(workers: Sequence[WorkerView]) -> dict[int, int] | None:

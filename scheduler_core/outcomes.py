@@ -14,9 +14,12 @@ GPUStack's message texts stay in the decision log the stages record into
 from __future__ import annotations
 
 import operator
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
+from typing import Any, Generic, TypeVar, overload
 
+from scheduler_core import fenwick
 from scheduler_core.candidates import Candidate
 from scheduler_core.reasons import Reason
 from scheduler_core.workers import WorkerView
@@ -50,6 +53,70 @@ class StageOutcome:
     failures: tuple[ReasonFailures, ...] = ()
 
 
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class RunsPart(Generic[_T]):
+    """One sequence of runs (one GPU type's workers), with the Fenwick tree of their lengths
+    (:mod:`scheduler_core.fenwick`) and their total; nothing changes it once made."""
+
+    runs: tuple[Sequence[_T], ...]
+    tree: list[int]
+    size: int
+
+
+class JoinedRuns(Sequence[Candidate]):
+    """A stage's candidates: its runs (one worker's each) joined in order, without a copy.
+
+    Its length is the parts' totals; a candidate by position is found in O(log n) through
+    its part's Fenwick tree; iteration walks the runs. A decision reads a few candidates
+    (the pick, the shown) of thousands, so joining them into a tuple would cost more than
+    everything read from them.
+    """
+
+    __slots__ = ("_parts", "_size")
+
+    def __init__(self, parts: Sequence[RunsPart[Candidate]]) -> None:
+        self._parts = tuple(part for part in parts if part.size)
+        self._size = sum(part.size for part in self._parts)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __iter__(self) -> Iterator[Candidate]:
+        return chain.from_iterable(chain.from_iterable(part.runs for part in self._parts))
+
+    @overload
+    def __getitem__(self, index: int) -> Candidate: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Candidate, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> Candidate | tuple[Candidate, ...]:
+        if isinstance(index, slice):
+            return tuple(self)[index]
+        position = index + self._size if index < 0 else index
+        if not 0 <= position < self._size:
+            raise IndexError("candidate index out of range")
+        for part in self._parts:
+            if position < part.size:
+                slot, at = fenwick.locate(part.tree, position)
+                return part.runs[slot][at]
+            position -= part.size
+        raise IndexError("candidate index out of range")  # unreachable: the sizes add up
+
+
+def join_runs(
+    slots: Sequence[Sequence[Candidate]], parts: Sequence[RunsPart[Candidate] | None]
+) -> Sequence[Candidate]:
+    """A stage's candidates from its runs in order: lazily (:class:`JoinedRuns`) when every
+    part came with its lengths' tree (a memo keeps them), else joined into a tuple."""
+    if parts and None not in parts:
+        return JoinedRuns([part for part in parts if part is not None])
+    return tuple(chain.from_iterable(slots))
+
+
 @dataclass(frozen=True, slots=True)
 class CandidateRuns:
     """A stage's candidates as the runs of one worker each they were joined from: the runner
@@ -66,10 +133,13 @@ class CandidateRuns:
             keys and the same layout put the same worker at each position.
     """
 
-    candidates: tuple[Candidate, ...]
+    candidates: Sequence[Candidate]
     slots: tuple[Sequence[Candidate], ...]
     key: Hashable
     layout: tuple[Sequence[WorkerView], ...]
+    #: Per GPU type, the kept run the slots were read from and its version (None without a
+    #: memo): a scorer that last saw those versions takes the changed slots from its log.
+    lineage: tuple[tuple[Any, int], ...] = ()
 
     @property
     def runs(self) -> tuple[Sequence[Candidate], ...]:

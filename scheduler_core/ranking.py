@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from itertools import accumulate, chain, compress, count, repeat
 from typing import Protocol
 
+from scheduler_core import fenwick
 from scheduler_core.candidates import Candidate
 
 #: A candidate's key in a bucket: its slot's position × STRIDE + its index in the slot's run
@@ -134,7 +135,7 @@ class SlotRanking:
             high = bisect_right(ranked, score, low)
             self._buckets[score] = ranked_keys[low:high]
             low = high
-        self._tree = _fenwick(lengths)
+        self._tree = fenwick.build(lengths)
         self.size = len(keys)
         #: Scores of the positions handed out by the last :meth:`best` / :meth:`shown`.
         self._noted: dict[int, float] = {}
@@ -160,7 +161,7 @@ class SlotRanking:
             self._scores[position] = new
             self.slots[position] = run
             if len(new) != len(old):
-                _fenwick_add(self._tree, position, len(new) - len(old))
+                fenwick.add(self._tree, position, len(new) - len(old))
                 self.size += len(new) - len(old)
 
     def best(self) -> int | None:
@@ -196,7 +197,7 @@ class SlotRanking:
 
     def _position(self, key: int, score: float) -> int:
         slot = key >> STRIDE_BITS
-        position = _fenwick_prefix(self._tree, slot) + (key & _INDEX_MASK)
+        position = fenwick.prefix(self._tree, slot) + (key & _INDEX_MASK)
         self._noted[position] = score
         return position
 
@@ -220,30 +221,3 @@ class SlotRanking:
                 insort(self._order, score)
             else:
                 insort(bucket, base + index)
-
-
-def _fenwick(lengths: list[int]) -> list[int]:
-    """A Fenwick tree (1-based) over ``lengths``, built in one pass."""
-    tree = [0, *lengths]
-    size = len(tree)
-    for node in range(1, size):
-        parent = node + (node & -node)
-        if parent < size:
-            tree[parent] += tree[node]
-    return tree
-
-
-def _fenwick_add(tree: list[int], slot: int, delta: int) -> None:
-    node = slot + 1
-    while node < len(tree):
-        tree[node] += delta
-        node += node & -node
-
-
-def _fenwick_prefix(tree: list[int], slot: int) -> int:
-    """The sum of the lengths of the slots before ``slot``."""
-    total, node = 0, slot
-    while node > 0:
-        total += tree[node]
-        node -= node & -node
-    return total

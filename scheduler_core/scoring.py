@@ -411,7 +411,7 @@ class _SpreadStanding:
     unchanged; the range is kept as a count of the non-empty slots' totals.
     """
 
-    __slots__ = ("counts", "ranges", "ranking", "totals")
+    __slots__ = ("counts", "lineage", "ranges", "ranking", "totals")
 
     def __init__(self) -> None:
         self.ranking: SlotRanking | None = None
@@ -420,14 +420,17 @@ class _SpreadStanding:
         #: How many non-empty slots have each total.
         self.counts: Counter[int] = Counter()
         self.ranges: _Ranges | None = None
+        #: The kept runs and versions the ranking's slots were last taken from.
+        self.lineage: tuple[tuple[Any, int], ...] = ()
 
-    def rank(self, slots: Sequence[Sequence[Candidate]], cluster: ClusterState) -> SlotRanking | None:
+    def rank(self, runs: CandidateRuns, cluster: ClusterState) -> SlotRanking | None:
         """The ranking of this decision's slots (their runs joined are its candidates); None
         when a run is too long for a key (:meth:`SlotRanking.fits`)."""
         ranking = self.ranking
+        slots = runs.slots
         if ranking is None or len(ranking.slots) != len(slots):
-            return self._rebuild(slots, cluster) if SlotRanking.fits(slots) else None
-        changed = ranking.changed(slots)
+            return self._synced(runs, self._rebuild(slots, cluster) if SlotRanking.fits(slots) else None)
+        changed = self._changed(runs, ranking)
         if not SlotRanking.fits([slots[position] for position in changed]):
             self.ranking = None
             return None
@@ -436,9 +439,30 @@ class _SpreadStanding:
             self._count(position, loads, slots[position])
         ranges = self._ranges()
         if ranges != self.ranges:  # the range moved: every score with it
-            return self._rebuild(slots, cluster)
+            return self._synced(runs, self._rebuild(slots, cluster))
         if changed:
             ranking.update(slots, changed, lambda _, run: _spread_for_newcomer(run, loads, ranges))
+        return self._synced(runs, ranking)
+
+    def _changed(self, runs: CandidateRuns, ranking: SlotRanking) -> list[int]:
+        """The slots whose run is not the ranking's: from the kept runs' logs when the ranking
+        was last brought up to date from the same runs (the positions rewritten since), else
+        by comparing every slot."""
+        synced, lineage = self.lineage, runs.lineage
+        if not lineage or len(synced) != len(lineage):
+            return ranking.changed(runs.slots)
+        changed: list[int] = []
+        offset = 0
+        for (run, _), (was, was_version), workers in zip(lineage, synced, runs.layout, strict=True):
+            since = run.changed_since(was_version) if run is not None and run is was else None
+            if since is None:
+                return ranking.changed(runs.slots)
+            changed += (offset + position for position in since)
+            offset += len(workers)
+        return changed
+
+    def _synced(self, runs: CandidateRuns, ranking: SlotRanking | None) -> SlotRanking | None:
+        self.lineage = runs.lineage if ranking is not None else ()
         return ranking
 
     def _rebuild(self, slots: Sequence[Sequence[Candidate]], cluster: ClusterState) -> SlotRanking:
@@ -495,7 +519,7 @@ class GpustackScorer:
         if cluster.runs_model(model.id):
             return None
         standing = cluster.kept(("spread_standing", runs.key), runs.layout, _SpreadStanding)
-        return None if standing is None else standing.rank(runs.slots, cluster)
+        return None if standing is None else standing.rank(runs, cluster)
 
     def score(self, candidates: Sequence[Candidate], selection: Selection) -> list[float]:
         """The placement score of each candidate, in candidate order."""

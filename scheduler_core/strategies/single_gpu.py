@@ -10,19 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain, compress, repeat
-from operator import attrgetter, is_not, itemgetter
+from operator import attrgetter, itemgetter
 from typing import ClassVar
 
 from scheduler_core._units import byte_to_gib
 from scheduler_core.accounting import Allocatable
-from scheduler_core.caching import Rule
+from scheduler_core.caching import Rule, joined, none_positions
 from scheduler_core.candidates import Candidate, Claim
 from scheduler_core.cluster import ram_not_enough
 from scheduler_core.estimate import RamClaimRule
 from scheduler_core.events import Action, Level, list_message
 from scheduler_core.framework import Clears
-from scheduler_core.outcomes import CandidateRuns, FailureTally, StageOutcome
+from scheduler_core.outcomes import CandidateRuns, FailureTally, RunsPart, StageOutcome, join_runs
 from scheduler_core.reasons import MORE_CAPACITY, Reason
 from scheduler_core.selection import Selection
 from scheduler_core.strategies.stage import GpustackStage
@@ -120,6 +119,8 @@ class SingleWorkerSingleGpu(GpustackStage):
         slots: list[tuple[Candidate, ...]] = []
         keys: list[_Inputs] = []
         layout: list[Sequence[WorkerView]] = []
+        parts: list[RunsPart[Candidate] | None] = []
+        lineage: list[tuple[object, int]] = []
         failed: list[WorkerView] = []
         events = selection.log.events
         for gpu_type, workers in selection.workers_by_type.items():
@@ -131,20 +132,23 @@ class SingleWorkerSingleGpu(GpustackStage):
                 selection.is_diffusion,
                 selection.ram_rule,
             )
-            ran, (runs, messages) = selection.runner.columns(_RULE, inputs, gpu_type, workers, _COLUMNS)
-            if messages.count(None) != len(messages):  # some worker failed: its message, in order
-                failing = list(map(is_not, messages, repeat(None)))
-                # each distinct message once, first seen first: what the collector keeps of them all
-                for message in dict.fromkeys(compress(messages, failing)):
+            columns = selection.runner.columns(_RULE, inputs, gpu_type, workers, _COLUMNS)
+            runs, messages = columns.lists
+            failing = none_positions(columns, 1, none=False)  # the workers with a failure message
+            if failing:  # each distinct message once, first seen first: what the collector keeps
+                for message in dict.fromkeys(map(messages.__getitem__, failing)):
                     events.add(Level.INFO, Action.AUTO_SINGLE_GPU, message, Reason.INSUFFICIENT_VRAM)
-                failed += compress(map(_WORKER, ran), failing)
+                failed += map(_WORKER, map(columns.results.__getitem__, failing))
             slots += runs
             keys.append(inputs)
             layout.append(workers)
+            parts.append(joined(columns, runs))
+            lineage.append((columns.run, columns.version))
         if failed:
             tally.add_all(Reason.INSUFFICIENT_VRAM, failed)
-        candidates = tuple(chain.from_iterable(slots))
+        candidates = join_runs(slots, parts)
         if candidates:
-            filed = CandidateRuns(candidates, tuple(slots), (self.name, tuple(keys)), tuple(layout))
+            key = (self.name, tuple(keys))
+            filed = CandidateRuns(candidates, tuple(slots), key, tuple(layout), tuple(lineage))
             selection.state.prepare(CandidateRuns, lambda: filed)
         return tally.outcome(candidates)

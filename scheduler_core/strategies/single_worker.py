@@ -13,20 +13,20 @@ import operator
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain, compress, count, islice, repeat
+from itertools import compress, count, islice, repeat
 from typing import ClassVar
 
 from scheduler_core._units import byte_to_gib
 from scheduler_core.accounting import Allocatable
 from scheduler_core.arguments import TpRule
-from scheduler_core.caching import Rule
+from scheduler_core.caching import Columns, Rule, joined, none_positions
 from scheduler_core.candidates import Candidate, Claim
 from scheduler_core.cluster import balanced_groups, ram_not_enough
 from scheduler_core.estimate import RamClaimRule
 from scheduler_core.events import Action, Level, list_message
 from scheduler_core.framework import Clears
 from scheduler_core.memo import SlotKey
-from scheduler_core.outcomes import CandidateRuns, FailureTally, StageOutcome
+from scheduler_core.outcomes import CandidateRuns, FailureTally, RunsPart, StageOutcome, join_runs
 from scheduler_core.reasons import MORE_CAPACITY, Reason
 from scheduler_core.selection import Selection, effective_vram
 from scheduler_core.strategies.stage import GpustackStage
@@ -167,6 +167,8 @@ class SingleWorkerMultiGpu(GpustackStage):
         slots: list[tuple[Candidate, ...]] = []
         keys: list[_Inputs] = []
         layout: list[Sequence[WorkerView]] = []
+        parts: list[RunsPart[Candidate] | None] = []
+        lineage: list[tuple[object, int]] = []
         for gpu_type, workers in selection.workers_by_type.items():
             inputs = _Inputs(
                 gpu_type,
@@ -180,14 +182,18 @@ class SingleWorkerMultiGpu(GpustackStage):
                 selection.ram_rule,
             )
             several = selection.runner.subset(SEVERAL_GPUS.of(gpu_type), workers, _several_gpus)
-            ran, (found, runs, peaks) = selection.runner.columns(_RULE, inputs, gpu_type, several, _COLUMNS)
+            columns = selection.runner.columns(_RULE, inputs, gpu_type, several, _COLUMNS)
+            runs = columns.lists[1]
             slots += runs
             keys.append(inputs)
             layout.append(several)
-            _track_failures(selection, gpu_type, ran, found, peaks, _Failed(tally, ran))
-        candidates = tuple(chain.from_iterable(slots))
+            parts.append(joined(columns, runs))
+            lineage.append((columns.run, columns.version))
+            _track_failures(selection, gpu_type, columns, _Failed(tally, columns.results))
+        candidates = join_runs(slots, parts)
         if candidates:
-            filed = CandidateRuns(candidates, tuple(slots), (self.name, tuple(keys)), tuple(layout))
+            key = (self.name, tuple(keys))
+            filed = CandidateRuns(candidates, tuple(slots), key, tuple(layout), tuple(lineage))
             selection.state.prepare(CandidateRuns, lambda: filed)
         return tally.outcome(candidates)
 
@@ -229,38 +235,31 @@ def _record_breakers(peaks: list[int], start: int) -> list[int]:
         threshold, position = peaks[found], found + 1
 
 
-def _track_failures(
-    selection: Selection,
-    gpu_type: str | None,
-    ran: list[tuple[WorkerView, _WorkerCandidate]],
-    found: list[Candidate | None],
-    peaks: list[int],
-    failed: _Failed,
-) -> None:
+def _track_failures(selection: Selection, gpu_type: str | None, columns: Columns, failed: _Failed) -> None:
     """GPUStack's walk over the workers of one GPU type, without visiting each of them.
 
     Walking the workers in order, the tracker takes a worker's peak when it beats the
     tracker's VRAM (strictly), and a worker without a candidate records the failure
     message for the tracker's state, once per state. The state only changes at the
     workers whose peak beats every earlier one (:func:`_record_breakers`), so each
-    stretch between two of them records one message if a worker in it failed.
+    stretch between two of them records one message if a worker in it failed. The record
+    breakers and the failing positions are kept with the run (:meth:`Columns.derived`).
 
     Args:
-        ran: the workers and their parts, in worker order.
-        found: each part's candidate (None: the worker failed).
-        peaks: each part's ``peak_total``.
+        columns: the run's workers and parts, in worker order, and the columns of
+            :data:`_COLUMNS` (each part's candidate, None for a failed worker; its peak).
         failed: tallies each failing worker under the reason of its stretch's text.
     """
     tracker = selection.log.multi_gpu
-    if None not in found:  # no failure: only the tracker's last state matters
-        highest = max(peaks, default=-1)
-        if highest > tracker.vram:
-            peak = ran[peaks.index(highest)][1].peak  # the first of the largest, as the walk keeps
+    ran = columns.results
+    setters = _breakers(columns, tracker.vram)
+    failing = none_positions(columns, 0)  # the workers without a candidate
+    if not failing:  # no failure: only the tracker's last state matters
+        if setters:  # the last record is the first of the largest peaks, as the walk keeps
+            peak = ran[setters[-1]][1].peak
             assert peak is not None
             tracker.vram, tracker.satisfied, tracker.total_gpus = peak
         return
-    failing = list(compress(count(), map(operator.is_, found, repeat(None))))
-    setters = _record_breakers(peaks, tracker.vram)
     recorded: tuple[int, int, int] | None = None
     reason = Reason.INSUFFICIENT_VRAM  # set by the first stretch with a failure, which records
     for setter, start, end in zip([None, *setters], [0, *setters], [*setters, len(ran)], strict=True):
@@ -276,6 +275,28 @@ def _track_failures(
                 reason = _record_failure(selection, gpu_type)
             last = bisect_left(failing, end, first)
             failed.add(reason, failing[first:last])
+
+
+def _breakers(columns: Columns, start: int) -> list[int]:
+    """:func:`_record_breakers` of the run's peaks over ``start``, kept with the run (per
+    start): a patch after the last record keeps every record and adds those the patched
+    peaks make."""
+    peaks: list[int] = columns.lists[2]
+
+    def build() -> list[int]:
+        return _record_breakers(peaks, start)
+
+    def patch(breakers: list[int], positions: list[int]) -> bool:
+        if breakers and positions[0] <= breakers[-1]:
+            return False
+        threshold = peaks[breakers[-1]] if breakers else start
+        for position in positions:  # after every record: only a patched peak can make one
+            if peaks[position] > threshold:
+                breakers.append(position)
+                threshold = peaks[position]
+        return True
+
+    return columns.derived(("breakers", start), build, patch)
 
 
 def _record_failure(selection: Selection, gpu_type: str | None) -> Reason:

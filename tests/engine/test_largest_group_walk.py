@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler_core import Reason, Worker
+from scheduler_core.caching import Columns
 from scheduler_core.outcomes import FailureTally
 from scheduler_core.selection import DecisionLog
 from scheduler_core.strategies import single_worker
@@ -85,12 +86,12 @@ def test_the_stage_records_what_the_walk_records(first: list[Any], second: list[
             ]
             expected += _walk(expected_log, gpu_type, entries, views)
             found = [outcome.candidate for outcome in outcomes]
+            runs = [outcome.run for outcome in outcomes]
             peaks = [outcome.peak_total for outcome in outcomes]
             ran = list(zip(views, outcomes, strict=True))
+            columns = Columns(ran, (found, runs, peaks), None, 0)  # no memo: nothing kept
             failed = single_worker._Failed(tally, ran)
-            single_worker._track_failures(
-                SimpleNamespace(log=got_log), gpu_type, ran, found, peaks, failed  # type: ignore[arg-type]
-            )
+            single_worker._track_failures(SimpleNamespace(log=got_log), gpu_type, columns, failed)  # type: ignore[arg-type]
             failing |= {view.id for view, (_, _, has) in zip(views, entries, strict=True) if not has}
     assert got == expected
     # every worker without a candidate is tallied once (the two types' workers share ids)

@@ -109,3 +109,36 @@ def test_decisions_through_kept_rankings_match_fresh_decisions(seed: int) -> Non
             placed.append(_instance(step, remembered, row["id"]))
         if placed and rng.random() < 0.3:
             placed.pop(rng.randrange(len(placed)))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1))
+def test_kept_stages_and_rankings_on_a_mixed_fleet_match_fresh_decisions(seed: int) -> None:
+    """Two GPU types (a stage walks each type's workers with the tracker the first left),
+    bookings and releases on both, a few models asked again and again, so that the stages'
+    kept failing positions and record breakers and the rankings' slots follow many patches:
+    every decision equals the same decision without a memo."""
+    from tests.engine.test_snapshot_memo import _worker_row
+
+    rng = random.Random(seed)
+    workers = [Worker.model_validate(_worker_row(rng, i)) for i in range(1, rng.randint(6, 16))]
+    shapes = [(rng.choice([1, 2, 4]), rng.choice([6, 14, 30, 70])) for _ in range(3)]
+    placed: list[ModelInstance] = []
+    memo = SnapshotMemo()
+    chain = replace(DEFAULT_CHAIN, max_candidates=rng.choice([1, 3, 16]))
+    for step in range(40):
+        tp, size = rng.choice(shapes)
+        row = model(
+            id=2_000 + step, name=f"m{step}", backend_parameters=[] if tp == 1 else ["--tp-size", str(tp)],
+            weight_bytes=weight_for_estimate(size),
+        )
+        row["hf_config"] = {**row["hf_config"], "num_attention_heads": 32, "num_key_value_heads": 8}
+        request = ScheduleRequest.model_validate({"request_id": f"r{step}", "model": row}).model_copy(
+            update={"workers": workers, "model_instances": list(placed)}
+        )
+        remembered = schedule(request, memo=memo, chain=chain)
+        assert remembered.model_dump_json() == schedule(request, chain=chain).model_dump_json(), step
+        if remembered.status == "scheduled":
+            placed.append(_instance(step, remembered, row["id"]))
+        if placed and rng.random() < 0.35:
+            placed.pop(rng.randrange(len(placed)))

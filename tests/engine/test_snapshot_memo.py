@@ -654,8 +654,7 @@ def test_a_booking_patches_the_last_run_with_the_booked_worker_only() -> None:
 
 def test_columns_of_a_patched_run_are_the_last_ones_patched_at_the_booked_worker() -> None:
     """A stage's columns (lists read off each worker's result) after a booking: the last run's
-    lists with the booked worker's entries read again, equal to reading every result; lists
-    of a run that was not patched from one with the same columns are read in full."""
+    lists with the booked worker's entries read again, equal to reading every result."""
     from scheduler_core.caching import StageRunner
     from scheduler_core.cluster import ClusterState
     from scheduler_core.workers import worker_view
@@ -668,8 +667,9 @@ def test_columns_of_a_patched_run_are_the_last_ones_patched_at_the_booked_worker
 
     def columns(placed: list[ModelInstance]) -> tuple[Any, ...]:
         runner = StageRunner(ClusterState(views, placed, memo), memo)
-        ran, (found,) = runner.columns(rule, 0, "cuda", views, (totals,))
-        assert found == [totals(result) for _, result in ran]
+        kept = runner.columns(rule, 0, "cuda", views, (totals,))
+        (found,) = kept.lists
+        assert found == [totals(result) for _, result in kept.results]
         return tuple(found)
 
     assert columns([]) == (160, 160, 160, 160)
