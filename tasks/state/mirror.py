@@ -66,10 +66,10 @@ class ClusterMirror:
         self.cluster = cluster
         self.fold = ClusterFold()
         self.last_id: str | None = None
-        #: Bookings applied ahead of their commit: version → instance key.
-        self._ahead: dict[int, str] = {}
+        #: Bookings applied ahead of their commit: version → (instance key, the data sent).
+        self._ahead: dict[int, tuple[str, str]] = {}
         #: Bookings applied ahead and committed, whose stream entries are still to come.
-        self._settled: dict[int, str] = {}
+        self._settled: dict[int, tuple[str, str]] = {}
 
     def reload(self) -> ClusterFold:
         """Read the whole state again (first use, or a gap in the changes stream)."""
@@ -144,7 +144,7 @@ class ClusterMirror:
         version = self.fold.version + 1
         data = decode_data(booked_data)
         self.fold.apply_change(RESERVATION_BOOKED, version, data, self.cluster.snapshot_rows)
-        self._ahead[version] = str(data["instance_key"])
+        self._ahead[version] = (str(data["instance_key"]), booked_data)
 
     def settle(self, *, committed: bool) -> None:
         """Keep the bookings applied ahead (``committed``: each booked at its version), or undo them.
@@ -157,15 +157,16 @@ class ClusterMirror:
         if committed:
             self._settled.update(self._ahead)
         else:
-            self.fold.apply_released(min(self._ahead) - 1, list(self._ahead.values()))
+            self.fold.apply_released(min(self._ahead) - 1, [key for key, _ in self._ahead.values()])
         self._ahead = {}
 
     def _apply(self, fields: dict[str, str]) -> bool:
         version = int(fields["version"])
         if version in self._settled:  # already in the fold: booked ahead, then committed
-            key = self._settled.pop(version)
-            booked = fields["type"] == RESERVATION_BOOKED
-            return booked and decode_data(fields["data"]).get("instance_key") == key
+            _, data = self._settled.pop(version)
+            # reserve.lua records the booking's data as it was sent: the very same text says it
+            # is this booking (anything else, even the same key booked otherwise, reloads)
+            return fields["type"] == RESERVATION_BOOKED and fields["data"] == data
         if version != self.fold.version + 1:
             # A change after the position the state was read at always follows
             # its version; anything else is a gap, or Redis went back in time.
