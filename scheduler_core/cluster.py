@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import operator
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Protocol, TypeVar
 
@@ -61,6 +61,10 @@ class WorkerValues(Protocol):
 
     def running_models(self) -> Mapping[int | None, int]:
         """Instances per model id among the instances of the last ``track_instances``."""
+        ...
+
+    def model_hosts(self, model_id: int | None) -> Collection[int]:
+        """The workers the instances of ``model_id`` are bound to, among those instances."""
         ...
 
     def by_id(self, views: Sequence[WorkerView]) -> Mapping[int, WorkerView]:
@@ -135,6 +139,13 @@ class ClusterState:
         if self._models is None:
             self._models = {instance.model_id for instance in self.instances}
         return model_id in self._models
+
+    def model_hosts(self, model_id: int | None) -> Collection[int]:
+        """The workers an instance of ``model_id`` is bound to (as main or subordinate)."""
+        if self._remembered is not None:
+            return self._remembered.model_hosts(model_id)
+        return {worker_id for worker_id, instances in self._bound.items()
+                if any(instance.model_id == model_id for instance in instances)}
 
     def instances_on(self, worker_id: int) -> Sequence[ModelInstance]:
         """Instances bound to the worker as main or as subordinate, in input order."""

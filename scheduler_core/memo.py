@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain, compress, count, filterfalse
 from typing import Any, Generic, TypeVar
 
 from scheduler_core._schemas import ModelInstance
-from scheduler_core.accounting import occupied_workers
+from scheduler_core.accounting import holdings, occupied_workers
 from scheduler_core.cluster import InstanceIndex, index_instances
 from scheduler_core.workers import WorkerView
 
@@ -191,6 +191,16 @@ def _positions(workers: Sequence[WorkerView]) -> dict[int, int] | None:
 
 
 _MODEL_ID = operator.attrgetter("model_id")
+_NO_HOSTS: Counter[int] = Counter()
+
+
+def _add_hosts(hosts: dict[int | None, Counter[int]], instances: Iterable[ModelInstance]) -> None:
+    """Count each instance at the workers it is bound to (as :func:`index_instances` binds it)."""
+    for instance in instances:
+        bound = hosts.get(instance.model_id)
+        if bound is None:
+            bound = hosts[instance.model_id] = Counter()
+        bound.update({worker_id for worker_id, _ in holdings(instance)})  # each worker once
 
 
 class Memoized(Generic[_K, _V]):
@@ -290,8 +300,8 @@ class SnapshotMemo:
     """
 
     __slots__ = (
-        "_derived", "_entries", "_era", "_functions", "_ids", "_index", "_instances", "_journal", "_kept",
-        "_models", "_objects", "_passed", "_stages", "_tallies", "_views", "generations",
+        "_derived", "_entries", "_era", "_functions", "_hosts", "_ids", "_index", "_instances", "_journal",
+        "_kept", "_models", "_objects", "_passed", "_stages", "_tallies", "_views", "generations",
     )
 
     #: Entries kept at most per kind; beyond it that kind starts over (workers come and go).
@@ -317,6 +327,8 @@ class SnapshotMemo:
         self._ids: set[int] | None = set()
         #: Instances of :attr:`_instances` per model id.
         self._models: Counter[int | None] = Counter()
+        #: Per model id, the workers its instances are bound to (and how many of them each).
+        self._hosts: dict[int | None, Counter[int]] = {}
         self._derived: dict[SlotKey, tuple[tuple[object, ...], object]] = {}
         self._stages: dict[tuple[object, ...], StageOutcomes] = {}
         #: Views of worker rows by row identity (the row is kept, so its id stays its own).
@@ -352,9 +364,12 @@ class SnapshotMemo:
             if self._note_added(added):
                 index_instances(added, self._index)
                 self._models.update(map(_MODEL_ID, added))
+                _add_hosts(self._hosts, added)
                 return self._index
         self._index = index_instances(instances)
         self._models = Counter(map(_MODEL_ID, instances))
+        self._hosts = {}
+        _add_hosts(self._hosts, instances)
         self._rediff(previous, instances)
         return self._index
 
@@ -365,6 +380,11 @@ class SnapshotMemo:
     def running_models(self) -> Mapping[int | None, int]:
         """Instances per model id among the instances of the last :meth:`track_instances`."""
         return self._models
+
+    def model_hosts(self, model_id: int | None) -> Collection[int]:
+        """The workers the instances of ``model_id`` are bound to (main or subordinate), among
+        the instances of the last :meth:`track_instances` (read it, never change it)."""
+        return self._hosts.get(model_id, _NO_HOSTS).keys()
 
     def _note_added(self, added: tuple[ModelInstance, ...]) -> bool:
         """Bump the generations of the workers ``added`` occupies; False for an object listed twice."""

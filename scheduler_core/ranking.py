@@ -18,8 +18,8 @@ from __future__ import annotations
 import heapq
 import operator
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Callable, Sequence
-from itertools import accumulate, chain, compress, count, repeat
+from collections.abc import Callable, Container, Iterator, Sequence
+from itertools import accumulate, chain, compress, count, islice, repeat
 from typing import Protocol
 
 from scheduler_core import fenwick
@@ -195,11 +195,33 @@ class SlotRanking:
         """The score of a candidate :meth:`best` or :meth:`shown` handed out."""
         return self._noted[position]
 
+    def overlaid(self, replaced: dict[int, list[float]]) -> Ranking:
+        """This ranking with the scores of the runs at ``replaced``'s slots replaced by its
+        lists (this decision only: the kept ranking is not changed)."""
+        return _Overlaid(self, replaced)
+
+    def ranked(self, skipped: Container[int] = ()) -> Iterator[tuple[float, int]]:
+        """``(score, key)`` of every candidate, best first, earlier first among equal scores;
+        the candidates of ``skipped`` slots left out."""
+        buckets = self._buckets
+        for score in reversed(self._order):
+            for key in buckets[score]:
+                if key >> STRIDE_BITS not in skipped:
+                    yield score, key
+
+    def flat(self) -> list[float]:
+        """Every candidate's score, in selector order."""
+        return list(chain.from_iterable(self._scores))
+
     def _position(self, key: int, score: float) -> int:
         slot = key >> STRIDE_BITS
         position = fenwick.prefix(self._tree, slot) + (key & _INDEX_MASK)
         self._noted[position] = score
         return position
+
+    def position_of(self, key: int) -> int:
+        """The position among the joined candidates of the candidate ``key`` names."""
+        return fenwick.prefix(self._tree, key >> STRIDE_BITS) + (key & _INDEX_MASK)
 
     def _remove(self, slot: int, scores: list[float]) -> None:
         base = slot << STRIDE_BITS
@@ -221,3 +243,64 @@ class SlotRanking:
                 insort(self._order, score)
             else:
                 insort(bucket, base + index)
+
+
+class _Overlaid:
+    """A :class:`SlotRanking` with some slots scored otherwise for one decision (a model already
+    running on those workers): both rankings merged, best first, earlier first among ties."""
+
+    __slots__ = ("_base", "_extra", "_noted", "_replaced")
+
+    def __init__(self, base: SlotRanking, replaced: dict[int, list[float]]) -> None:
+        self._base = base
+        self._replaced = replaced
+        self._extra = sorted(
+            (-score, (slot << STRIDE_BITS) + index)
+            for slot, scores in replaced.items()
+            for index, score in enumerate(scores)
+        )
+        self._noted: dict[int, float] = {}
+
+    def _ranked(self) -> Iterator[tuple[float, int]]:
+        extra = ((-negated, key) for negated, key in self._extra)
+        return heapq.merge(self._base.ranked(self._replaced), extra, key=_BEST_FIRST)
+
+    def best(self) -> int | None:
+        """The first candidate with the highest score."""
+        self._noted = {}
+        first = next(self._ranked(), None)
+        return None if first is None else self._position(first)
+
+    def shown(self, limit: int | None, chosen: int | None) -> list[int]:
+        """As :meth:`SlotRanking.shown`, over both rankings."""
+        if limit is None or self._base.size <= limit:
+            scores = self._flat()
+            self._noted = dict(enumerate(scores))
+            return list(range(len(scores)))
+        taken = [self._position(item) for item in islice(self._ranked(), max(limit, 1))]
+        if chosen is not None and chosen not in taken:
+            taken[-1] = chosen
+        return sorted(taken)
+
+    def score(self, position: int) -> float:
+        """The score of a candidate :meth:`best` or :meth:`shown` handed out."""
+        return self._noted[position]
+
+    def _flat(self) -> list[float]:
+        base = self._base
+        return list(chain.from_iterable(
+            self._replaced.get(slot, scores) for slot, scores in enumerate(base._scores)
+        ))
+
+    def _position(self, item: tuple[float, int]) -> int:
+        score, key = item
+        position = self._base.position_of(key)
+        self._noted[position] = score
+        return position
+
+
+def _best_first(item: tuple[float, int]) -> tuple[float, int]:
+    return -item[0], item[1]
+
+
+_BEST_FIRST = _best_first

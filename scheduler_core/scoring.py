@@ -411,7 +411,7 @@ class _SpreadStanding:
     unchanged; the range is kept as a count of the non-empty slots' totals.
     """
 
-    __slots__ = ("counts", "lineage", "ranges", "ranking", "totals")
+    __slots__ = ("counts", "lineage", "ranges", "ranking", "totals", "where")
 
     def __init__(self) -> None:
         self.ranking: SlotRanking | None = None
@@ -422,6 +422,8 @@ class _SpreadStanding:
         self.ranges: _Ranges | None = None
         #: The kept runs and versions the ranking's slots were last taken from.
         self.lineage: tuple[tuple[Any, int], ...] = ()
+        #: Each worker's slot positions (the layout is the standing's own: built once).
+        self.where: dict[int, list[int]] | None = None
 
     def rank(self, runs: CandidateRuns, cluster: ClusterState) -> SlotRanking | None:
         """The ranking of this decision's slots (their runs joined are its candidates); None
@@ -443,6 +445,52 @@ class _SpreadStanding:
         if changed:
             ranking.update(slots, changed, lambda _, run: _spread_for_newcomer(run, loads, ranges))
         return self._synced(runs, ranking)
+
+    def with_holders(
+        self, runs: CandidateRuns, cluster: ClusterState, model_id: int, base: SlotRanking
+    ) -> Ranking | None:
+        """``base`` (this standing's ranking, brought up to date) for a model that runs on some
+        workers: the slots of the candidate workers running it scored term by term over it
+        (:func:`_spread_with_holders`'s scores); None when the range of the other workers'
+        counts is not the one the kept scores were made with, or every candidate worker runs it.
+        """
+        slots = runs.slots
+        where = self._where(runs)
+        held = [(worker_id, slot) for worker_id in cluster.model_hosts(model_id)
+                for slot in where.get(worker_id, ()) if slots[slot]]
+        if not held:
+            return base
+        loads = cluster.per_worker(
+            dict.fromkeys(worker_id for worker_id, _ in held), ("spread_load",),
+            lambda worker_id: _worker_load(cluster, worker_id),
+        )
+        holders = {worker_id: loads[worker_id].counts(model_id) for worker_id, _ in held}
+        rest = self.counts.copy()
+        rest.subtract(self.totals[slot] for _, slot in held)
+        others = [total for total, left in rest.items() if left > 0]
+        if not others or self.ranges is None:  # every candidate worker runs the model
+            return None
+        others += (other for _, other in holders.values())
+        other = (min(others), max(others))
+        if other != self.ranges.other:
+            return None
+        ranges = _Ranges((0, max(placed for placed, _ in holders.values())), other, True)
+        replaced = {
+            slot: _spread_with_replicas(slots[slot], loads, model_id, holders, ranges) for _, slot in held
+        }
+        return base.overlaid(replaced)
+
+    def _where(self, runs: CandidateRuns) -> dict[int, list[int]]:
+        """Each worker's slot positions (a worker of several GPU types has one per type)."""
+        if self.where is None:
+            where: dict[int, list[int]] = {}
+            offset = 0
+            for workers in runs.layout:
+                for position, worker in enumerate(workers, start=offset):
+                    where.setdefault(worker.id, []).append(position)
+                offset += len(workers)
+            self.where = where
+        return self.where
 
     def _changed(self, runs: CandidateRuns, ranking: SlotRanking) -> list[int]:
         """The slots whose run is not the ranking's: from the kept runs' logs when the ranking
@@ -508,18 +556,22 @@ class GpustackScorer:
     name = "gpustack"
 
     def rank(self, candidates: Sequence[Candidate], selection: Selection) -> Ranking | None:
-        """The pick and the best candidates, kept across decisions: for a spread model that runs
-        nowhere in the cluster, with a memo, on candidates a stage filed as slots
-        (:class:`_SpreadStanding`); None otherwise (then :meth:`score` and :meth:`pick`)."""
+        """The pick and the best candidates, kept across decisions: for a spread model, with a
+        memo, on candidates a stage filed as slots (:class:`_SpreadStanding`; a model already
+        running on some of their workers when the others' range is the kept one); None
+        otherwise (then :meth:`score` and :meth:`pick`)."""
         model = selection.model
         runs = selection.state.get(CandidateRuns)
         if model.placement_strategy == "binpack" or runs is None or runs.candidates is not candidates:
             return None
         cluster = selection.cluster
-        if cluster.runs_model(model.id):
-            return None
         standing = cluster.kept(("spread_standing", runs.key), runs.layout, _SpreadStanding)
-        return None if standing is None else standing.rank(runs, cluster)
+        base = None if standing is None else standing.rank(runs, cluster)
+        if standing is None or base is None:
+            return None
+        if model.id is None or not cluster.runs_model(model.id):
+            return base
+        return standing.with_holders(runs, cluster, model.id, base)
 
     def score(self, candidates: Sequence[Candidate], selection: Selection) -> list[float]:
         """The placement score of each candidate, in candidate order."""

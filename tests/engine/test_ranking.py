@@ -86,8 +86,9 @@ def _instance(number: int, result: Any, model_id: int) -> ModelInstance:
 @given(seed=st.integers(min_value=0, max_value=2**32 - 1))
 def test_decisions_through_kept_rankings_match_fresh_decisions(seed: int) -> None:
     """A homogeneous fleet filling up and emptying again: one- and several-GPU spread models
-    (each new, so the kept ranking decides), bookings and releases move the range of the
-    workers' totals up and down; every decision equals the same decision without a memo."""
+    (new ones, and replicas of a few: the kept ranking with the holders' slots scored over
+    it), bookings and releases move the range of the workers' totals up and down; every
+    decision equals the same decision without a memo."""
     rng = random.Random(seed)
     workers = _fleet(rng.randint(3, 24))
     placed: list[ModelInstance] = []
@@ -95,8 +96,10 @@ def test_decisions_through_kept_rankings_match_fresh_decisions(seed: int) -> Non
     chain = replace(DEFAULT_CHAIN, max_candidates=rng.choice([1, 3, 16]))
     for step in range(40):
         tp = rng.choice([1, 1, 2, 4])
+        replica = rng.random() < 0.4
         row = model(
-            id=1_000 + step, name=f"m{step}", backend_parameters=[] if tp == 1 else ["--tp-size", str(tp)],
+            id=rng.choice([7, 8]) if replica else 1_000 + step, name=f"m{step}",
+            backend_parameters=[] if tp == 1 else ["--tp-size", str(tp)],
             weight_bytes=weight_for_estimate(rng.choice([6, 14, 30])),
         )
         row["hf_config"] = {**row["hf_config"], "num_attention_heads": 32, "num_key_value_heads": 8}
@@ -129,8 +132,8 @@ def test_kept_stages_and_rankings_on_a_mixed_fleet_match_fresh_decisions(seed: i
     for step in range(40):
         tp, size = rng.choice(shapes)
         row = model(
-            id=2_000 + step, name=f"m{step}", backend_parameters=[] if tp == 1 else ["--tp-size", str(tp)],
-            weight_bytes=weight_for_estimate(size),
+            id=rng.choice([7, 8, 2_000 + step]), name=f"m{step}", weight_bytes=weight_for_estimate(size),
+            backend_parameters=[] if tp == 1 else ["--tp-size", str(tp)],
         )
         row["hf_config"] = {**row["hf_config"], "num_attention_heads": 32, "num_key_value_heads": 8}
         request = ScheduleRequest.model_validate({"request_id": f"r{step}", "model": row}).model_copy(
