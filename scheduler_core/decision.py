@@ -49,6 +49,7 @@ from scheduler_core.framework import (
     run_filters,
     run_strategies,
 )
+from scheduler_core.hooks import deciding
 from scheduler_core.limits import NOT_UNICODE, encodable, flat_canonical_json, too_deep
 from scheduler_core.mem_fraction import FractionFlags, FractionInputs, MemFractionCalculator
 from scheduler_core.memo import SlotKey, SnapshotMemo
@@ -133,8 +134,9 @@ def schedule(
         ``scheduled`` with candidates, ``selected`` and launch arguments;
         ``unschedulable`` with GPUStack's messages when nothing fits now;
         ``rejected`` with an error naming the field for invalid input. Never raises.
-        Changes no interpreter state: a long-lived caller decides inside
-        :func:`scheduler_core.hooks.deciding` (the garbage collector paused).
+        Decides with the cyclic garbage collector paused and leaves it as it found it
+        (:func:`scheduler_core.hooks.deciding`, which a long-lived caller also wraps
+        around its own work between decisions).
     """
     return decide(request, chain=chain, memo=memo).result
 
@@ -146,12 +148,19 @@ def decide(
     memo: SnapshotMemo | None = None,
 ) -> Decided:
     """:func:`schedule`, with the facts the strategies prepared (for a parked request's wake
-    floor, :func:`scheduler_core.hooks.wake_floor`). Never raises; the result is the same bytes."""
-    try:
-        request_id = request_id_for(request)
-    except RequestError as error:
-        return Decided(_render.rejected(UNHASHABLE_REQUEST_ID, error.code, error.message, error.field))
-    return _schedule(request, request_id, chain, memo)
+    floor, :func:`scheduler_core.hooks.wake_floor`). Never raises; the result is the same bytes.
+
+    The cyclic garbage collector is paused while it decides and restored after
+    (:func:`~scheduler_core.hooks.deciding`): a decision builds thousands of short-lived
+    objects and no reference cycle, so the collector's passes over them (a third of a cold
+    decision at 1,000 workers) find nothing; reference counting frees them all.
+    """
+    with deciding():
+        try:
+            request_id = request_id_for(request)
+        except RequestError as error:
+            return Decided(_render.rejected(UNHASHABLE_REQUEST_ID, error.code, error.message, error.field))
+        return _schedule(request, request_id, chain, memo)
 
 
 def _schedule(

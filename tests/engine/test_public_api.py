@@ -83,9 +83,10 @@ def test_nothing_public_leaks_beyond_all():
     assert leaked - {"annotations"} == set(scheduler_core.__all__)
 
 
-def test_schedule_changes_no_interpreter_state_and_deciding_restores_the_collector():
-    """``schedule()`` leaves the garbage collector as it found it, even mid-decision; the
-    service's ``deciding()`` pauses it and restores the caller's setting (nested too)."""
+def test_schedule_pauses_the_collector_while_it_decides_and_restores_it():
+    """``schedule()`` decides with the garbage collector paused and leaves it as it found it
+    (on, or off when its caller had turned it off); ``deciding()`` does the same around a
+    long-lived caller's decisions, nested too."""
     import gc
 
     from builders import RTX_4090, model, request, uniform_worker
@@ -102,11 +103,17 @@ def test_schedule_changes_no_interpreter_state_and_deciding_restores_the_collect
     scheduler_core.decision._schedule = spy
     try:
         scheduler_core.schedule(raw)
+        assert gc.isenabled()
         with scheduler_core.deciding():
             scheduler_core.schedule(raw)
             with scheduler_core.deciding():
                 pass
             assert not gc.isenabled()
+        gc.disable()
+        scheduler_core.schedule(raw)
+        assert not gc.isenabled()  # the caller's own setting stays
+        gc.enable()
     finally:
+        gc.enable()
         scheduler_core.decision._schedule = real
-    assert seen == [True, False] and gc.isenabled()
+    assert seen == [False, False, False] and gc.isenabled()
