@@ -26,7 +26,8 @@ to its result.
 workers, the same warm-up): requests offered at R per second whatever the
 service does (a batch of the round's size, or one request, sent every
 size ÷ R seconds on a fixed schedule, as a control plane with steady
-arrivals sends them), ``--rate-requests`` of them, with each request's latency
+arrivals sends them), ``--rate-requests`` of them (after ``--rate-warmup`` seconds
+of the same load, unmeasured), with each request's latency
 from the call that sent it to its result: the p50/p99 at that load, where the
 closed loop's latencies only restate how many requests it keeps in flight.
 
@@ -235,6 +236,9 @@ def run_round(
         warmup = max(args.warmup, 8 * batch * processes)
         _drive(client, reader, plan(warmup, mix, f"warm{processes}"), inflight, batch)
         if offering:  # the open loop alone, on the cluster the closed loop starts from
+            if args.rate_warmup:  # the same load, unmeasured: a process's first full collections
+                settling = plan(round(args.rate * args.rate_warmup), mix, f"settle{processes}")
+                _offer(client, reader, settling, batch, args.rate)
             offering_plan = plan(args.rate_requests, mix, f"rate{processes}")
             offered = _offer(client, reader, offering_plan, batch, args.rate)
             reader.done.set()
@@ -407,6 +411,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=0.0,
                         help="also offer requests at this rate (per s, open loop) and report their latency")
     parser.add_argument("--rate-requests", type=int, default=1500, help="requests offered at --rate")
+    parser.add_argument("--rate-warmup", type=float, default=0.0,
+                        help="seconds of the same open loop, unmeasured, before the measured one")
     parser.add_argument("--cpu-split", action="store_true",
                         help="also print each process's CPU ms per decision under load (Linux /proc)")
     args = parser.parse_args(argv)

@@ -160,6 +160,12 @@ class Settings(BaseSettings):
         description="requests per gpusched.decide_batch message: submit_many and the service's own "
         "wake-ups, reschedules and re-drives (1: one gpusched.decide message each)",
     )
+    collector_refresh_s: float = Field(
+        default=300.0, ge=0,
+        description="a worker's garbage collector: every this many seconds, between messages, its "
+        "frozen heap is released and collected in full (0: every message; see tasks.runtime.middleware."
+        "collector)",
+    )
     decide_lock_wait_s: float = Field(default=5.0, ge=0)
     decide_lock_ttl_s: float = Field(default=10.0, gt=0)
     conflict_max_attempts: int = Field(default=8, ge=1)

@@ -2,6 +2,9 @@
 
 Around every task message, outermost first (:data:`TASK_STACK`):
 
+* :mod:`~tasks.runtime.middleware.collector` — the garbage collector is paused for
+  the message and runs between messages (young generations collected, the rest frozen,
+  the whole heap collected every ``collector_refresh_s``);
 * :mod:`~tasks.runtime.middleware.transient` — Redis/broker outages requeue
   the message after a back-off, never counted as a failure;
 * :mod:`~tasks.runtime.middleware.queue_guard` — each queue runs only its
@@ -45,6 +48,7 @@ from __future__ import annotations
 from tasks.runtime.middleware.argument_guard import WellFormedArguments
 from tasks.runtime.middleware.audit_retention import AuditRetention
 from tasks.runtime.middleware.base import Delivery, Middleware, run_task
+from tasks.runtime.middleware.collector import CollectBetweenMessages
 from tasks.runtime.middleware.data_guard import RefuseWithoutData
 from tasks.runtime.middleware.delay_drainer import DelayDrainer
 from tasks.runtime.middleware.metrics_server import MetricsServer
@@ -59,6 +63,7 @@ _GUARD = RedeliveryGuard()
 _DATA_GUARD = RefuseWithoutData()
 #: Around every task message, outermost first.
 TASK_STACK: tuple[Middleware, ...] = (
+    CollectBetweenMessages(),
     RequeueOnOutage(_GUARD.finished), OnlyItsOwnQueue(), WellFormedArguments(), AcknowledgeWrites(),
     _DATA_GUARD, _GUARD,
     RetryTaskErrors(),
