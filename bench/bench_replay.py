@@ -151,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     folder = Path(tempfile.mkdtemp(prefix="gpusched-replay-log-"))
     if args.log is not None:
         shutil.copy(args.log / DUMP, folder / DUMP)
-    server = start_redis(directory=folder)
+    # a kept log is loaded from its dump before the server answers (786 MB for 100,000 decisions)
+    server = start_redis(directory=folder, timeout=900 if args.log else 10)
     try:
         if args.log is None:
             print(f"writing: load {_load()}", flush=True)

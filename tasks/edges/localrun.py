@@ -139,10 +139,11 @@ class RedisServer:
 
 def start_redis(
     *, appendonly: bool = False, directory: Path | None = None, password: str | None = None,
-    replica_of: int | None = None,
+    replica_of: int | None = None, timeout: float = 10.0,
 ) -> RedisServer:
     """Start a private ``redis-server`` on a free port (requiring ``password`` when given;
-    a replica of the local master on port ``replica_of`` when given).
+    a replica of the local master on port ``replica_of`` when given), waiting up to
+    ``timeout`` seconds for it to answer (a server loading a large dump answers only after).
 
     Raises:
         RuntimeError: the binary is missing or the server does not come up.
@@ -154,7 +155,7 @@ def start_redis(
     folder.mkdir(parents=True, exist_ok=True)
     server = RedisServer(free_port(), folder, appendonly, binary, owns_directory=directory is None,
                          password=password, replica_of=replica_of)
-    return server.start()
+    return server.start(timeout)
 
 
 #: The settings :func:`state_client` takes from a worker's environment (how to reach Redis).
