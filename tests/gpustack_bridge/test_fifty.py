@@ -3,9 +3,15 @@ GPUStack's own scheduler code, given the same rows in the same order, chooses th
 every one; on a stock GPUStack the shadow bridge agrees with its scheduler on all 50.
 
 GPUStack's code is the oracle of ``tools/gpustack-oracle`` run from the GPUStack server's own
-virtualenv (GPUStack 2.2.3 from PyPI): for the k-th placement (in the order gpusched published
-them) it decides on the workers and the k-1 instances placed before, as GPUStack's scheduler
-would read them from its database.
+virtualenv (GPUStack 2.2.3 from PyPI): for the k-th placement (in the order gpusched booked
+them) it decides on the workers as gpusched held them when it booked that placement and the
+k-1 instances placed before, as GPUStack's scheduler would read them from its database.
+
+Both come from gpusched's event log, not from the results stream or GPUStack's rows read at the
+end: results are published after the decide lease is released, so two deciders may publish in
+the other order than they booked; and a worker's ``state`` may change while the workload
+deploys (on a loaded machine a synthetic worker's heartbeat can miss the shortened grace
+period: ``not_ready`` for a while), so the final rows are not what a placement was decided on.
 """
 
 from __future__ import annotations
@@ -17,6 +23,10 @@ from typing import Any
 
 import pytest
 
+from tasks.edges.gpustack_bridge.ids import instance_of
+from tasks.intake.snapshots import stored_snapshot
+from tasks.state.fold import CHANGE_TYPES, RESERVATION_BOOKED, ClusterFold
+from tasks.state.streams import iter_stream
 from tests.gpustack_bridge.scenario import World, gpus_over_total, wait_for
 from tests.gpustack_bridge.server import gpustack_venv
 from tests.gpustack_bridge.synthetic import H100_SPEC
@@ -87,16 +97,28 @@ def _row_placement(row: dict[str, Any]) -> tuple[Any, ...]:
     )
 
 
-def _placement_order(w: World) -> list[int]:
-    """Instance ids in the order gpusched published their placements."""
-    from tasks.edges.gpustack_bridge.ids import instance_of
+def _bookings(w: World) -> list[tuple[int, list[dict[str, Any]]]]:
+    """(instance id, the workers gpusched held when it booked it) in booking order: the event
+    log's cluster changes folded in version order, as ``gpusched replay`` rebuilds a decision's
+    cluster."""
+    d = w.deployment
+    changes = []
+    for _, fields in iter_stream(d.redis, d.keys.events):
+        if fields["type"] in CHANGE_TYPES:
+            changes.append((int(fields["cluster_version"]), fields))
+    fold = ClusterFold()
+    booked: list[tuple[int, list[dict[str, Any]]]] = []
 
-    order: list[int] = []
-    for fields in w.deployment.results():
-        ident = instance_of(fields["request_id"], w.cluster_id)
-        if fields["status"] == "scheduled" and ident is not None and ident not in order:
-            order.append(ident)
-    return order
+    def snapshot(digest: str) -> Any:
+        return stored_snapshot(json.loads(d.redis.get(d.keys.snapshot(digest))))
+
+    for version, fields in sorted(changes, key=lambda change: change[0]):
+        ident = instance_of(fields.get("request_id") or "", w.cluster_id)
+        if fields["type"] == RESERVATION_BOOKED and ident is not None and ident not in dict(booked):
+            held = [worker.model_dump(mode="json", exclude_none=True) for worker in fold.worker_list()]
+            booked.append((ident, held))
+        fold.apply_change(fields["type"], version, json.loads(fields["data"]), snapshot)
+    return booked
 
 
 def _as_pending(row: dict[str, Any]) -> dict[str, Any]:
@@ -121,13 +143,15 @@ def test_fifty_instances_placed_by_gpusched_are_what_gpustacks_own_code_chooses(
     rows = _deploy(w)
     assert sum(r["state"] == "running" for r in rows) == 50
     assert gpus_over_total(w.server, w.cluster_id) == []
-    workers = sorted(w.rows("workers"), key=lambda r: r["id"])
+    final_states = {r["id"]: r.get("state") for r in w.rows("workers")}
     models = {m["id"]: m for m in w.rows("models")}
     by_id = {r["id"]: r for r in rows}
-    order = wait_for(lambda: len(o := _placement_order(w)) == 50 and o, 30, "50 published placements")
+    bookings = wait_for(lambda: len(b := _bookings(w)) == 50 and b, 30, "50 booked placements")
+    assert sorted(ident for ident, _ in bookings) == sorted(by_id)
     identical = 0
-    for k, ident in enumerate(order):
-        earlier = [by_id[i] for i in order[:k]]
+    for k, (ident, workers) in enumerate(bookings):
+        assert sorted(wk["id"] for wk in workers) == sorted(final_states), f"instance {ident}: workers"
+        earlier = [by_id[i] for i, _ in bookings[:k]]
         request = {
             "request_id": f"check-{ident}",
             "policy": "gpustack",
@@ -138,7 +162,10 @@ def test_fifty_instances_placed_by_gpusched_are_what_gpustacks_own_code_chooses(
         theirs = oracle.decide(request)
         assert theirs["status"] == "scheduled", json.dumps(theirs)[:2000]
         chosen = theirs["candidates"][theirs["selected"]]
-        assert _placement(chosen) == _row_placement(by_id[ident]), f"instance {ident} (placement {k})"
+        moved = {wk["id"]: wk.get("state") for wk in workers if wk.get("state") != final_states[wk["id"]]}
+        assert _placement(chosen) == _row_placement(by_id[ident]), (
+            f"instance {ident} (placement {k}; workers whose state then was not the final one: {moved})"
+        )
         identical += 1
     assert identical == 50
 
