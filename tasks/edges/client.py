@@ -397,6 +397,11 @@ class ServiceClient:
 
         Raises:
             tasks.state.generation.DataLost: Redis lost the service's data (no recovery ran).
+            redis.RedisError, kombu.exceptions.OperationalError: Redis or the broker is
+                unreachable (an outage, :data:`tasks.state.outages.TRANSIENT_ERRORS`; the
+                broker's error when Celery's producer gave up on a queued send, e.g. while a
+                Sentinel failover moves the master): send the event again, applying one
+                twice changes nothing.
         """
         self.rt.generation.ensure_ok(create=False)
         problem = self.check_cluster_event(event)

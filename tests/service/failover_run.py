@@ -47,6 +47,7 @@ from tasks.edges.client import ServiceClient
 from tasks.edges.local_failover import MASTER_NAME, ReplicatedRedis, start_replicated
 from tasks.state.context import redis_client
 from tasks.state.ledger import overbooked
+from tasks.state.outages import TRANSIENT_ERRORS
 from tasks.state.streams import ack, ensure_group, read_group, read_new
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,12 +126,16 @@ class Seen:
 
 
 def _retrying(call: Any, *args: Any, deadline_s: float = 90.0) -> Any:
-    """``call(*args)``, retried on outages and missing acknowledgements (the call is idempotent)."""
+    """``call(*args)``, retried on outages and missing acknowledgements (the call is idempotent).
+
+    An outage is whatever the service itself counts as one (:data:`TRANSIENT_ERRORS`): a queued
+    cluster event goes through Celery's producer, which gives up on a master that is changing
+    with kombu's ``OperationalError``, not a Redis error."""
     deadline = time.monotonic() + deadline_s
     while True:
         try:
             return call(*args)
-        except (redis.RedisError, OSError):
+        except (redis.RedisError, OSError, *TRANSIENT_ERRORS):
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
