@@ -164,7 +164,10 @@ class ResultReader(threading.Thread):
         self.client, self.stream = client, stream
         self.seen: dict[str, float] = {}
         self.status: dict[str, str] = {}
-        self.cursor = "$"
+        # from the start of the stream (each round flushes the database first): "$" would be
+        # re-read as "after now" by every empty XREAD until the first entry arrived, and an entry
+        # added between two of them was never seen (the round then waited for it until its deadline)
+        self.cursor = "0-0"
         self.done = threading.Event()
         self.changed = threading.Condition()
 
@@ -217,7 +220,8 @@ def run_round(
     client.apply_cluster(snapshot)
     logs = Path(tempfile.mkdtemp(prefix="gpusched-bench-"))
     env = {"GPUSCHED_REDIS_URL": url, "GPUSCHED_LOG_LEVEL": "WARNING",
-           "GPUSCHED_DECIDE_LOCK": str(not args.optimistic).lower()}
+           "GPUSCHED_DECIDE_LOCK": str(not args.optimistic).lower(),
+           "GPUSCHED_DECIDER_STANDBY": str(args.standby).lower()}
     batch = getattr(args, "batch", 0)
     if batch:
         env["GPUSCHED_DECIDE_BATCH_SIZE"] = str(batch)
@@ -401,6 +405,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="Celery pool of each worker process (prefork: one pool child)")
     parser.add_argument("--optimistic", action="store_true",
                         help="disable the decide lease (all deciders race, conflicts retry)")
+    parser.add_argument("--standby", action="store_true",
+                        help="decider_standby on: one process takes decision messages, the others stand by")
     parser.add_argument("--cluster-workers", type=int, default=500)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--instances", type=int, default=0,
@@ -426,7 +432,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"cluster {args.cluster_workers} workers x {args.gpus} GPUs, {args.instances} instances running, "
           f"mix {args.mix} {MIXES[args.mix]}, {args.requests} requests/round, "
           f"{args.inflight} in flight per process, "
-          f"decide lease {'off' if args.optimistic else 'on'}")
+          f"decide lease {'off' if args.optimistic else 'on'}"
+          f"{', decider standby on' if args.standby else ''}")
     print(f"{'procs':>5} {'batch':>5} {'decisions/s':>12} {'p50 ms':>8} {'p99 ms':>8} {'loaded p50':>11} "
           f"{'loaded p99':>11} {'core p50':>9}  statuses")
     try:

@@ -262,6 +262,12 @@ class Keys:
         return f"{self.prefix}:lock:decide:wake"
 
     @property
+    def decider(self) -> str:
+        """The active decider's presence with ``decider_standby`` on (its node id, with a TTL;
+        see :mod:`tasks.runtime.standby`)."""
+        return f"{self.prefix}:lock:decider"
+
+    @property
     def nodes(self) -> str:
         """Hash worker node name → JSON {pid, ready_ms, seen_ms} (drainer heartbeat)."""
         return f"{self.prefix}:nodes"

@@ -168,6 +168,16 @@ class Settings(BaseSettings):
     )
     decide_lock_wait_s: float = Field(default=5.0, ge=0)
     decide_lock_ttl_s: float = Field(default=10.0, gt=0)
+    decider_standby: bool = Field(
+        default=False,
+        description="one worker node per partition takes decision messages, the others stand by "
+        "and take over when its presence expires (see tasks.runtime.standby)",
+    )
+    decider_presence_ttl_s: float = Field(
+        default=3.0, ge=0.3, le=60.0,
+        description="with decider_standby: how long the active node's presence outlives its last "
+        "renewal (renewed three times per TTL): a standby takes over this long after it stopped",
+    )
     conflict_max_attempts: int = Field(default=8, ge=1)
     conflict_jitter_ms: float = Field(default=5.0, ge=0)
     conflict_retry_after_s: float = Field(default=1.0, gt=0)

@@ -68,11 +68,13 @@ from tasks.runtime import preflight
 from tasks.runtime.broker import shutting_down
 from tasks.runtime.middleware import NODE_STACK, request_logging
 from tasks.runtime.middleware.queue_guard import accepted_tasks
+from tasks.runtime.standby import FollowTheGate
 from tasks.runtime.task_contract import CLUSTER_EVENT, DECIDE, DECIDE_BATCH, RESUME
 from tasks.state.context import Runtime, get_runtime
 from tasks.state.sentinel import broker_config, broker_transport_options
 
 app = Celery("gpusched", include=["tasks.runtime.worker_tasks"])
+app.steps["consumer"].add(FollowTheGate)  # decider_standby: the consumer's queues follow the gate
 
 
 

@@ -30,6 +30,8 @@ shutdown):
   generation before the node serves;
 * :mod:`~tasks.runtime.middleware.node_heartbeat` — the node's entry in
   ``gpusched:nodes``;
+* :mod:`~tasks.runtime.middleware.decider_standby` — with ``decider_standby``,
+  the thread keeping (or waiting for) the partition's decider presence;
 * :mod:`~tasks.runtime.middleware.delay_drainer` — the thread draining the
   outbox, follow-ups and timers;
 * :mod:`~tasks.runtime.middleware.metrics_server` — ``/metrics`` and
@@ -50,6 +52,7 @@ from tasks.runtime.middleware.audit_retention import AuditRetention
 from tasks.runtime.middleware.base import Delivery, Middleware, run_task
 from tasks.runtime.middleware.collector import CollectBetweenMessages
 from tasks.runtime.middleware.data_guard import RefuseWithoutData
+from tasks.runtime.middleware.decider_standby import DeciderStandby
 from tasks.runtime.middleware.delay_drainer import DelayDrainer
 from tasks.runtime.middleware.metrics_server import MetricsServer
 from tasks.runtime.middleware.node_heartbeat import NodeHeartbeat
@@ -70,7 +73,7 @@ TASK_STACK: tuple[Middleware, ...] = (
 )
 #: Boot and shutdown hooks of a worker node, in order.
 NODE_STACK: tuple[Middleware, ...] = (
-    _DATA_GUARD, NodeHeartbeat(), DelayDrainer(), MetricsServer(), AuditRetention(),
+    _DATA_GUARD, NodeHeartbeat(), DeciderStandby(), DelayDrainer(), MetricsServer(), AuditRetention(),
 )
 
 __all__ = ["NODE_STACK", "TASK_STACK", "Delivery", "Middleware", "run_task"]
