@@ -101,8 +101,7 @@ class Presence:
         key = self.keys.decider
         took = self.client.set(key, self.me, nx=True, px=ttl_ms)
         if not took:
-            holder = _text(self.client.get(key))
-            took = holder == self.me
+            took = self.client.get(key) == self.me  # the service's clients decode replies
             if took:
                 # may extend a presence another node took just now (ours expired between the two
                 # calls): it then stays active one TTL longer and this node stands by next time
@@ -112,7 +111,7 @@ class Presence:
 
     def hand_back(self) -> None:
         """On shutdown: delete the presence if it is ours (a standby takes over at once)."""
-        if _text(self.client.get(self.keys.decider)) == self.me:
+        if self.client.get(self.keys.decider) == self.me:
             self.client.delete(self.keys.decider)
         self._become(False)
 
@@ -124,12 +123,6 @@ class Presence:
         if active != self.active:
             log.info("decider_active" if active else "decider_standing_by", node=self.me)
         self.active = active
-
-
-def _text(reply: object) -> str | None:
-    if reply is None:
-        return None
-    return reply.decode() if isinstance(reply, bytes) else str(reply)
 
 
 #: How often the consumer compares its queues with the gate (seconds; a few set lookups).

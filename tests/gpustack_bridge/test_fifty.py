@@ -24,7 +24,6 @@ from typing import Any
 import pytest
 
 from tasks.edges.gpustack_bridge.ids import instance_of
-from tasks.intake.snapshots import stored_snapshot
 from tasks.state.fold import CHANGE_TYPES, RESERVATION_BOOKED, ClusterFold
 from tasks.state.streams import iter_stream
 from tests.gpustack_bridge.scenario import World, gpus_over_total, wait_for
@@ -106,18 +105,16 @@ def _bookings(w: World) -> list[tuple[int, list[dict[str, Any]]]]:
     for _, fields in iter_stream(d.redis, d.keys.events):
         if fields["type"] in CHANGE_TYPES:
             changes.append((int(fields["cluster_version"]), fields))
-    fold = ClusterFold()
+    fold, stored = ClusterFold(), d.client.rt.cluster.snapshot_rows
     booked: list[tuple[int, list[dict[str, Any]]]] = []
-
-    def snapshot(digest: str) -> Any:
-        return stored_snapshot(json.loads(d.redis.get(d.keys.snapshot(digest))))
-
+    seen: set[int] = set()
     for version, fields in sorted(changes, key=lambda change: change[0]):
         ident = instance_of(fields.get("request_id") or "", w.cluster_id)
-        if fields["type"] == RESERVATION_BOOKED and ident is not None and ident not in dict(booked):
+        if fields["type"] == RESERVATION_BOOKED and ident is not None and ident not in seen:
+            seen.add(ident)
             held = [worker.model_dump(mode="json", exclude_none=True) for worker in fold.worker_list()]
             booked.append((ident, held))
-        fold.apply_change(fields["type"], version, json.loads(fields["data"]), snapshot)
+        fold.apply_change(fields["type"], version, json.loads(fields["data"]), stored)
     return booked
 
 

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from scheduler_core import deciding
 from tasks.runtime.middleware.base import Delivery, Middleware, Proceed
 
 
@@ -40,12 +41,11 @@ class CollectBetweenMessages(Middleware):
         """Run the message with the collector paused, then collect between messages."""
         if not gc.isenabled():
             return proceed()
-        gc.disable()
-        try:
-            return proceed()
-        finally:
-            self.between_messages(delivery.rt.settings.collector_refresh_s)
-            gc.enable()
+        with deciding():  # the core's own pause (restores the collector on exit)
+            try:
+                return proceed()
+            finally:
+                self.between_messages(delivery.rt.settings.collector_refresh_s)
 
     def between_messages(self, refresh_s: float) -> None:
         """The young generations collected and the survivors frozen; every ``refresh_s``, the
