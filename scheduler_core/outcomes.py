@@ -147,39 +147,84 @@ class CandidateRuns:
         return tuple(filter(None, self.slots))
 
 
+@dataclass(frozen=True, slots=True)
+class _Picked:
+    """Workers of a stage's run, by position: ``ran[p][0]`` for each ``p`` of ``positions``
+    (ascending, each a distinct worker of the run), left as positions until counted."""
+
+    ran: Sequence[Sequence[Any]]
+    positions: Sequence[int]
+
+    def workers(self) -> Iterator[WorkerView]:
+        """The workers, in position order."""
+        ran = self.ran
+        return (ran[position][0] for position in self.positions)
+
+
+_Chunk = list[WorkerView] | _Picked
+
+
 @dataclass(slots=True)
 class FailureTally:
     """One stage's failures while it runs (a worker counted once per reason).
 
     Workers are only appended while the stage runs (thousands on a large cluster, at C
-    speed); the counts and examples are made once, by :meth:`outcome`.
+    speed, or as positions into the stage's run: :meth:`add_positions`); the counts and
+    examples are made once, by :meth:`outcome`.
     """
 
     stage: str
-    _by_reason: dict[Reason, list[WorkerView]] = field(default_factory=dict)
+    _by_reason: dict[Reason, list[_Chunk]] = field(default_factory=dict)
 
     def add(self, reason: Reason, worker: WorkerView) -> None:
         """Count ``worker`` as failed for ``reason`` (again: no change)."""
-        self._by_reason.setdefault(reason, []).append(worker)
+        chunks = self._by_reason.setdefault(reason, [])
+        if not chunks or isinstance(chunks[-1], _Picked):
+            chunks.append([])
+        last = chunks[-1]
+        assert isinstance(last, list)
+        last.append(worker)
 
     def add_all(self, reason: Reason, workers: Iterable[WorkerView]) -> None:
         """Count every worker of ``workers`` as failed for ``reason``."""
-        self._by_reason.setdefault(reason, []).extend(workers)
+        self._by_reason.setdefault(reason, []).append(list(workers))
+
+    def add_positions(self, reason: Reason, ran: Sequence[Sequence[Any]], positions: Sequence[int]) -> None:
+        """Count the workers ``ran[p][0]`` at ``positions`` of a stage's run as failed for ``reason``.
+
+        ``ran`` holds each worker once (one entry per worker the stage walked), and the
+        positions tallied from one ``ran`` for one reason never repeat: then the count is
+        the positions' count, without visiting the workers (thousands fail a large request).
+        """
+        self._by_reason.setdefault(reason, []).append(_Picked(ran, positions))
 
     def outcome(self, candidates: Sequence[Candidate]) -> StageOutcome:
         """The stage's outcome: ``candidates`` and the tallied failures."""
-        failures = tuple(_failures(self.stage, reason, found) for reason, found in self._by_reason.items())
+        failures = tuple(_failures(self.stage, reason, chunks) for reason, chunks in self._by_reason.items())
         return StageOutcome(candidates, failures)
 
 
 _WORKER_ID = operator.attrgetter("id")
 
 
-def _failures(stage: str, reason: Reason, workers: list[WorkerView]) -> ReasonFailures:
+def _failures(stage: str, reason: Reason, chunks: list[_Chunk]) -> ReasonFailures:
     """The distinct workers' count and the first :data:`MAX_EXAMPLES` of them."""
+    found = chain.from_iterable(chunk.workers() if isinstance(chunk, _Picked) else chunk for chunk in chunks)
     examples: dict[int, str] = {}
-    for worker in workers:
+    for worker in found:
         examples.setdefault(worker.id, worker.name)
         if len(examples) == MAX_EXAMPLES:
             break
-    return ReasonFailures(stage, reason, len(set(map(_WORKER_ID, workers))), tuple(examples.items()))
+    return ReasonFailures(stage, reason, _distinct(chunks), tuple(examples.items()))
+
+
+def _distinct(chunks: list[_Chunk]) -> int:
+    """How many distinct workers the chunks name: the positions' count when every chunk is
+    positions into one run (distinct by :meth:`FailureTally.add_positions`' terms)."""
+    first = chunks[0]
+    if isinstance(first, _Picked):
+        picked = [chunk for chunk in chunks if isinstance(chunk, _Picked) and chunk.ran is first.ran]
+        if len(picked) == len(chunks):
+            return sum(len(chunk.positions) for chunk in picked)
+    found = chain.from_iterable(chunk.workers() if isinstance(chunk, _Picked) else chunk for chunk in chunks)
+    return len(set(map(_WORKER_ID, found)))

@@ -206,11 +206,10 @@ class _Failed:
     ran: list[tuple[WorkerView, _WorkerCandidate]]
 
     def add(self, reason: Reason, positions: list[int]) -> None:
-        """Tally the workers at ``positions`` of the run (at C speed: thousands may fail)."""
-        self.tally.add_all(reason, map(_WORKER, map(self.ran.__getitem__, positions)))
+        """Tally the workers at ``positions`` of the run (left as positions: thousands may fail)."""
+        self.tally.add_positions(reason, self.ran, positions)
 
 
-_WORKER = operator.itemgetter(0)
 _CANDIDATE = operator.attrgetter("candidate")
 _RUN = operator.attrgetter("run")
 _PEAK_TOTAL = operator.attrgetter("peak_total")
@@ -222,10 +221,11 @@ def _several_gpus(worker: WorkerView) -> bool:
     return len(worker.gpus) >= 2
 
 
-def _record_breakers(peaks: list[int], start: int) -> list[int]:
-    """Positions whose value beats ``start`` and every value before it (strictly), in order."""
+def _record_breakers(peaks: list[int], start: int, position: int = 0) -> list[int]:
+    """Positions from ``position`` on whose value beats ``start`` and every value before it
+    from ``position`` on (strictly), in order."""
     breakers: list[int] = []
-    threshold, position = start, 0
+    threshold = start
     while True:
         beats = map(operator.gt, islice(peaks, position, None), repeat(threshold))
         found = next(compress(count(position), beats), None)
@@ -279,24 +279,36 @@ def _track_failures(selection: Selection, gpu_type: str | None, columns: Columns
 
 def _breakers(columns: Columns, start: int) -> list[int]:
     """:func:`_record_breakers` of the run's peaks over ``start``, kept with the run (per
-    start): a patch after the last record keeps every record and adds those the patched
-    peaks make."""
+    start) and patched in place (:func:`_patch_breakers`)."""
     peaks: list[int] = columns.lists[2]
 
     def build() -> list[int]:
         return _record_breakers(peaks, start)
 
     def patch(breakers: list[int], positions: list[int]) -> bool:
-        if breakers and positions[0] <= breakers[-1]:
-            return False
-        threshold = peaks[breakers[-1]] if breakers else start
-        for position in positions:  # after every record: only a patched peak can make one
-            if peaks[position] > threshold:
-                breakers.append(position)
-                threshold = peaks[position]
+        _patch_breakers(breakers, peaks, start, positions)
         return True
 
     return columns.derived(("breakers", start), build, patch)
+
+
+def _patch_breakers(breakers: list[int], peaks: list[int], start: int, positions: list[int]) -> None:
+    """Bring ``breakers`` (the records of ``peaks`` over ``start``) up to date after the peaks
+    at ``positions`` (ascending) were rewritten.
+
+    The records are the prefix maxima's steps: a rewritten peak that was no record and does
+    not beat the largest value before it (the record before it, or ``start``) changes none of
+    them. At the first rewritten peak that was a record or now beats that value, the records
+    from there on are found again (a scan from that position, not from the run's start); the
+    later positions are within that scan.
+    """
+    for position in positions:
+        at = bisect_left(breakers, position)
+        threshold = peaks[breakers[at - 1]] if at else start
+        was_record = at < len(breakers) and breakers[at] == position
+        if was_record or peaks[position] > threshold:
+            breakers[at:] = _record_breakers(peaks, threshold, position)
+            return
 
 
 def _record_failure(selection: Selection, gpu_type: str | None) -> Reason:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from scheduler_core import Reason, Worker
 from scheduler_core.caching import Columns
-from scheduler_core.outcomes import FailureTally
+from scheduler_core.outcomes import MAX_EXAMPLES, FailureTally
 from scheduler_core.selection import DecisionLog
 from scheduler_core.strategies import single_worker
 from scheduler_core.workers import worker_view
@@ -71,6 +71,7 @@ def test_the_stage_records_what_the_walk_records(first: list[Any], second: list[
 
     tally = FailureTally("single_worker_multi_gpu")
     failing: set[int] = set()
+    met: dict[int, str] = {}  # the failing workers in the walk's order, first meeting kept
 
     with mock.patch.object(single_worker, "_record_failure", record):
         for gpu_type, entries in (("cuda", first), ("rocm", second)):
@@ -93,7 +94,36 @@ def test_the_stage_records_what_the_walk_records(first: list[Any], second: list[
             failed = single_worker._Failed(tally, ran)
             single_worker._track_failures(SimpleNamespace(log=got_log), gpu_type, columns, failed)  # type: ignore[arg-type]
             failing |= {view.id for view, (_, _, has) in zip(views, entries, strict=True) if not has}
+            for view, (_, _, has) in zip(views, entries, strict=True):
+                if not has:
+                    met.setdefault(view.id, view.name)
     assert got == expected
     # every worker without a candidate is tallied once (the two types' workers share ids)
-    assert sum(f.workers for f in tally.outcome(()).failures) == len(failing)
+    failures = tally.outcome(()).failures
+    assert sum(f.workers for f in failures) == len(failing)
+    if len(failures) == 1:  # one reason: its examples are the first failing workers met
+        assert failures[0].examples == tuple(met.items())[:MAX_EXAMPLES]
     assert got_log.multi_gpu == expected_log.multi_gpu
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    peaks=st.lists(st.integers(min_value=0, max_value=6), max_size=40),
+    rewrites=st.lists(
+        st.tuples(st.integers(min_value=0, max_value=39), st.integers(min_value=0, max_value=6)), max_size=6
+    ),
+    start=st.integers(min_value=0, max_value=3),
+)
+def test_patched_records_are_the_records_of_the_rewritten_peaks(
+    peaks: list[int], rewrites: list[tuple[int, int]], start: int
+) -> None:
+    """A kept list of records brought up to date after peaks are rewritten (a booking lowers
+    a worker's peak, a release raises it; anywhere in the run, records included) equals the
+    records found again from scratch."""
+    kept = single_worker._record_breakers(peaks, start)
+    positions = sorted({position for position, _ in rewrites if position < len(peaks)})
+    for position, value in rewrites:
+        if position < len(peaks):
+            peaks[position] = value
+    single_worker._patch_breakers(kept, peaks, start, positions)
+    assert kept == single_worker._record_breakers(peaks, start)
