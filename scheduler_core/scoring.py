@@ -411,9 +411,13 @@ class _SpreadStanding:
     unchanged; the range is kept as a count of the non-empty slots' totals.
     """
 
-    __slots__ = ("counts", "lineage", "ranges", "ranking", "totals", "where")
+    __slots__ = ("counts", "forced", "lineage", "ranges", "ranking", "totals", "where")
 
-    def __init__(self) -> None:
+    def __init__(self, forced: tuple[int, int] | None = None) -> None:
+        #: The range of the other workers' counts the scores are made with, whatever the slots'
+        #: totals are (a model running on the workers that set the range: :meth:`with_holders`);
+        #: None: the range of the non-empty slots' totals.
+        self.forced = forced
         self.ranking: SlotRanking | None = None
         #: Per slot, its worker's instance total (-1: an empty slot).
         self.totals: list[int] = []
@@ -451,8 +455,12 @@ class _SpreadStanding:
     ) -> Ranking | None:
         """``base`` (this standing's ranking, brought up to date) for a model that runs on some
         workers: the slots of the candidate workers running it scored term by term over it
-        (:func:`_spread_with_holders`'s scores); None when the range of the other workers'
-        counts is not the one the kept scores were made with, or every candidate worker runs it.
+        (:func:`_spread_with_holders`'s scores); None when every candidate worker runs it.
+
+        When the workers running it set the range of the other workers' counts (the fewest
+        or most other instances), the other slots' scores are another standing's, kept for
+        that range (:attr:`forced`: the newcomer formula with that range, as
+        :func:`_spread_with_holders` scores them), instead of ``base``.
         """
         slots = runs.slots
         where = self._where(runs)
@@ -473,7 +481,12 @@ class _SpreadStanding:
         others += (other for _, other in holders.values())
         other = (min(others), max(others))
         if other != self.ranges.other:
-            return None
+            key = ("spread_standing", runs.key, other)
+            forced = cluster.kept(key, runs.layout, lambda: _SpreadStanding(other))
+            kept = None if forced is None else forced.rank(runs, cluster)
+            if kept is None:
+                return None
+            base = kept
         ranges = _Ranges((0, max(placed for placed, _ in holders.values())), other, True)
         replaced = {
             slot: _spread_with_replicas(slots[slot], loads, model_id, holders, ranges) for _, slot in held
@@ -538,6 +551,8 @@ class _SpreadStanding:
             counts[new] += 1
 
     def _ranges(self) -> _Ranges:
+        if self.forced is not None:
+            return _Ranges((0, 0), self.forced, True)
         counts = self.counts
         return _Ranges((0, 0), (min(counts), max(counts)), True)
 

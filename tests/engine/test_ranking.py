@@ -145,3 +145,42 @@ def test_kept_stages_and_rankings_on_a_mixed_fleet_match_fresh_decisions(seed: i
             placed.append(_instance(step, remembered, row["id"]))
         if placed and rng.random() < 0.35:
             placed.pop(rng.randrange(len(placed)))
+
+
+def test_a_replica_whose_holder_sets_the_range_is_ranked_from_kept_scores() -> None:
+    """Model 7 runs on the one worker with the most instances, so the other workers' counts
+    span another range than every worker's: the replica's other candidates are scored with
+    that range. Decided twice more with a booking in between, the decisions come from kept
+    standings (no candidate scored in full after the first) and equal fresh decisions."""
+    from unittest import mock
+
+    from scheduler_core import scoring
+
+    workers = _fleet(6)
+    placed = [  # worker 1: model 7 and two others (total 3); workers 2-6: one other each
+        ModelInstance.model_validate({
+            "id": number, "name": f"i{number}", "model_id": model_id, "worker_id": worker_id,
+            "gpu_type": "cuda", "gpu_indexes": [gpu_index],
+        })
+        for number, (model_id, worker_id, gpu_index) in enumerate(
+            [(7, 1, 0), (50, 1, 1), (51, 1, 2), *((60 + w, w, 0) for w in range(2, 7))], start=1
+        )
+    ]
+    memo = SnapshotMemo()
+    chain = replace(DEFAULT_CHAIN, max_candidates=16)
+    row = model(id=7, name="seven", weight_bytes=weight_for_estimate(6))
+    full = mock.patch.object(scoring, "score_candidates", wraps=scoring.score_candidates)
+    for step in range(3):
+        request = ScheduleRequest.model_validate({"request_id": f"r{step}", "model": row}).model_copy(
+            update={"workers": workers, "model_instances": tuple(placed)}
+        )
+        with full as scored:
+            remembered = schedule(request, memo=memo, chain=chain)
+        if step:
+            assert scored.call_count == 0, step
+        assert remembered.status == "scheduled"
+        assert remembered.candidates[remembered.selected].worker_id != 1  # spread: not the holder
+        assert remembered.model_dump_json() == schedule(request, chain=chain).model_dump_json(), step
+        # worker 1 (total 3, other 2) sets the range: without it the others span (1, 2) here,
+        # not (1, 3) — the case the kept ranking of every worker's totals cannot answer
+        placed.append(_instance(step, remembered, 100 + step))
