@@ -43,7 +43,7 @@ def decide_all(args: argparse.Namespace) -> dict[str, list[float]]:
     """Decide ``--warmup`` + ``--requests`` requests in order; the measured times (ms) by tp size."""
     chain = load_chain(ROOT / "configs" / "chain.json").chain
     snapshot = cluster(args.cluster_workers, args.gpus)
-    workers = tuple(Worker.model_validate(row) for row in snapshot["workers"])  # a tuple, as the fold hands out
+    workers = tuple(Worker.model_validate(row) for row in snapshot["workers"])  # a tuple, as the fold
     instances = tuple(
         ModelInstance.model_validate(row)
         for row in running_instances(args.cluster_workers, args.gpus, args.instances)
