@@ -12,8 +12,12 @@ garbage collector paused, as ``run_core`` decides). The cluster is
 small instances already running) and so is the mix (10 % tp1, 30 % tp2, 40 %
 tp4, 20 % tp8, interleaved). ``--models K`` cycles the requests over K model
 ids, so each model's later requests are replicas of a model already running.
+``--sizes K`` cycles them over K model weights: K × 4 request shapes (weight and tp
+size) in turn, as a control plane serving many models sends them; the table then
+also splits the decisions into those on a shape decided before in the run and the
+first of each shape (a full pass).
 
-Prints the median and p99 per tensor-parallel size and over the mix (wall
+Prints the median, p90 and p99 per tensor-parallel size and over the mix (wall
 time of ``schedule()``, ms). ``--check`` also decides each request without
 the memo and fails unless both results are byte-identical.
 
@@ -32,12 +36,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_service import MIXES, ROOT, cluster, percentile, plan, running_instances
+from bench_service import GIB, MIXES, ROOT, cluster, percentile, plan, running_instances
 
 from scheduler_core import ModelInstance, ScheduleRequest, SnapshotMemo, Worker, deciding, extended, schedule
 from tasks.decision.booking import candidate_instance
 from tasks.intake.chain_config import load_chain
 
+#: Rows of the table besides the tp sizes: decisions on a shape (weight and tp) decided before
+#: in the run, and the first decision of each shape (a full pass).
+REPEATED, FIRST = "repeated shape", "first of a shape"
 
 def decide_all(args: argparse.Namespace) -> dict[str, list[float]]:
     """Decide ``--warmup`` + ``--requests`` requests in order; the measured times (ms) by tp size."""
@@ -50,10 +57,16 @@ def decide_all(args: argparse.Namespace) -> dict[str, list[float]]:
     )
     memo = SnapshotMemo()
     times: dict[str, list[float]] = {}
+    seen: set[tuple[object, ...]] = set()
     requests = plan(args.warmup + args.requests, MIXES[args.mix], "decider")
     for number, raw in enumerate(requests):
         if args.models:  # replicas: a model's later requests place it where it already runs
             raw["model"]["id"] = 1000 + number % args.models
+        if args.sizes:  # distinct shapes: K weights (8, 8.5, 9, ... GiB) times the mix's tp sizes
+            raw["model"]["weight_bytes"] = int((8 + (number % args.sizes) * 0.5) * GIB)
+        shape = (raw["model"]["weight_bytes"], tuple(raw["model"]["backend_parameters"]))
+        first = shape not in seen
+        seen.add(shape)
         stored = ScheduleRequest.model_validate(raw).model_dump_json()
         request = ScheduleRequest.model_validate_json(stored).model_copy(
             update={"workers": workers, "model_instances": instances}
@@ -64,6 +77,7 @@ def decide_all(args: argparse.Namespace) -> dict[str, list[float]]:
             elapsed = (time.perf_counter() - started) * 1000
         if number >= args.warmup:
             times.setdefault(_tp(raw), []).append(elapsed)
+            times.setdefault(FIRST if first else REPEATED, []).append(elapsed)
         if args.check and schedule(request, chain=chain).model_dump_json() != result.model_dump_json():
             raise SystemExit(f"request {number}: the decision with the memo differs from the one without")
         if result.selected is not None:  # as the mirror's fold appends a booking
@@ -96,18 +110,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mix", choices=sorted(MIXES), default="mixed")
     parser.add_argument("--models", type=int, default=0,
                         help="requests cycle over this many model ids (replicas; 0: one model per request)")
+    parser.add_argument("--sizes", type=int, default=0,
+                        help="requests cycle over this many model weights (K sizes x the mix's tp sizes "
+                             "distinct shapes; 0: one weight)")
     parser.add_argument("--check", action="store_true",
                         help="also decide without the memo and require byte-identical results")
     args = parser.parse_args(argv)
     times = decide_all(args)
-    every = [value for values in times.values() for value in values]
+    by_tp = sorted((tp for tp in times if tp.startswith("tp")), key=lambda tp: int(tp[2:]))
+    every = [value for tp in by_tp for value in times[tp]]
     print(f"cluster {args.cluster_workers} workers x {args.gpus} GPUs, {args.instances} instances running, "
           f"mix {args.mix}, {len(every)} measured decisions{' (checked)' if args.check else ''}")
-    print(f"{'requests':>8} {'decisions':>10} {'p50 ms':>8} {'p99 ms':>8}")
-    for name in sorted(times, key=lambda tp: int(tp[2:])):
-        values = times[name]
-        print(f"{name:>8} {len(values):>10} {statistics.median(values):>8.2f} {percentile(values, 99):>8.2f}")
-    print(f"{'all':>8} {len(every):>10} {statistics.median(every):>8.2f} {percentile(every, 99):>8.2f}")
+    print(f"{'requests':>16} {'decisions':>10} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8}")
+    for name, values in [*((tp, times[tp]) for tp in by_tp), ("all", every),
+                         *((row, times[row]) for row in (REPEATED, FIRST) if row in times)]:
+        p50, p90, p99 = statistics.median(values), percentile(values, 90), percentile(values, 99)
+        print(f"{name:>16} {len(values):>10} {p50:>8.2f} {p90:>8.2f} {p99:>8.2f}")
     return 0
 
 
