@@ -277,17 +277,12 @@ class StageRunner:
         key = (worker.id, gpu_type, reported)
         known = self._shapes.get(key)
         if known is None or known[0] is not worker:
-            vram = free.vram
-            sizes = [
-                (g.index, g.type, g.total, 0 if g.index is None else vram.get(g.index, 0))
-                for g in worker.gpus
-            ]
-            gpus: tuple[tuple[object, ...], ...] = (
-                tuple((*size, g.vendor, g.used) for size, g in zip(sizes, worker.gpus, strict=True))
-                if reported
-                else tuple(sizes)
+            # kept across decisions too: a request shape never decided before reads every
+            # worker's shape, which depends on the worker and its instances only
+            shape = self._cluster.per_own_worker(
+                worker, ("stage_shape", gpu_type, reported), lambda: _shape_of(worker, free, reported)
             )
-            known = self._shapes[key] = (worker, (free.ram, gpus))
+            known = self._shapes[key] = (worker, shape)
         return known[1]
 
     def _table(self, name: str, inputs: object, gpu_type: str | None) -> dict[object, object]:
@@ -297,6 +292,19 @@ class StageRunner:
         if known is None or (known[0] is not inputs and known[0] != inputs):
             known = self._shared[key] = (inputs, {})
         return known[1]
+
+
+def _shape_of(worker: WorkerView, free: Allocatable, reported: bool) -> Hashable:
+    """:meth:`StageRunner._shape`'s value: the allocatable RAM and, per GPU, its index, type,
+    total and allocatable VRAM (and vendor and memory in use when ``reported``)."""
+    vram = free.vram
+    sizes = [(g.index, g.type, g.total, 0 if g.index is None else vram.get(g.index, 0)) for g in worker.gpus]
+    gpus: tuple[tuple[object, ...], ...] = (
+        tuple((*size, g.vendor, g.used) for size, g in zip(sizes, worker.gpus, strict=True))
+        if reported
+        else tuple(sizes)
+    )
+    return (free.ram, gpus)
 
 
 def _shapes(table: StageOutcomes) -> dict[object, object]:

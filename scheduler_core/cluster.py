@@ -220,6 +220,15 @@ class ClusterState:
         remembered = self._remembered
         return None if remembered is None else remembered.kept(slot, items, build)
 
+    def per_own_worker(self, worker: WorkerView, key: object, compute: Callable[[], _T]) -> _T:
+        """``compute()``, a pure function of the worker's view and bound instances and of what
+        ``key`` names; with a memo, kept while both are unchanged. Kept only for this state's
+        own view of the worker: a copy (one GPU type of a worker with several) is computed
+        each time, so that it never displaces what the memo keeps for the worker itself."""
+        if self._remembered is None or self._workers.get(worker.id) is not worker:
+            return compute()
+        return self._per_worker(worker, key, compute)
+
     def _per_worker(self, view: WorkerView, key: object, compute: Callable[[], _T]) -> _T:
         remembered = self._remembered
         if remembered is None:

@@ -748,3 +748,44 @@ def _free_instance(rng: random.Random, workers: list[Worker], number: int) -> Mo
         "worker_id": host.id, "gpu_type": device.type, "gpu_indexes": [device.index],
         "computed_resource_claim": {"vram": {str(device.index): 20 * GIB}},
     })
+
+
+def test_a_value_per_own_worker_is_kept_until_its_instances_change_and_never_for_a_copy() -> None:
+    """``ClusterState.per_own_worker`` (what a stage keeps each worker's shape with): computed
+    once across decisions while the worker and its instances are unchanged, again after an
+    instance lands on it, and each time for a copy of the worker (one GPU type of a worker
+    with two), whose value never displaces the worker's own."""
+    from scheduler_core.cluster import ClusterState
+    from scheduler_core.workers import worker_view
+
+    gpus = [gpu(0, H100), gpu(0, MI300X, type_="rocm", vendor="amd")]
+    mixed = worker_view(Worker.model_validate(worker(1, "w1", gpus)))
+    other = worker_view(Worker.model_validate(worker(2, "w2", [gpu(0, H100)])))
+    views = [mixed, other]
+    memo = SnapshotMemo()
+    calls: list[str] = []
+
+    def value(name: str) -> Any:
+        def compute() -> str:
+            calls.append(name)
+            return name
+        return compute
+
+    placed: list[ModelInstance] = []
+    for _ in range(3):  # three decisions on the same cluster
+        cluster = ClusterState(views, tuple(placed), memo)
+        assert cluster.per_own_worker(mixed, "k", value("own")) == "own"
+        copy = mixed.of_type(mixed.gpus[0].type)
+        assert copy is not mixed
+        assert cluster.per_own_worker(copy, "k", value("copy")) == "copy"
+    assert calls == ["own", "copy", "copy", "copy"]
+    placed.append(ModelInstance.model_validate({
+        "id": 1, "model_id": 5, "worker_id": 1, "gpu_type": mixed.gpus[0].type, "gpu_indexes": [0],
+    }))
+    cluster = ClusterState(views, tuple(placed), memo)
+    assert cluster.per_own_worker(mixed, "k", value("after")) == "after"
+    assert cluster.per_own_worker(other, "k", value("other")) == "other"
+    cluster = ClusterState(views, tuple(placed), memo)
+    assert cluster.per_own_worker(mixed, "k", value("again")) == "after"
+    assert calls == ["own", "copy", "copy", "copy", "after", "other"]
+    assert ClusterState(views, ()).per_own_worker(mixed, "k", value("no memo")) == "no memo"
