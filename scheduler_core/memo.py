@@ -306,8 +306,14 @@ class SnapshotMemo:
 
     #: Entries kept at most per kind; beyond it that kind starts over (workers come and go).
     LIMIT = 200_000
-    #: Stage tables kept at most (one per rule, distinct inputs and GPU type).
+    #: Stage tables kept at most (one per rule, distinct inputs and GPU type; the least
+    #: recently used goes).
     STAGE_TABLES = 512
+    #: Worker entries kept at most over all stage tables (the least recently used tables go
+    #: first): each request shape a decider sees keeps a table of up to one entry per worker,
+    #: so a count of tables alone let memory grow with the cluster's size (512 tables at
+    #: 2,000 × 8 are a million entries; one-GPU shapes keep about 2.9 KB per entry there).
+    STAGE_ENTRIES = 300_000
     #: Memoized functions kept at most (each holds up to :attr:`Memoized.LIMIT` values).
     FUNCTIONS = 32
     #: Generation changes the journal holds before it starts over.
@@ -644,10 +650,22 @@ class SnapshotMemo:
         return found
 
     def stage_outcomes(self, key: tuple[object, ...]) -> StageOutcomes:
-        """The per-worker outcome table of one rule (``key``: rule, inputs, GPU type)."""
-        table = self._stages.get(key)
+        """The per-worker outcome table of one rule (``key``: rule, inputs, GPU type).
+
+        Kept in least-recently-used order: a new table first makes room under
+        :attr:`STAGE_TABLES` and :attr:`STAGE_ENTRIES` (the tables used longest ago go).
+        """
+        stages = self._stages
+        table = stages.pop(key, None)
         if table is None:
-            if len(self._stages) >= self.STAGE_TABLES:
-                self._stages.clear()
-            table = self._stages[key] = StageOutcomes()
+            table = StageOutcomes()
+            self._make_room(stages)
+        stages[key] = table  # the most recently used last
         return table
+
+    def _make_room(self, stages: dict[tuple[object, ...], StageOutcomes]) -> None:
+        while len(stages) >= self.STAGE_TABLES:
+            del stages[next(iter(stages))]
+        held = sum(len(table.entries) for table in stages.values())
+        while stages and held > self.STAGE_ENTRIES:
+            held -= len(stages.pop(next(iter(stages))).entries)

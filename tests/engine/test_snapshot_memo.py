@@ -789,3 +789,65 @@ def test_a_value_per_own_worker_is_kept_until_its_instances_change_and_never_for
     assert cluster.per_own_worker(mixed, "k", value("again")) == "after"
     assert calls == ["own", "copy", "copy", "copy", "after", "other"]
     assert ClusterState(views, ()).per_own_worker(mixed, "k", value("no memo")) == "no memo"
+
+
+class _SmallMemo(SnapshotMemo):
+    """A memo with room for few stage entries, so that its tables are dropped as they fill."""
+
+    STAGE_TABLES = 4
+    STAGE_ENTRIES = 10
+
+
+def test_stage_tables_are_bounded_by_their_entries_least_recently_used_first() -> None:
+    """A new stage table first makes room: the tables used longest ago go while the others
+    hold more than ``STAGE_ENTRIES`` worker entries, or while ``STAGE_TABLES`` are kept; a
+    table used again is kept as the most recent."""
+    memo = _SmallMemo()
+
+    def filled(key: str, entries: int) -> None:
+        table = memo.stage_outcomes((key,))
+        for worker_id in range(entries):
+            table.entries[worker_id] = (None, 0, None)  # type: ignore[assignment]
+
+    def kept() -> list[str]:
+        return [key[0] for key in memo._stages]  # type: ignore[index]
+
+    filled("a", 6)
+    filled("b", 6)
+    assert kept() == ["a", "b"]
+    memo.stage_outcomes(("a",))  # used again: now the most recent
+    filled("c", 3)  # a and b hold 12 entries: b, used longest ago, goes
+    assert kept() == ["a", "c"]
+    filled("d", 0)
+    filled("e", 0)
+    filled("f", 0)  # four tables at most: a goes
+    assert kept() == ["c", "d", "e", "f"]
+    assert memo.stage_outcomes(("c",)).entries  # kept with its entries
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1))
+def test_decisions_with_stage_tables_dropped_as_they_fill_match_fresh_decisions(seed: int) -> None:
+    """Model sizes in turn on a memo with room for few stage entries: tables are dropped
+    and built again all the time, and every decision equals the same decision without a memo."""
+    rng = random.Random(seed)
+    rows = [worker(i, f"w{i}", [gpu(g, H100) for g in range(4)]) for i in range(1, 6)]
+    workers = [Worker.model_validate(row) for row in rows]
+    placed: list[ModelInstance] = []
+    memo = _SmallMemo()
+    for step in range(30):
+        tp = rng.choice([1, 2, 4])
+        row = model(
+            id=3_000 + step, name=f"m{step}", weight_bytes=weight_for_estimate(rng.choice([6, 8, 14, 30])),
+            backend_parameters=[] if tp == 1 else ["--tp-size", str(tp)],
+        )
+        request = ScheduleRequest.model_validate({"request_id": f"r{step}", "model": row}).model_copy(
+            update={"workers": workers, "model_instances": list(placed)}
+        )
+        remembered = schedule(request, memo=memo)
+        assert remembered.model_dump_json() == schedule(request).model_dump_json(), step
+        assert sum(len(table.entries) for table in memo._stages.values()) <= 10 + len(workers)
+        if remembered.status == "scheduled" and rng.random() < 0.7:
+            placed.append(_booked(remembered, step, row["id"]))
+        if placed and rng.random() < 0.2:
+            placed.pop(rng.randrange(len(placed)))
