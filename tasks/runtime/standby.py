@@ -5,8 +5,9 @@ node that also takes decision messages adds nothing but contention: each must ab
 other's bookings into its memo, and on a small machine both slow down (docs/service.md,
 *Performance*). With ``decider_standby`` on, a node consumes the decision queues
 (``requests``, ``commits``) only while it holds the partition's decider presence
-(:attr:`tasks.base.keys.Keys.decider`: its node id, ``SET NX PX decider_presence_ttl_s``,
-renewed three times per TTL by the main process, whatever the pool is doing); the others
+(:attr:`tasks.base.keys.Keys.decider`: its node id with a TTL of ``decider_presence_ttl_s``,
+taken and renewed three times per TTL by the main process, whatever the pool is doing, in
+one atomic step: ``decider_presence.lua``); the others
 consume the cluster queue only and take the presence, and with it the decision queues,
 once it expires (a dead, frozen or partitioned active node) or is handed back (a node
 shutting down deletes its presence, so a standby takes over within a third of the TTL).
@@ -35,12 +36,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis
 from celery import bootsteps  # type: ignore[import-untyped]
 
 from tasks.base.keys import Keys
 from tasks.base.logging import get_logger
 from tasks.base.settings import get_settings
+from tasks.state.scripts import ScriptCall, Scripts
 
 log = get_logger(__name__)
 
@@ -87,7 +88,7 @@ GATE = DeciderGate()
 class Presence:
     """This node's claim on the partition's decider presence."""
 
-    client: redis.Redis
+    scripts: Scripts
     keys: Keys
     ttl_s: float
     gate: DeciderGate = field(default_factory=lambda: GATE)
@@ -97,23 +98,16 @@ class Presence:
     def refresh(self) -> bool:
         """Take the presence if it is free, renew it if it is ours, stand by otherwise;
         returns whether this node is the active decider (the gate follows)."""
-        ttl_ms = max(1, int(self.ttl_s * 1000))
-        key = self.keys.decider
-        took = self.client.set(key, self.me, nx=True, px=ttl_ms)
-        if not took:
-            took = self.client.get(key) == self.me  # the service's clients decode replies
-            if took:
-                # may extend a presence another node took just now (ours expired between the two
-                # calls): it then stays active one TTL longer and this node stands by next time
-                self.client.pexpire(key, ttl_ms)
-        self._become(bool(took))
+        self._become(self.scripts.call(self._call(max(1, int(self.ttl_s * 1000)))))
         return self.active
 
     def hand_back(self) -> None:
         """On shutdown: delete the presence if it is ours (a standby takes over at once)."""
-        if self.client.get(self.keys.decider) == self.me:
-            self.client.delete(self.keys.decider)
+        self.scripts.call(self._call(0))
         self._become(False)
+
+    def _call(self, ttl_ms: int) -> ScriptCall[bool]:
+        return ScriptCall("decider_presence", [self.keys.decider], [self.me, ttl_ms], bool)
 
     def _become(self, active: bool) -> None:
         if active:

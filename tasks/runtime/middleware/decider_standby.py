@@ -34,7 +34,7 @@ class DeciderStandby(Middleware):
         if not rt.settings.decider_standby:
             return
         ttl_s = rt.settings.decider_presence_ttl_s
-        presence = self._presence = Presence(rt.client, rt.keys, ttl_s)
+        presence = self._presence = Presence(rt.partition.scripts, rt.keys, ttl_s)
         try:
             presence.refresh()
         except TRANSIENT_ERRORS as error:  # the thread tries again; the node stands by meanwhile

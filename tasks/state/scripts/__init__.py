@@ -48,6 +48,7 @@ SCRIPT_NAMES = (
     "claim_due",
     "cluster_apply",
     "dead_letter",
+    "decider_presence",
     "expire_parked",
     "group_read",
     "mark",

@@ -13,13 +13,14 @@ import fakeredis
 
 from tasks.base.keys import Keys
 from tasks.runtime.standby import DeciderGate, Presence, follow_gate
+from tasks.state.scripts import Scripts
 
 KEYS = Keys(None)
 DECISION_QUEUES = frozenset({KEYS.requests_queue, KEYS.commits_queue})
 
 
 def _presence(client: fakeredis.FakeRedis, me: str) -> Presence:
-    return Presence(client, KEYS, ttl_s=3.0, gate=DeciderGate(), me=me)
+    return Presence(Scripts(client), KEYS, ttl_s=3.0, gate=DeciderGate(), me=me)
 
 
 def test_the_first_node_takes_the_presence_the_second_stands_by_until_it_lapses() -> None:

@@ -13,6 +13,7 @@ from tasks.audit.checkpoints import take_checkpoint
 from tasks.audit.retention import expire_parked
 from tasks.flows.notices import announce_suspension, resume_if_recovered
 from tasks.flows.recovery import export_state, recover
+from tasks.runtime.standby import DeciderGate, Presence
 from tasks.state.scripts import (
     SCRIPT_DIR,
     SCRIPT_NAMES,
@@ -173,6 +174,9 @@ def _exercise_every_script(h: Harness) -> None:
     assert recover(h.rt, export_state(h.rt))["bookings"] >= 1  # restore_booking
     marked = h.rt.partition.call(h.rt.replication.mark_call())  # what acknowledge() sends with WAIT
     assert marked is not None
+    presence = Presence(h.rt.partition.scripts, h.rt.keys, ttl_s=3.0, gate=DeciderGate())
+    assert presence.refresh()  # decider_standby: take the presence, then hand it back
+    presence.hand_back()
     assert h.rt.partition.call(h.rt.replication.advance_call(*marked, 1))
     ensure_group(h.rt.client, h.rt.keys.results, "control-plane")
     assert read_group(h.rt.client, h.rt.keys.results, "control-plane", "cp-1", acknowledged=h.rt.keys.acked)
