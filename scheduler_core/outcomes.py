@@ -179,11 +179,11 @@ class FailureTally:
     def add(self, reason: Reason, worker: WorkerView) -> None:
         """Count ``worker`` as failed for ``reason`` (again: no change)."""
         chunks = self._by_reason.setdefault(reason, [])
-        if not chunks or isinstance(chunks[-1], _Picked):
-            chunks.append([])
-        last = chunks[-1]
-        assert isinstance(last, list)
-        last.append(worker)
+        last = chunks[-1] if chunks else None
+        if isinstance(last, list):
+            last.append(worker)
+        else:
+            chunks.append([worker])
 
     def add_all(self, reason: Reason, workers: Iterable[WorkerView]) -> None:
         """Count every worker of ``workers`` as failed for ``reason``."""
@@ -209,9 +209,8 @@ _WORKER_ID = operator.attrgetter("id")
 
 def _failures(stage: str, reason: Reason, chunks: list[_Chunk]) -> ReasonFailures:
     """The distinct workers' count and the first :data:`MAX_EXAMPLES` of them."""
-    found = chain.from_iterable(chunk.workers() if isinstance(chunk, _Picked) else chunk for chunk in chunks)
     examples: dict[int, str] = {}
-    for worker in found:
+    for worker in _workers(chunks):
         examples.setdefault(worker.id, worker.name)
         if len(examples) == MAX_EXAMPLES:
             break
@@ -226,5 +225,9 @@ def _distinct(chunks: list[_Chunk]) -> int:
         picked = [chunk for chunk in chunks if isinstance(chunk, _Picked) and chunk.ran is first.ran]
         if len(picked) == len(chunks):
             return sum(len(chunk.positions) for chunk in picked)
-    found = chain.from_iterable(chunk.workers() if isinstance(chunk, _Picked) else chunk for chunk in chunks)
-    return len(set(map(_WORKER_ID, found)))
+    return len(set(map(_WORKER_ID, _workers(chunks))))
+
+
+def _workers(chunks: list[_Chunk]) -> Iterator[WorkerView]:
+    """The chunks' workers, in tally order (repeats possible)."""
+    return chain.from_iterable(chunk.workers() if isinstance(chunk, _Picked) else chunk for chunk in chunks)
