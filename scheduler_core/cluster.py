@@ -90,9 +90,9 @@ class WorkerValues(Protocol):
         kept while the worker and ``views`` are unchanged."""
         ...
 
-    def kept(self, slot: Hashable, items: Sequence[object], build: Callable[[], _T]) -> _T:
+    def kept(self, slot: Hashable, items: Sequence[object], build: Callable[[], _T], weight: int = 1) -> _T:
         """An object its user brings up to date on every use, kept per ``slot`` while ``items``
-        holds the same objects."""
+        holds the same objects (``weight``: the memory it holds, in its user's unit)."""
         ...
 
     def item_values(
@@ -210,15 +210,18 @@ class ClusterState:
             return compute(items)
         return remembered.item_values(slot, self._views, items, worker_of, compute)
 
-    def kept(self, slot: Hashable, items: Sequence[object], build: Callable[[], _T]) -> _T | None:
+    def kept(
+        self, slot: Hashable, items: Sequence[object], build: Callable[[], _T], weight: int = 1
+    ) -> _T | None:
         """With a memo, the object it keeps per ``slot`` while ``items`` holds the same objects
         (``build`` makes a new one); None without a memo (nothing lasts past this decision).
 
         The object is its user's: it must hold nothing but what ``slot`` and ``items``
         determine, and its user brings it up to date with this decision's cluster on every use.
+        ``weight``: the memory it holds, in its user's unit (the memo keeps a bounded weight).
         """
         remembered = self._remembered
-        return None if remembered is None else remembered.kept(slot, items, build)
+        return None if remembered is None else remembered.kept(slot, items, build, weight)
 
     def per_own_worker(self, worker: WorkerView, key: object, compute: Callable[[], _T]) -> _T:
         """``compute()``, a pure function of the worker's view and bound instances and of what

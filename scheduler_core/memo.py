@@ -301,7 +301,8 @@ class SnapshotMemo:
 
     __slots__ = (
         "_derived", "_entries", "_era", "_functions", "_hosts", "_ids", "_index", "_instances", "_journal",
-        "_kept", "_models", "_objects", "_passed", "_stages", "_tallies", "_views", "generations",
+        "_kept", "_kept_weight", "_models", "_objects", "_passed", "_stages", "_tallies", "_views",
+        "generations",
     )
 
     #: Entries kept at most per kind; beyond it that kind starts over (workers come and go).
@@ -325,6 +326,12 @@ class SnapshotMemo:
     #: (128 shapes in turn at 2,000 × 8: 16 made each repeated shape's decision rebuild its
     #: ranking, p50 7.6–8.0 ms against 1.8–1.9 ms; 64 cost 24 MB more there).
     KEPT_OBJECTS = 64
+    #: The weights of :meth:`kept`'s objects held at most (the least recently used go first):
+    #: a spread ranking weighs its slots plus its candidates (about 100 bytes each), so the
+    #: rankings' memory is bounded on any cluster, not only by their count: about 60 MB
+    #: (a one-GPU shape's ranking weighs about 9,000 at 2,000 × 8, 1 MB: 64 of them fit;
+    #: at 10,000 × 8 about 45,000, 5 MB: 13 fit).
+    KEPT_WEIGHT = 600_000
 
     def __init__(self) -> None:
         #: Per slot, the values of the last :meth:`tally` and their counts.
@@ -354,7 +361,10 @@ class SnapshotMemo:
         #: Tables of :meth:`worker_values` and :meth:`item_values`, least recently used first.
         self._kept: dict[Hashable, _Kept] = {}
         #: Objects of :meth:`kept` and the items each follows, least recently used first.
-        self._objects: dict[Hashable, tuple[tuple[object, ...], object]] = {}
+        #: Per slot of :meth:`kept`: its items, its object and the object's weight.
+        self._objects: dict[Hashable, tuple[tuple[object, ...], object, int]] = {}
+        #: The weights of :attr:`_objects` summed.
+        self._kept_weight = 0
 
     def track_instances(self, instances: tuple[ModelInstance, ...]) -> InstanceIndex | None:
         """Give every worker whose bound instances changed a new generation; return the
@@ -440,6 +450,7 @@ class SnapshotMemo:
         self._stages.clear()
         self._kept.clear()
         self._objects.clear()
+        self._kept_weight = 0
         self.generations.clear()
         self._journal.clear()
         self._era += 1
@@ -574,21 +585,32 @@ class SnapshotMemo:
         self._derived[slot] = (frozen(items), value)
         return value
 
-    def kept(self, slot: Hashable, items: Sequence[object], build: Callable[[], _T]) -> _T:
+    def kept(
+        self, slot: Hashable, items: Sequence[object], build: Callable[[], _T], weight: int = 1
+    ) -> _T:
         """One object per ``slot`` that its user updates decision after decision, kept while
         ``items`` holds the same objects (a new one from ``build`` otherwise).
 
         Unlike :meth:`derived`, the object is the user's to change: it must hold nothing but
-        what ``slot`` and ``items`` determine, brought up to date by its user on every use
-        (the least recently used of :data:`KEPT_OBJECTS` goes).
+        what ``slot`` and ``items`` determine, brought up to date by its user on every use.
+        ``weight``: how much memory the object holds, in its user's unit (a ranking: its
+        slots); the least recently used objects go while more than :data:`KEPT_OBJECTS` or a
+        weight over :data:`KEPT_WEIGHT` are held (the object of this call stays, whatever
+        its weight).
         """
         objects = self._objects
         entry = objects.pop(slot, None)
+        if entry is not None:
+            self._kept_weight -= entry[2]
         if entry is None or not same_objects(entry[0], items):
-            entry = (frozen(items), build())
-        if len(objects) >= self.KEPT_OBJECTS:
-            del objects[next(iter(objects))]
+            entry = (frozen(items), build(), weight)
+        elif entry[2] != weight:
+            entry = (entry[0], entry[1], weight)
+        limit = self.KEPT_WEIGHT - weight
+        while objects and (len(objects) >= self.KEPT_OBJECTS or self._kept_weight > limit):
+            self._kept_weight -= objects.pop(next(iter(objects)))[2]
         objects[slot] = entry  # the most recently used last
+        self._kept_weight += weight
         return entry[1]  # type: ignore[return-value]
 
     def tally(self, slot: SlotKey, values: Sequence[_T], items: Callable[[_T], Iterable[_K]]) -> Counter[_K]:

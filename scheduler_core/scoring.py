@@ -482,7 +482,7 @@ class _SpreadStanding:
         other = (min(others), max(others))
         if other != self.ranges.other:
             key = ("spread_standing", runs.key, other)
-            forced = cluster.kept(key, runs.layout, lambda: _SpreadStanding(other))
+            forced = cluster.kept(key, runs.layout, lambda: _SpreadStanding(other), _weight(runs))
             kept = None if forced is None else forced.rank(runs, cluster)
             if kept is None:
                 return None
@@ -557,6 +557,12 @@ class _SpreadStanding:
         return _Ranges((0, 0), (min(counts), max(counts)), True)
 
 
+def _weight(runs: CandidateRuns) -> int:
+    """The memory a standing on ``runs`` holds, in the memo's unit (:attr:`SnapshotMemo.KEPT_WEIGHT`):
+    its slots and its candidates (about 80 and 120 bytes each, at 2,000 × 8)."""
+    return len(runs.slots) + len(runs.candidates)
+
+
 def _slot_loads(
     cluster: ClusterState, slots: Sequence[Sequence[Candidate]], positions: Iterable[int]
 ) -> dict[int, _WorkerLoad]:
@@ -580,7 +586,7 @@ class GpustackScorer:
         if model.placement_strategy == "binpack" or runs is None or runs.candidates is not candidates:
             return None
         cluster = selection.cluster
-        standing = cluster.kept(("spread_standing", runs.key), runs.layout, _SpreadStanding)
+        standing = cluster.kept(("spread_standing", runs.key), runs.layout, _SpreadStanding, _weight(runs))
         base = None if standing is None else standing.rank(runs, cluster)
         if standing is None or base is None:
             return None

@@ -851,3 +851,97 @@ def test_decisions_with_stage_tables_dropped_as_they_fill_match_fresh_decisions(
             placed.append(_booked(remembered, step, row["id"]))
         if placed and rng.random() < 0.2:
             placed.pop(rng.randrange(len(placed)))
+
+
+def test_kept_objects_are_bounded_by_their_weight_least_recently_used_first() -> None:
+    """``kept`` objects go, least recently used first, while more than ``KEPT_OBJECTS`` are
+    held or their weights add up past ``KEPT_WEIGHT``; the object being asked for stays
+    whatever its weight, and an object used again weighs what its last use said."""
+
+    class Memo(SnapshotMemo):
+        KEPT_OBJECTS = 3
+        KEPT_WEIGHT = 10
+
+    memo = Memo()
+    items = (object(),)
+    built: list[str] = []
+
+    def keep(slot: str, weight: int) -> object:
+        def build() -> str:
+            built.append(slot)
+            return slot
+
+        return memo.kept(slot, items, build, weight)
+
+    def held() -> list[str]:
+        return list(memo._objects)  # type: ignore[arg-type]
+
+    keep("a", 4)
+    keep("b", 4)
+    assert held() == ["a", "b"] and memo._kept_weight == 8
+    keep("a", 4)  # used again: the most recent, not built again
+    assert held() == ["b", "a"] and built == ["a", "b"]
+    keep("c", 3)  # 8 + 3 > 10: b, used longest ago, goes
+    assert held() == ["a", "c"] and memo._kept_weight == 7
+    keep("a", 6)  # a weighs 6 now: 6 + 3 fits
+    assert held() == ["c", "a"] and memo._kept_weight == 9
+    keep("d", 1)
+    keep("e", 0)  # four objects: c goes
+    assert held() == ["a", "d", "e"] and memo._kept_weight == 7
+    keep("f", 25)  # heavier than the bound alone: everything else goes, f stays
+    assert held() == ["f"] and memo._kept_weight == 25
+    keep("b", 2)
+    assert held() == ["b"] and memo._kept_weight == 2 and built == ["a", "b", "c", "d", "e", "f", "b"]
+    memo._forget_workers()
+    assert held() == [] and memo._kept_weight == 0
+
+
+def test_a_spread_ranking_weighs_its_slots_and_candidates() -> None:
+    """Five workers of four free H100s and a one-GPU spread model: one slot per worker and
+    twenty candidates, so the kept ranking weighs 25; a tp4 model's weighs 5 + 5."""
+    rows = [worker(i, f"w{i}", [gpu(g, H100) for g in range(4)]) for i in range(1, 6)]
+    workers = [Worker.model_validate(row) for row in rows]
+    memo = SnapshotMemo()
+    for params, weight in (([], 25), (["--tp-size", "4"], 10)):
+        row = model(backend_parameters=params, weight_bytes=weight_for_estimate(14))
+        request = ScheduleRequest.model_validate({"request_id": "r", "model": row}).model_copy(
+            update={"workers": workers, "model_instances": []}
+        )
+        result = schedule(request, memo=memo)
+        assert result.status == "scheduled" and len(result.candidates) == weight - 5
+        assert list(memo._objects.values())[-1][2] == weight
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1))
+def test_decisions_with_rankings_dropped_by_their_weight_match_fresh_decisions(seed: int) -> None:
+    """Spread models of several sizes in turn, some with replicas running, on a memo with
+    room for about one ranking's weight: rankings are dropped and built again all the time,
+    and every decision equals the same decision without a memo."""
+
+    class Memo(SnapshotMemo):
+        KEPT_WEIGHT = 30
+
+    rng = random.Random(seed)
+    rows = [worker(i, f"w{i}", [gpu(g, H100) for g in range(4)]) for i in range(1, 7)]
+    workers = [Worker.model_validate(row) for row in rows]
+    placed: list[ModelInstance] = []
+    memo = Memo()
+    for step in range(30):
+        tp = rng.choice([1, 1, 2, 4])
+        row = model(
+            id=rng.choice([1, 2, 3, 4]), name=f"m{step}",
+            weight_bytes=weight_for_estimate(rng.choice([6, 8, 14, 30])),
+            backend_parameters=[] if tp == 1 else ["--tp-size", str(tp)],
+        )
+        request = ScheduleRequest.model_validate({"request_id": f"r{step}", "model": row}).model_copy(
+            update={"workers": workers, "model_instances": list(placed)}
+        )
+        remembered = schedule(request, memo=memo)
+        assert remembered.model_dump_json() == schedule(request).model_dump_json(), step
+        weights = [entry[2] for entry in memo._objects.values()]
+        assert sum(weights) <= Memo.KEPT_WEIGHT or len(weights) == 1, weights
+        if remembered.status == "scheduled" and rng.random() < 0.7:
+            placed.append(_booked(remembered, step, row["id"]))
+        if placed and rng.random() < 0.2:
+            placed.pop(rng.randrange(len(placed)))
