@@ -28,6 +28,7 @@ the memo and fails unless both results are byte-identical.
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import sys
 import time
@@ -126,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                          *((row, times[row]) for row in (REPEATED, FIRST) if row in times)]:
         p50, p90, p99 = statistics.median(values), percentile(values, 90), percentile(values, 99)
         print(f"{name:>16} {len(values):>10} {p50:>8.2f} {p90:>8.2f} {p99:>8.2f}")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    print(f"peak RSS {peak:.0f} MB (cluster, memo and every decision's result)")
     return 0
 
 

@@ -328,10 +328,13 @@ class SnapshotMemo:
     KEPT_OBJECTS = 64
     #: The weights of :meth:`kept`'s objects held at most (the least recently used go first):
     #: a spread ranking weighs its slots plus its candidates (about 100 bytes each), so the
-    #: rankings' memory is bounded on any cluster, not only by their count: about 60 MB
-    #: (a one-GPU shape's ranking weighs about 9,000 at 2,000 × 8, 1 MB: 64 of them fit;
-    #: at 10,000 × 8 about 45,000, 5 MB: 13 fit).
-    KEPT_WEIGHT = 600_000
+    #: rankings' memory is bounded on any cluster, not only by their count: about 200 MB.
+    #: A one-GPU shape's ranking weighs about 9,000 at 2,000 × 8 (1 MB: 64 of them fit) and
+    #: 70,000 at 10,000 × 8 (28 fit). Shapes asked in turn that do not fit are each decided
+    #: in a full pass (least recently used: none is found again), so the bound is a guard
+    #: against memory growing with the cluster, not a cache size to tune down (600,000 made
+    #: 10 one-GPU shapes in turn at 10,000 × 8 cost p50 94 ms instead of 1.6 ms).
+    KEPT_WEIGHT = 2_000_000
 
     def __init__(self) -> None:
         #: Per slot, the values of the last :meth:`tally` and their counts.
