@@ -332,9 +332,9 @@ class SnapshotMemo:
     #: A one-GPU shape's ranking weighs about 9,000 at 2,000 × 8 (1 MB: 64 of them fit) and
     #: 89,000 at 10,000 × 8 with 20,000 small instances (22 fit). Shapes asked in turn that
     #: do not fit are each decided in a full pass (least recently used: none is found again),
-    #: so the bound is a guard
-    #: against memory growing with the cluster, not a cache size to tune down (600,000 made
-    #: 10 one-GPU shapes in turn at 10,000 × 8 cost p50 94 ms instead of 1.6 ms).
+    #: so the bound is a guard against memory growing with the cluster, not a cache size to
+    #: tune down (600,000 made 10 one-GPU shapes in turn at 10,000 × 8 cost p50 94 ms
+    #: instead of 1.6 ms).
     KEPT_WEIGHT = 2_000_000
 
     def __init__(self) -> None:
