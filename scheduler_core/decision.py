@@ -42,7 +42,6 @@ from scheduler_core.estimate import ModelFacts, estimate_vram, is_llm, model_ram
 from scheduler_core.framework import (
     Chain,
     FilterChainOutcome,
-    KeptRanking,
     Policy,
     Scorer,
     WorkerFilter,
@@ -385,8 +384,9 @@ def _decide(
 def _ranking(scorer: Scorer, candidates: Sequence[Candidate], selection: Selection) -> Ranking:
     """The scorer's pick and scores: kept across decisions when it keeps them (``rank``),
     else every candidate scored (``score``) and its ``pick``."""
-    if isinstance(scorer, KeptRanking):
-        kept = scorer.rank(candidates, selection)
+    rank = getattr(scorer, "rank", None)  # a KeptRanking (a runtime Protocol check costs far more)
+    if rank is not None:
+        kept: Ranking | None = rank(candidates, selection)
         if kept is not None:
             return kept
     scores = scorer.score(candidates, selection)

@@ -77,7 +77,7 @@ def extended(base: tuple[_T, ...], added: Iterable[_T]) -> tuple[_T, ...]:
     alive (one link is what a memo that sees every tuple needs; without it, the items
     are compared one by one, with the same answer).
     """
-    made = Extended((*base, *added))
+    made = Extended(base + tuple(added))  # two copies of the items, not three: a list, a tuple, then ours
     made.base = base
     if isinstance(base, Extended):
         base.base = None
