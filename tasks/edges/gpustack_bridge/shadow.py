@@ -12,6 +12,14 @@ comparison — worker, GPU type and indexes, per-GPU claims, ``vram_utilization`
 subordinate workers, or the unschedulable text — is recorded as an entry of the shadow
 stream, a count per verdict, and the metric ``gpusched_gpustack_shadow_decisions_total``.
 ``gpusched gpustack report`` prints them.
+
+The workers come on their own watch stream, another connection than the instances': a
+worker's update GPUStack's scheduler read (a heartbeat lost: ``not_ready``) may reach the
+mirror after the decision it made. A decision that differs is therefore compared once more
+on the workers as GPUStack holds them now (read from its API) when they are not the
+mirror's; if that comparison agrees, the difference was the mirror's lag, not the
+placement: the verdict is that comparison's, and the entry says the workers were read again
+(``reread``) and which of them the mirror held otherwise (``stale_workers``).
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from tasks.edges.gpustack_bridge import metrics, writeback
 from tasks.edges.gpustack_bridge.api import GpustackApi, GpustackError, WatchEvent
 from tasks.edges.gpustack_bridge.ids import request_id
 from tasks.edges.gpustack_bridge.keys import SHADOW_MAXLEN, BridgeKeys
-from tasks.edges.gpustack_bridge.rows import RowRefused, claims_view, model_row
+from tasks.edges.gpustack_bridge.rows import RowRefused, claims_view, model_row, worker_row
 from tasks.intake.requests import local_path_problem
 
 log = structlog.get_logger("gpusched.gpustack")
@@ -77,6 +85,13 @@ def _tied(result: Row, theirs: Row) -> bool:
     )
 
 
+def _changed_workers(held: list[Row], now: list[Row]) -> list[int]:
+    """The ids of the workers whose row is not the same in both lists (or is in one only)."""
+    mine = {row["id"]: row for row in held}
+    other = {row["id"]: row for row in now}
+    return sorted(i for i in mine.keys() | other.keys() if mine.get(i) != other.get(i))
+
+
 def differing(ours: Row, theirs: Row) -> list[str]:
     """The parts that differ (``status``, ``placement.<field>``, ``state_message``)."""
     if ours.get("status") != theirs.get("status"):
@@ -107,11 +122,46 @@ class Shadow:
         request = self._request(before)
         if request is None:
             return self._record(before, event.row, SKIPPED, None, ["model"])
+        theirs = _theirs(event.row)
+        verdict, ours, fields = self._compare(request, theirs)
+        stale: list[int] = []
+        if verdict == DIFFER:
+            fresh = self._workers_now()
+            stale = [] if fresh is None else _changed_workers(request["workers"], fresh)
+            if fresh is not None and stale:
+                again = self._compare({**request, "workers": fresh}, theirs)
+                if again[0] != DIFFER:
+                    verdict, ours, fields = again
+                    log.info("gpustack.shadow_mirror_lagged", instance=before["id"], workers=stale)
+                else:
+                    stale = []
+        return self._record(before, event.row, verdict, ours, fields, stale)
+
+    @staticmethod
+    def _compare(request: Row, theirs: Row) -> tuple[str, Row, list[str]]:
+        """gpusched's decision of ``request`` against GPUStack's: (verdict, ours, fields that differ)."""
         result = json.loads(schedule(request).model_dump_json())
-        ours, theirs = _ours(result), _theirs(event.row)
+        ours = _ours(result)
         fields = differing(ours, theirs)
-        verdict = AGREE if not fields else TIE if _tied(result, theirs) else DIFFER
-        return self._record(before, event.row, verdict, ours, fields)
+        return AGREE if not fields else TIE if _tied(result, theirs) else DIFFER, ours, fields
+
+    def _workers_now(self) -> list[Row] | None:
+        """Every worker as GPUStack holds it now, by id (None without an API or when unreadable)."""
+        if self.api is None:
+            return None
+        try:
+            raw = self.api.list_rows("workers")
+        except GpustackError as error:
+            log.warning("gpustack.shadow_workers_unread", error=str(error))
+            return None
+        rows: dict[int, Row] = {}
+        for item in raw:
+            try:
+                row = worker_row(item)
+            except RowRefused:
+                continue  # the mirror refuses it too
+            rows[row["id"]] = row
+        return [rows[worker_id] for worker_id in sorted(rows)]
 
     def _model(self, model_id: Any) -> Row | None:
         """The model row as GPUStack's evaluation left it: read again, since the models stream
@@ -136,7 +186,10 @@ class Shadow:
             "model_instances": [claims_view(row) for _, row in sorted(self.rows["model-instances"].items())],
         }
 
-    def _record(self, before: Row, after: Row, verdict: str, ours: Row | None, fields: list[str]) -> str:
+    def _record(
+        self, before: Row, after: Row, verdict: str, ours: Row | None, fields: list[str],
+        stale: list[int] | None = None,
+    ) -> str:
         entry = {
             "instance_id": str(before["id"]),
             "instance": str(before.get("name")),
@@ -147,6 +200,9 @@ class Shadow:
             "gpusched": json.dumps(ours, sort_keys=True),
             "time_ms": str(int(time.time() * 1000)),
         }
+        if stale:
+            entry["reread"] = "workers"
+            entry["stale_workers"] = json.dumps(stale)
         pipe = self.client.pipeline(transaction=False)
         pipe.xadd(self.keys.shadow, entry, maxlen=SHADOW_MAXLEN, approximate=True)  # type: ignore[arg-type]
         pipe.hincrby(self.keys.shadow_counts, verdict, 1)
