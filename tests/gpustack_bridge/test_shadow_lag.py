@@ -105,7 +105,7 @@ def test_a_difference_from_a_worker_the_mirror_had_not_caught_up_on_is_decided_a
     assert json.loads(entry["stale_workers"]) == [1] and json.loads(entry["fields"]) == []
     assert json.loads(entry["gpusched"])["placement"]["worker_id"] == 2
     counted = report(client, shadow.keys, 5)
-    assert (counted["agree"], counted["differ"], counted["differences"]) == (1, 0, [])
+    assert (counted["agree"], counted["differ"], counted["reread"], counted["differences"]) == (1, 0, 1, [])
 
 
 @pytest.mark.parametrize("listed", [_workers("ready"), None], ids=["same-workers", "api-unreachable"])
@@ -122,6 +122,8 @@ def test_a_difference_stays_when_gpustacks_workers_are_the_mirrors_or_unreadable
     assert api.listed == 1 and "reread" not in entry and "stale_workers" not in entry
     assert "placement.worker_id" in json.loads(entry["fields"])
     assert json.loads(entry["gpusched"])["placement"]["worker_id"] == 1
+    counted = report(client, shadow.keys, 5)
+    assert (counted["differ"], counted["reread"], len(counted["differences"])) == (1, 0, 1)
 
 
 def test_a_difference_the_fresh_workers_do_not_explain_stays_a_difference() -> None:

@@ -103,6 +103,8 @@ def _report(args: argparse.Namespace) -> int:
             f"GPUStack cluster {item['cluster_id']}: {item['decisions']} decisions compared: "
             f"{agreeing} agree ({share}; {item['agree']} identical, {item['tie']} another of GPUStack's "
             f"equally scored candidates), {item['differ']} differ, {item['skipped']} skipped"
+            + (f"; {item['reread']} of the agreeing after reading GPUStack's workers again (the bridge's"
+               " mirror was behind)" if item.get("reread") else "")
         )
         for diff in item["differences"]:
             print(

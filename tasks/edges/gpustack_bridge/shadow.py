@@ -43,6 +43,8 @@ from tasks.intake.requests import local_path_problem
 log = structlog.get_logger("gpusched.gpustack")
 Row = dict[str, Any]
 AGREE, TIE, DIFFER, SKIPPED = "agree", "tie", "differ", "skipped"
+#: The count of decisions that agreed (or tied) only on GPUStack's workers read again.
+REREAD = "reread"
 
 
 def gpustack_decided(before: Row | None, event: WatchEvent) -> bool:
@@ -206,6 +208,8 @@ class Shadow:
         pipe = self.client.pipeline(transaction=False)
         pipe.xadd(self.keys.shadow, entry, maxlen=SHADOW_MAXLEN, approximate=True)  # type: ignore[arg-type]
         pipe.hincrby(self.keys.shadow_counts, verdict, 1)
+        if stale:
+            pipe.hincrby(self.keys.shadow_counts, REREAD, 1)
         pipe.execute()
         metrics.SHADOW.labels(verdict).inc()
         log.info("gpustack.shadow", instance=before["id"], verdict=verdict, differs=fields)
@@ -239,5 +243,6 @@ def report(client: redis.Redis, keys: BridgeKeys, limit: int) -> Row:
         "tie": counts.get(TIE, 0),
         "differ": counts.get(DIFFER, 0),
         "skipped": counts.get(SKIPPED, 0),
+        "reread": counts.get(REREAD, 0),
         "differences": differences,
     }
