@@ -35,9 +35,10 @@ import structlog
 from scheduler_core import ModelSpec, schedule
 from tasks.edges.gpustack_bridge import metrics, writeback
 from tasks.edges.gpustack_bridge.api import GpustackApi, GpustackError, WatchEvent
+from tasks.edges.gpustack_bridge.follow import Mirror
 from tasks.edges.gpustack_bridge.ids import request_id
 from tasks.edges.gpustack_bridge.keys import SHADOW_MAXLEN, BridgeKeys
-from tasks.edges.gpustack_bridge.rows import RowRefused, claims_view, model_row, worker_row
+from tasks.edges.gpustack_bridge.rows import RowRefused, claims_view, model_row
 from tasks.intake.requests import local_path_problem
 
 log = structlog.get_logger("gpusched.gpustack")
@@ -87,11 +88,9 @@ def _tied(result: Row, theirs: Row) -> bool:
     )
 
 
-def _changed_workers(held: list[Row], now: list[Row]) -> list[int]:
-    """The ids of the workers whose row is not the same in both lists (or is in one only)."""
-    mine = {row["id"]: row for row in held}
-    other = {row["id"]: row for row in now}
-    return sorted(i for i in mine.keys() | other.keys() if mine.get(i) != other.get(i))
+def _by_id(rows: dict[int, Row]) -> list[Row]:
+    """The rows in id order (how gpusched takes a mirror's workers)."""
+    return [row for _, row in sorted(rows.items())]
 
 
 def differing(ours: Row, theirs: Row) -> list[str]:
@@ -128,15 +127,10 @@ class Shadow:
         verdict, ours, fields = self._compare(request, theirs)
         stale: list[int] = []
         if verdict == DIFFER:
-            fresh = self._workers_now()
-            stale = [] if fresh is None else _changed_workers(request["workers"], fresh)
-            if fresh is not None and stale:
-                again = self._compare({**request, "workers": fresh}, theirs)
-                if again[0] != DIFFER:
-                    verdict, ours, fields = again
-                    log.info("gpustack.shadow_mirror_lagged", instance=before["id"], workers=stale)
-                else:
-                    stale = []
+            again = self._reread(request, theirs)
+            if again is not None:
+                (verdict, ours, fields), stale = again
+                log.info("gpustack.shadow_mirror_lagged", instance=before["id"], workers=stale)
         return self._record(before, event.row, verdict, ours, fields, stale)
 
     @staticmethod
@@ -147,23 +141,23 @@ class Shadow:
         fields = differing(ours, theirs)
         return AGREE if not fields else TIE if _tied(result, theirs) else DIFFER, ours, fields
 
-    def _workers_now(self) -> list[Row] | None:
-        """Every worker as GPUStack holds it now, by id (None without an API or when unreadable)."""
+    def _reread(self, request: Row, theirs: Row) -> tuple[tuple[str, Row, list[str]], list[int]] | None:
+        """The comparison on GPUStack's workers as it holds them now, and the ids of those the
+        mirror held otherwise, when they differ and that comparison agrees (or ties); else None
+        (no API, the workers unreadable or the mirror's, or a difference still)."""
         if self.api is None:
             return None
         try:
-            raw = self.api.list_rows("workers")
+            listed = self.api.list_rows("workers")
         except GpustackError as error:
             log.warning("gpustack.shadow_workers_unread", error=str(error))
             return None
-        rows: dict[int, Row] = {}
-        for item in raw:
-            try:
-                row = worker_row(item)
-            except RowRefused:
-                continue  # the mirror refuses it too
-            rows[row["id"]] = row
-        return [rows[worker_id] for worker_id in sorted(rows)]
+        now = Mirror(rows={"workers": {row["id"]: row for row in request["workers"]}})
+        stale = [change.id for change in now.resync("workers", listed)]  # reduced as the mirror does
+        if not stale:
+            return None
+        again = self._compare({**request, "workers": _by_id(now.rows["workers"])}, theirs)
+        return None if again[0] == DIFFER else (again, stale)
 
     def _model(self, model_id: Any) -> Row | None:
         """The model row as GPUStack's evaluation left it: read again, since the models stream
@@ -184,7 +178,7 @@ class Shadow:
             "request_id": request_id(self.cluster_id, instance),
             "policy": "gpustack",
             "model": model,
-            "workers": [row for _, row in sorted(self.rows["workers"].items())],
+            "workers": _by_id(self.rows["workers"]),
             "model_instances": [claims_view(row) for _, row in sorted(self.rows["model-instances"].items())],
         }
 
