@@ -13,6 +13,7 @@ from __future__ import annotations
 import operator
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -831,22 +832,44 @@ def test_decisions_with_stage_tables_dropped_as_they_fill_match_fresh_decisions(
     """Model sizes in turn on a memo with room for few stage entries: tables are dropped
     and built again all the time, and every decision equals the same decision without a memo."""
     rng = random.Random(seed)
-    rows = [worker(i, f"w{i}", [gpu(g, H100) for g in range(4)]) for i in range(1, 6)]
-    workers = [Worker.model_validate(row) for row in rows]
-    placed: list[ModelInstance] = []
-    memo = _SmallMemo()
-    for step in range(30):
+
+    def sized(step: int) -> dict[str, Any]:
         tp = rng.choice([1, 2, 4])
-        row = model(
+        return model(
             id=3_000 + step, name=f"m{step}", weight_bytes=weight_for_estimate(rng.choice([6, 8, 14, 30])),
             backend_parameters=[] if tp == 1 else ["--tp-size", str(tp)],
         )
+
+    workers = _h100_workers(5)
+    memo = _SmallMemo()
+
+    def bounded() -> None:
+        assert sum(len(table.entries) for table in memo._stages.values()) <= 10 + len(workers)
+
+    _walk_against_fresh(rng, workers, memo, sized, bounded)
+
+
+def _h100_workers(count: int) -> list[Worker]:
+    """``count`` workers of four H100s each (ids from 1)."""
+    rows = [worker(i, f"w{i}", [gpu(g, H100) for g in range(4)]) for i in range(1, count + 1)]
+    return [Worker.model_validate(row) for row in rows]
+
+
+def _walk_against_fresh(
+    rng: random.Random, workers: list[Worker], memo: SnapshotMemo,
+    model_of: Callable[[int], dict[str, Any]], check: Callable[[], None],
+) -> None:
+    """30 decisions of ``model_of(step)`` on ``memo``, each equal to the same decision without
+    a memo and followed by ``check()``; most scheduled ones booked, some bookings released."""
+    placed: list[ModelInstance] = []
+    for step in range(30):
+        row = model_of(step)
         request = ScheduleRequest.model_validate({"request_id": f"r{step}", "model": row}).model_copy(
             update={"workers": workers, "model_instances": list(placed)}
         )
         remembered = schedule(request, memo=memo)
         assert remembered.model_dump_json() == schedule(request).model_dump_json(), step
-        assert sum(len(table.entries) for table in memo._stages.values()) <= 10 + len(workers)
+        check()
         if remembered.status == "scheduled" and rng.random() < 0.7:
             placed.append(_booked(remembered, step, row["id"]))
         if placed and rng.random() < 0.2:
@@ -899,8 +922,7 @@ def test_kept_objects_are_bounded_by_their_weight_least_recently_used_first() ->
 def test_a_spread_ranking_weighs_its_slots_and_candidates() -> None:
     """Five workers of four free H100s and a one-GPU spread model: one slot per worker and
     twenty candidates, so the kept ranking weighs 25; a tp4 model's weighs 5 + 5."""
-    rows = [worker(i, f"w{i}", [gpu(g, H100) for g in range(4)]) for i in range(1, 6)]
-    workers = [Worker.model_validate(row) for row in rows]
+    workers = _h100_workers(5)
     memo = SnapshotMemo()
     for params, weight in (([], 25), (["--tp-size", "4"], 10)):
         row = model(backend_parameters=params, weight_bytes=weight_for_estimate(14))
@@ -923,25 +945,19 @@ def test_decisions_with_rankings_dropped_by_their_weight_match_fresh_decisions(s
         KEPT_WEIGHT = 30
 
     rng = random.Random(seed)
-    rows = [worker(i, f"w{i}", [gpu(g, H100) for g in range(4)]) for i in range(1, 7)]
-    workers = [Worker.model_validate(row) for row in rows]
-    placed: list[ModelInstance] = []
-    memo = Memo()
-    for step in range(30):
+
+    def sized(step: int) -> dict[str, Any]:
         tp = rng.choice([1, 1, 2, 4])
-        row = model(
+        return model(
             id=rng.choice([1, 2, 3, 4]), name=f"m{step}",
             weight_bytes=weight_for_estimate(rng.choice([6, 8, 14, 30])),
             backend_parameters=[] if tp == 1 else ["--tp-size", str(tp)],
         )
-        request = ScheduleRequest.model_validate({"request_id": f"r{step}", "model": row}).model_copy(
-            update={"workers": workers, "model_instances": list(placed)}
-        )
-        remembered = schedule(request, memo=memo)
-        assert remembered.model_dump_json() == schedule(request).model_dump_json(), step
+
+    memo = Memo()
+
+    def bounded() -> None:
         weights = [entry[2] for entry in memo._objects.values()]
         assert sum(weights) <= Memo.KEPT_WEIGHT or len(weights) == 1, weights
-        if remembered.status == "scheduled" and rng.random() < 0.7:
-            placed.append(_booked(remembered, step, row["id"]))
-        if placed and rng.random() < 0.2:
-            placed.pop(rng.randrange(len(placed)))
+
+    _walk_against_fresh(rng, _h100_workers(6), memo, sized, bounded)
