@@ -17,7 +17,7 @@ size) in turn, as a control plane serving many models sends them; the table then
 also splits the decisions into those on a shape decided before in the run and the
 first of each shape (a full pass).
 
-Prints the median, p90 and p99 per tensor-parallel size and over the mix (wall
+Prints the median, p90, p99 and slowest per tensor-parallel size and over the mix (wall
 time of ``schedule()``, ms). ``--check`` also decides each request without
 the memo and fails unless both results are byte-identical.
 
@@ -122,11 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     every = [value for tp in by_tp for value in times[tp]]
     print(f"cluster {args.cluster_workers} workers x {args.gpus} GPUs, {args.instances} instances running, "
           f"mix {args.mix}, {len(every)} measured decisions{' (checked)' if args.check else ''}")
-    print(f"{'requests':>16} {'decisions':>10} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8}")
+    print(f"{'requests':>16} {'decisions':>10} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8}")
     for name, values in [*((tp, times[tp]) for tp in by_tp), ("all", every),
                          *((row, times[row]) for row in (REPEATED, FIRST) if row in times)]:
         p50, p90, p99 = statistics.median(values), percentile(values, 90), percentile(values, 99)
-        print(f"{name:>16} {len(values):>10} {p50:>8.2f} {p90:>8.2f} {p99:>8.2f}")
+        print(f"{name:>16} {len(values):>10} {p50:>8.2f} {p90:>8.2f} {p99:>8.2f} {max(values):>8.2f}")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     print(f"peak RSS {peak:.0f} MB (cluster, memo and every decision's result)")
     return 0

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import heapq
 import operator
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_left, insort
+from collections import deque
 from collections.abc import Callable, Container, Iterator, Sequence
 from itertools import accumulate, chain, compress, count, islice, repeat
 from typing import Protocol
@@ -114,8 +115,8 @@ class SlotRanking:
     def __init__(self, slots: Sequence[Run], joined: Sequence[float]) -> None:
         """Rank ``slots`` whose runs joined have the scores ``joined`` (in that order).
 
-        Built at C speed (a stable sort of the positions by score, then one slice per
-        distinct score): a ranking is built again whenever every score changes at once.
+        Built at C speed (each candidate's key appended to its score's bucket, in selector
+        order): a ranking is built again whenever every score changes at once.
         """
         self.slots: list[Run] = list(slots)
         lengths = list(map(len, self.slots))
@@ -125,16 +126,10 @@ class SlotRanking:
         self._scores: list[list[float]] = list(map(flat.__getitem__, map(slice, starts, ends)))
         bases = [position << STRIDE_BITS for position in range(len(lengths))]
         keys = list(chain.from_iterable(map(range, bases, map(operator.add, bases, lengths))))
-        order = sorted(range(len(keys)), key=flat.__getitem__)  # stable: ties keep selector order
-        ranked = list(map(flat.__getitem__, order))
-        ranked_keys = list(map(keys.__getitem__, order))
-        self._order = sorted(set(ranked))
-        self._buckets: dict[float, list[int]] = {}
-        low = 0
-        for score in self._order:
-            high = bisect_right(ranked, score, low)
-            self._buckets[score] = ranked_keys[low:high]
-            low = high
+        self._order = sorted(set(flat))
+        self._buckets: dict[float, list[int]] = {score: [] for score in self._order}
+        # Consumed at C speed: keys come ascending, so each bucket is in selector order.
+        deque(map(list.append, map(self._buckets.__getitem__, flat), keys), maxlen=0)
         self._tree = fenwick.build(lengths)
         self.size = len(keys)
         #: Scores of the positions handed out by the last :meth:`best` / :meth:`shown`.

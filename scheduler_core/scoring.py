@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import chain, compress, islice, repeat
+from itertools import chain, compress, groupby, islice, repeat
 from typing import Any
 
 from scheduler_core.accounting import Allocatable
@@ -258,9 +258,10 @@ def _newcomer_kept(
     each), in order, each item's kept across decisions while its worker and ``ranges`` are
     unchanged."""
     if by_run:  # one worker's run at a time: an unchanged run keeps its scores
+        terms: dict[int, float] = {}
         scored = cluster.per_item(
             ("spread_newcomer_runs", ranges), items, _run_worker_id,
-            lambda part: [_spread_for_newcomer(run, loads, ranges) for run in part],
+            lambda part: [_newcomer_run(run, loads[run[0].worker.id], ranges, terms) for run in part],
         )
         return list(chain.from_iterable(scored))
     return cluster.per_item(
@@ -270,34 +271,60 @@ def _newcomer_kept(
 
 
 def _spread_for_newcomer(
-    candidates: Sequence[Candidate], loads: Mapping[int, _WorkerLoad], ranges: _Ranges
+    candidates: Iterable[Candidate], loads: Mapping[int, _WorkerLoad], ranges: _Ranges
 ) -> list[float]:
     """:func:`spread_scores` of a model with no instance on any candidate worker, each
     candidate's score from its own worker's load and ``ranges`` alone."""
-    by_total: dict[int, float] = {}
+    terms: dict[int, float] = {}
     scores: list[float] = []
-    append = scores.append
-    last_id: int | None = None
-    load = next(iter(loads.values()))
-    worker = base = 0.0
-    for candidate in candidates:  # a worker's candidates come one after another
-        worker_id = candidate.worker.id
-        if worker_id != last_id:
-            last_id, load = worker_id, loads[worker_id]
-            worker = by_total.get(load.total, -1.0)
-            if worker < 0:
-                worker = by_total[load.total] = _worker_score(0, load.total, ranges) * MAX_SCORE
-            base = _WORKER_WEIGHT * worker
+    for worker_id, run in groupby(candidates, _WORKER_ID):  # a worker's candidates come together
+        scores += _newcomer_run(run, loads[worker_id], ranges, terms)
+    return scores
+
+
+def _newcomer_run(
+    run: Iterable[Candidate], load: _WorkerLoad, ranges: _Ranges, terms: dict[int, float]
+) -> list[float]:
+    """The newcomer scores of one worker's candidates (``terms``: see :func:`_worker_term`)."""
+    return _newcomer_scored(_newcomer_shares(run, load), _worker_term(load.total, ranges, terms))
+
+
+def _newcomer_shares(run: Iterable[Candidate], load: _WorkerLoad) -> list[float | None]:
+    """The part of a newcomer's score of each of one worker's candidates that the range of
+    the workers' totals does not change: its GPU term's share, ``0.15 × term × 100`` (None: a
+    candidate without GPUs, which the worker term alone scores)."""
+    shares: list[float | None] = []
+    append = shares.append
+    busy = load.gpus.keys()
+    for candidate in run:
         indexes = candidate.gpu_indexes
         if not indexes:
-            append(worker)
+            append(None)
         elif len(indexes) == 1:  # an idle GPU has no share listed: its term is 1.0
-            append(base + load.newcomer_shares.get(indexes[0], _IDLE_SHARE))
-        elif load.gpus.keys().isdisjoint(indexes):  # every term 1.0, and so their mean
-            append(base + _IDLE_SHARE)
+            append(load.newcomer_shares.get(indexes[0], _IDLE_SHARE))
+        elif busy.isdisjoint(indexes):  # every term 1.0, and so their mean
+            append(_IDLE_SHARE)
         else:
-            append(base + _GPU_WEIGHT * _newcomer_score(indexes, load) * MAX_SCORE)
-    return scores
+            append(_GPU_WEIGHT * _newcomer_score(indexes, load) * MAX_SCORE)
+    return shares
+
+
+def _worker_term(total: int, ranges: _Ranges, terms: dict[int, float]) -> float:
+    """A newcomer's worker term on a worker running ``total`` instances (× 100), kept in ``terms``
+    per total (for one ``ranges``)."""
+    term = terms.get(total)
+    if term is None:
+        term = terms[total] = _worker_score(0, total, ranges) * MAX_SCORE
+    return term
+
+
+def _newcomer_scored(shares: list[float | None], worker: float) -> list[float]:
+    """The newcomer scores of one worker's candidates from their shares and its worker term:
+    ``0.85 × term + share`` (the term alone for a candidate without GPUs)."""
+    base = _WORKER_WEIGHT * worker
+    if None in shares:
+        return [worker if share is None else base + share for share in shares]
+    return list(map(base.__add__, shares))  # type: ignore[arg-type]
 
 
 def _spread_with_holders(
@@ -408,10 +435,13 @@ class _SpreadStanding:
     on its worker's load and the range of the candidate workers' instance totals
     (:func:`_spread_for_newcomer`): a slot keeps its scores while its run is the same object
     (the runner makes a new one whenever its worker's instances change) and the range is
-    unchanged; the range is kept as a count of the non-empty slots' totals.
+    unchanged; the range is kept as a count of the non-empty slots' totals. A slot also keeps
+    its candidates' shares (the part of a score the range does not change), so when the range
+    moves every score is made again from the kept totals and shares, without reading a
+    worker's load.
     """
 
-    __slots__ = ("counts", "forced", "lineage", "ranges", "ranking", "totals", "where")
+    __slots__ = ("counts", "forced", "lineage", "ranges", "ranking", "shares", "totals", "where")
 
     def __init__(self, forced: tuple[int, int] | None = None) -> None:
         #: The range of the other workers' counts the scores are made with, whatever the slots'
@@ -421,6 +451,8 @@ class _SpreadStanding:
         self.ranking: SlotRanking | None = None
         #: Per slot, its worker's instance total (-1: an empty slot).
         self.totals: list[int] = []
+        #: Per slot, its candidates' shares (:func:`_newcomer_shares`; empty: an empty slot).
+        self.shares: list[list[float | None]] = []
         #: How many non-empty slots have each total.
         self.counts: Counter[int] = Counter()
         self.ranges: _Ranges | None = None
@@ -443,11 +475,10 @@ class _SpreadStanding:
         loads = _slot_loads(cluster, slots, changed)
         for position in changed:
             self._count(position, loads, slots[position])
-        ranges = self._ranges()
-        if ranges != self.ranges:  # the range moved: every score with it
-            return self._synced(runs, self._rebuild(slots, cluster))
+        if self._ranges() != self.ranges:  # the range moved: every score with it
+            return self._synced(runs, self._scored(slots))
         if changed:
-            ranking.update(slots, changed, lambda _, run: _spread_for_newcomer(run, loads, ranges))
+            ranking.update(slots, changed, self._slot_scorer())
         return self._synced(runs, ranking)
 
     def with_holders(
@@ -529,15 +560,42 @@ class _SpreadStanding:
     def _rebuild(self, slots: Sequence[Sequence[Candidate]], cluster: ClusterState) -> SlotRanking:
         loads = _slot_loads(cluster, slots, range(len(slots)))
         self.totals = [-1] * len(slots)
+        self.shares = [[] for _ in slots]
         self.counts = Counter()
         for position, run in enumerate(slots):
             self._count(position, loads, run)
+        return self._scored(slots)
+
+    def _scored(self, slots: Sequence[Sequence[Candidate]]) -> SlotRanking:
+        """A new ranking of ``slots``, every score made from the kept totals and shares with
+        the range they give now."""
         ranges = self.ranges = self._ranges()
-        joined = list(chain.from_iterable(slots))
-        self.ranking = SlotRanking(slots, _spread_for_newcomer(joined, loads, ranges))
+        shares = list(chain.from_iterable(self.shares))
+        if None in shares:  # a candidate without GPUs: its score is not a share added to a base
+            joined = list(chain.from_iterable(map(self._slot_scorer(), range(len(slots)), slots)))
+        else:  # at C speed: each candidate's worker base (by its slot's total) plus its share
+            terms: dict[int, float] = {}
+            bases = {total: _WORKER_WEIGHT * _worker_term(total, ranges, terms) for total in self.counts}
+            totals = chain.from_iterable(map(repeat, self.totals, map(len, self.shares)))
+            joined = list(map(operator.add, map(bases.__getitem__, totals), shares))
+        self.ranking = SlotRanking(slots, joined)
         return self.ranking
 
+    def _slot_scorer(self) -> Callable[[int, Sequence[Candidate]], list[float]]:
+        """The scores of a slot's run from its kept total and shares, with :attr:`ranges`."""
+        ranges, totals, shares = self.ranges, self.totals, self.shares
+        assert ranges is not None  # set with the totals
+        terms: dict[int, float] = {}
+
+        def scores_of(position: int, run: Sequence[Candidate]) -> list[float]:
+            if not run:
+                return []
+            return _newcomer_scored(shares[position], _worker_term(totals[position], ranges, terms))
+
+        return scores_of
+
     def _count(self, position: int, loads: Mapping[int, _WorkerLoad], run: Sequence[Candidate]) -> None:
+        """Take the slot's run: its worker's total into the counts, its candidates' shares."""
         counts, old = self.counts, self.totals[position]
         if old >= 0:
             left = counts[old] - 1
@@ -545,8 +603,10 @@ class _SpreadStanding:
                 counts[old] = left
             else:
                 del counts[old]
-        new = loads[run[0].worker.id].total if run else -1
+        load = loads[run[0].worker.id] if run else None
+        new = -1 if load is None else load.total
         self.totals[position] = new
+        self.shares[position] = [] if load is None else _newcomer_shares(run, load)
         if new >= 0:
             counts[new] += 1
 

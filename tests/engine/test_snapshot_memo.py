@@ -359,6 +359,58 @@ def test_spread_scores_kept_per_run_match_the_direct_formula(seed: int) -> None:
         assert spread_scores(candidates, cluster, model_id, kept) == expected, (step, model_id)
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1))
+def test_kept_standing_follows_moving_ranges_with_kept_shares(seed: int) -> None:
+    """The kept spread standing of a new model (its scores as a worker base plus each
+    candidate's kept share): as instances land and leave and the range of the workers'
+    totals moves up and down, every score of its ranking is GPUStack's formula on that
+    cluster, for runs of GPU candidates and runs holding candidates without GPUs (scored
+    by the worker term alone), and slots that are empty."""
+    from scheduler_core.candidates import Candidate, Claim
+    from scheduler_core.cluster import ClusterState
+    from scheduler_core.outcomes import CandidateRuns
+    from scheduler_core.scoring import _SpreadStanding
+    from scheduler_core.workers import worker_view
+
+    rng = random.Random(seed)
+    views = [worker_view(Worker.model_validate(_worker_row(rng, i))) for i in range(1, 8)]
+    claim = Claim({}, None, None, None)
+    memo = SnapshotMemo()
+    placed: list[ModelInstance] = []
+    standing = _SpreadStanding()
+    runs: dict[int, tuple[Candidate, ...]] = {}
+    for step in range(14):
+        landed = set()
+        for _ in range(rng.randint(0, 3)):
+            if placed and rng.random() < 0.3:
+                landed.add(placed.pop(rng.randrange(len(placed))).worker_id)
+                continue
+            host = rng.choice(views)
+            indexes = [g.index for g in host.gpus if g.index is not None][: rng.randint(1, 2)]
+            placed.append(ModelInstance.model_validate({
+                "id": 100 + len(placed) + 50 * step, "model_id": rng.choice([1, 2]), "worker_id": host.id,
+                "gpu_type": host.gpus[0].type, "gpu_indexes": indexes,
+            }))
+            landed.add(host.id)
+        for view in views:  # a worker's run is made again only when its instances changed
+            if view.id in landed or view.id not in runs:
+                gpus = [g for g in view.gpus if g.index is not None][:3]
+                runs[view.id] = tuple(
+                    Candidate(view, g.type, rng.choice([(g.index,), (g.index, gpus[0].index), ()]), claim)
+                    for g in gpus if rng.random() < 0.8
+                )
+        slots = tuple(runs[view.id] for view in views)
+        candidates = [candidate for run in slots for candidate in run]
+        filed = CandidateRuns(tuple(candidates), slots, ("stage",), (tuple(views),))
+        cluster = ClusterState(list(views), placed, memo)
+        ranking = standing.rank(filed, cluster)
+        if not candidates:
+            continue
+        assert ranking is not None, step
+        assert ranking.flat() == _reference_spread(candidates, placed, 3), step  # model 3 never runs
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(min_value=0, max_value=2**32 - 1))
 def test_memo_index_of_appended_removed_and_repeated_instances(seed: int) -> None:
