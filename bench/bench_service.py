@@ -227,6 +227,7 @@ def run_round(
         env["GPUSCHED_DECIDE_BATCH_SIZE"] = str(batch)
     workers = [WorkerProcess(env, f"bench{i}", logs / f"w{i}.log", pool=args.pool).start()
                for i in range(processes)]
+    reader: ResultReader | None = None
     try:
         for worker in workers:
             worker.wait_ready(60)
@@ -245,7 +246,6 @@ def run_round(
                 _offer(client, reader, settling, batch, args.rate)
             offering_plan = plan(args.rate_requests, mix, f"rate{processes}")
             offered = _offer(client, reader, offering_plan, batch, args.rate)
-            reader.done.set()
             return {"processes": processes, "batch": batch, "offered": offered}
         measured = plan(args.requests, mix, f"run{processes}")
         pids = _process_pids(server_pid, workers) if args.cpu_split else {}
@@ -255,9 +255,11 @@ def run_round(
         wall = time.perf_counter() - started
         cpu_after = _cpu_ticks(pids)
         idle = _drive(client, reader, plan(args.latency_requests, mix, f"lat{processes}"), 1)
-        reader.done.set()
         core = _core_ms(client, {r["request_id"] for r in measured})
     finally:
+        if reader is not None:  # out of its blocking read before the server can go away
+            reader.done.set()
+            reader.join(5)
         for worker in workers:
             worker.stop()
         client.close()
