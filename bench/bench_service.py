@@ -29,7 +29,11 @@ size ÷ R seconds on a fixed schedule, as a control plane with steady
 arrivals sends them), ``--rate-requests`` of them (after ``--rate-warmup`` seconds
 of the same load, unmeasured), with each request's latency
 from the call that sent it to its result: the p50/p99 at that load, where the
-closed loop's latencies only restate how many requests it keeps in flight.
+closed loop's latencies only restate how many requests it keeps in flight. It also
+splits where the time went, over every request and over the slowest 1 %, from each
+request's ``sched.decision.made`` event (its time and ``elapsed_ms``): from sending to
+the start of its decision (queued messages, the batch's earlier decisions), deciding,
+and from then to its result read (the batch's later decisions, the commit, the read).
 
 ``--instances N`` starts the round with N control-plane instances already
 running (small one-GPU models spread over every worker by a seeded generator,
@@ -57,6 +61,7 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -346,7 +351,7 @@ def _drive(
 
 def _offer(
     client: Any, reader: ResultReader, requests: list[dict[str, Any]], batch: int, rate: float
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Open loop: send ``batch`` requests (one when 0) every ``batch / rate`` s on a fixed
     schedule, then wait for every result; the latencies (ms) and how far sending fell behind."""
     step = max(batch, 1)
@@ -373,9 +378,42 @@ def _offer(
         with reader.changed:
             reader.changed.wait(0.05)
     wall = max(reader.seen[rid] for rid in submitted) - started
-    latencies = [(reader.seen[rid] - sent) * 1000 for rid, sent in submitted.items()]
+    latency = {rid: (reader.seen[rid] - sent) * 1000 for rid, sent in submitted.items()}
+    latencies = list(latency.values())
+    slowest = sorted(latency, key=latency.__getitem__)[-max(1, len(latency) // 100):]
+    parts = _where_time_went(client, submitted, reader.seen)
     return {"rate": rate, "achieved": len(submitted) / wall, "p50_ms": percentile(latencies, 50),
-            "p99_ms": percentile(latencies, 99), "max_ms": max(latencies), "behind_ms": behind * 1000}
+            "p99_ms": percentile(latencies, 99), "max_ms": max(latencies), "behind_ms": behind * 1000,
+            "all": _mean_parts(parts, list(latency)), "slowest": _mean_parts(parts, slowest)}
+
+
+def _where_time_went(
+    client: Any, sent: dict[str, float], seen: dict[str, float]
+) -> dict[str, tuple[float, float, float]]:
+    """Per request (sent and seen: ``perf_counter`` times), ms from sending to the start of the
+    decision that answered it, deciding it (its event's ``elapsed_ms``), and from its end (the
+    event's time) to the result read: waiting, deciding, then the batch's later decisions, the
+    commit and the read. Event times are wall clock, moved onto ``perf_counter`` by the offset
+    between the two clocks now."""
+    from tasks.state.streams import iter_stream
+
+    offset = time.time() - time.perf_counter()
+    decided: dict[str, tuple[float, float]] = {}  # the last decision of each: (end, elapsed ms)
+    for _, fields in iter_stream(client.rt.client, client.rt.keys.events):
+        if fields.get("type") == "sched.decision.made" and fields.get("request_id") in sent:
+            stamp = datetime.fromisoformat(fields["time"].replace("Z", "+00:00")).timestamp()
+            decided[fields["request_id"]] = (stamp - offset, float(json.loads(fields["data"])["elapsed_ms"]))
+    return {
+        rid: ((end - elapsed / 1000 - sent[rid]) * 1000, elapsed, (seen[rid] - end) * 1000)
+        for rid, (end, elapsed) in decided.items()
+    }
+
+
+def _mean_parts(parts: dict[str, tuple[float, float, float]], request_ids: list[str]) -> dict[str, float]:
+    """The mean of each of :func:`_where_time_went`'s parts over ``request_ids``."""
+    chosen = [parts[rid] for rid in request_ids if rid in parts] or [(0.0, 0.0, 0.0)]
+    waiting, deciding, after = (sum(values) / len(chosen) for values in zip(*chosen, strict=True))
+    return {"requests": len(request_ids), "waiting": waiting, "deciding": deciding, "after": after}
 
 
 def _core_ms(client: Any, request_ids: set[str]) -> list[float]:
@@ -458,6 +496,13 @@ def main(argv: list[str] | None = None) -> int:
                       f"{got['achieved']:.1f}/s, p50 {got['p50_ms']:.1f} ms, p99 {got['p99_ms']:.1f} ms, "
                       f"max {got['max_ms']:.1f} ms; sending fell behind by up to {got['behind_ms']:.1f} ms",
                       flush=True)
+                for label in ("all", "slowest"):
+                    part = got[label]
+                    print(f"      {'every request' if label == 'all' else 'the slowest 1 %'} "
+                          f"({part['requests']}), mean ms: {part['waiting']:.1f} from sending to its "
+                          f"decision's start, {part['deciding']:.1f} deciding, {part['after']:.1f} from then "
+                          "to its result read (the batch's later decisions, the commit, the read)",
+                          flush=True)
     finally:
         if server is not None:
             server.remove()
