@@ -513,7 +513,7 @@ class _SpreadStanding:
         other = (min(others), max(others))
         if other != self.ranges.other:
             key = ("spread_standing", runs.key, other)
-            forced = cluster.kept(key, runs.layout, lambda: _SpreadStanding(other), _weight(runs))
+            forced = cluster.kept(key, runs.layout, lambda: self._forced(other, runs), _weight(runs))
             kept = None if forced is None else forced.rank(runs, cluster)
             if kept is None:
                 return None
@@ -523,6 +523,16 @@ class _SpreadStanding:
             slot: _spread_with_replicas(slots[slot], loads, model_id, holders, ranges) for _, slot in held
         }
         return base.overlaid(replaced)
+
+    def _forced(self, other: tuple[int, int], runs: CandidateRuns) -> _SpreadStanding:
+        """A standing for the range ``other`` on this one's slots, taken from this one (brought
+        up to date with ``runs``): the same totals and shares, every score made again with
+        ``other``, without reading a worker's load."""
+        standing = _SpreadStanding(other)
+        standing.totals, standing.shares = list(self.totals), list(self.shares)
+        standing.counts, standing.where = self.counts.copy(), self.where
+        standing._synced(runs, standing._scored(runs.slots))
+        return standing
 
     def _where(self, runs: CandidateRuns) -> dict[int, list[int]]:
         """Each worker's slot positions (a worker of several GPU types has one per type)."""

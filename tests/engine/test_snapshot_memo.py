@@ -411,6 +411,56 @@ def test_kept_standing_follows_moving_ranges_with_kept_shares(seed: int) -> None
         assert ranking.flat() == _reference_spread(candidates, placed, 3), step  # model 3 never runs
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1))
+def test_a_standing_for_another_range_is_taken_from_the_kept_one_without_reading_loads(seed: int) -> None:
+    """The standing a replica's holders force (another range of the other workers' counts) is
+    made from the kept standing's totals and shares: no worker's load is read, and its scores
+    and answers are those of a standing built for that range from the loads."""
+    from unittest import mock
+
+    from scheduler_core import scoring
+    from scheduler_core.candidates import Candidate, Claim
+    from scheduler_core.cluster import ClusterState
+    from scheduler_core.outcomes import CandidateRuns
+    from scheduler_core.ranking import ListRanking
+    from scheduler_core.workers import worker_view
+
+    rng = random.Random(seed)
+    views = [worker_view(Worker.model_validate(_worker_row(rng, i))) for i in range(1, 8)]
+    claim = Claim({}, None, None, None)
+    placed = [
+        ModelInstance.model_validate({
+            "id": number, "model_id": 1, "worker_id": host.id, "gpu_type": host.gpus[0].type,
+            "gpu_indexes": [g.index for g in host.gpus if g.index is not None][:1],
+        })
+        for number, host in enumerate(rng.choices(views, k=rng.randint(0, 12)))
+    ]
+    slots = tuple(
+        tuple(
+            Candidate(view, g.type, rng.choice([(g.index,), ()]), claim)
+            for g in view.gpus if g.index is not None
+        )
+        for view in views
+    )
+    filed = CandidateRuns(tuple(c for run in slots for c in run), slots, ("stage",), (tuple(views),))
+    cluster = ClusterState(list(views), placed, SnapshotMemo())
+    kept = scoring._SpreadStanding()
+    assert kept.rank(filed, cluster) is not None
+    kept._where(filed)
+    other = (rng.randint(0, 3), rng.randint(3, 6))
+    with mock.patch.object(scoring, "_slot_loads", side_effect=AssertionError("a load was read")):
+        forced = kept._forced(other, filed)
+    built = scoring._SpreadStanding(other)
+    expected = built.rank(filed, ClusterState(list(views), placed, SnapshotMemo()))
+    assert forced.ranking is not None and expected is not None
+    assert forced.ranking.flat() == expected.flat()
+    assert forced.ranges == built.ranges
+    listed = ListRanking(expected.flat(), scoring.pick_highest(expected.flat()))
+    assert forced.ranking.best() == listed.best()
+    assert forced.rank(filed, cluster) is forced.ranking  # synced: nothing to do on the same runs
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(min_value=0, max_value=2**32 - 1))
 def test_memo_index_of_appended_removed_and_repeated_instances(seed: int) -> None:
