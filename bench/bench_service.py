@@ -157,8 +157,17 @@ def plan(total: int, mix: dict[int, float], run: str) -> list[dict[str, Any]]:
     for tp, share in sorted(mix.items()):
         sizes.extend([tp] * round(total * share))
     sizes = (sizes + [max(mix)] * total)[:total]
-    ordered = sorted(range(total), key=lambda i: (i * 7919) % total)
+    # Position i takes size i × step (mod total): a permutation, as the step is prime. A step of
+    # ±1 modulo the total would only keep or reverse the sizes' order (all of one size, then the
+    # next: 7919 does that for the totals that divide 7918 or 7920, such as 80 or 2,640), so the
+    # next prime that does not is taken there; every other total keeps 7919 and its sequence.
+    step = next(prime for prime in _STEPS if (prime % total) not in (1, total - 1)) if total > 2 else 1
+    ordered = sorted(range(total), key=lambda i: (i * step) % total)
     return [request(i, sizes[ordered[i]], run) for i in range(total)]
+
+
+#: Interleaving steps for :func:`plan`, the first that suits a total is used.
+_STEPS = (7919, 7927, 7933)
 
 
 class ResultReader(threading.Thread):
