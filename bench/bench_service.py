@@ -61,6 +61,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Container, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -199,6 +200,12 @@ class ResultReader(threading.Thread):
             with self.changed:
                 self.changed.notify_all()
 
+    def stop(self, timeout: float = 5.0) -> None:
+        """End the reads and wait for the last one: a round stops its reader before its server
+        can go away under a blocking read."""
+        self.done.set()
+        self.join(timeout)
+
 
 def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile."""
@@ -271,9 +278,8 @@ def run_round(
         idle = _drive(client, reader, plan(args.latency_requests, mix, f"lat{processes}"), 1)
         core = _core_ms(client, {r["request_id"] for r in measured})
     finally:
-        if reader is not None:  # out of its blocking read before the server can go away
-            reader.done.set()
-            reader.join(5)
+        if reader is not None:
+            reader.stop()
         for worker in workers:
             worker.stop()
         client.close()
@@ -404,14 +410,11 @@ def _where_time_went(
     event's time) to the result read: waiting, deciding, then the batch's later decisions, the
     commit and the read. Event times are wall clock, moved onto ``perf_counter`` by the offset
     between the two clocks now."""
-    from tasks.state.streams import iter_stream
-
     offset = time.time() - time.perf_counter()
     decided: dict[str, tuple[float, float]] = {}  # the last decision of each: (end, elapsed ms)
-    for _, fields in iter_stream(client.rt.client, client.rt.keys.events):
-        if fields.get("type") == "sched.decision.made" and fields.get("request_id") in sent:
-            stamp = datetime.fromisoformat(fields["time"].replace("Z", "+00:00")).timestamp()
-            decided[fields["request_id"]] = (stamp - offset, float(json.loads(fields["data"])["elapsed_ms"]))
+    for rid, fields, elapsed in _decisions(client, sent):
+        stamp = datetime.fromisoformat(fields["time"].replace("Z", "+00:00")).timestamp()
+        decided[rid] = (stamp - offset, elapsed)
     return {
         rid: ((end - elapsed / 1000 - sent[rid]) * 1000, elapsed, (seen[rid] - end) * 1000)
         for rid, (end, elapsed) in decided.items()
@@ -426,13 +429,18 @@ def _mean_parts(parts: dict[str, tuple[float, float, float]], request_ids: list[
 
 
 def _core_ms(client: Any, request_ids: set[str]) -> list[float]:
+    return [elapsed for _, _, elapsed in _decisions(client, request_ids)]
+
+
+def _decisions(client: Any, request_ids: Container[str]) -> Iterator[tuple[str, dict[str, str], float]]:
+    """Each ``sched.decision.made`` event of ``request_ids``, in log order: the request id, the
+    event's fields and its ``elapsed_ms``."""
     from tasks.state.streams import iter_stream
 
-    values = []
     for _, fields in iter_stream(client.rt.client, client.rt.keys.events):
-        if fields.get("type") == "sched.decision.made" and fields.get("request_id") in request_ids:
-            values.append(float(json.loads(fields["data"])["elapsed_ms"]))
-    return values
+        rid = fields.get("request_id")
+        if fields.get("type") == "sched.decision.made" and rid in request_ids:
+            yield rid, fields, float(json.loads(fields["data"])["elapsed_ms"])
 
 
 def main(argv: list[str] | None = None) -> int:
