@@ -13,7 +13,6 @@ from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import (
     AfterValidator,
-    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -214,11 +213,40 @@ class WorkerStatus(TypedDict, total=False):
     gpu_devices: GpuDevices | None
 
 
-class SystemReserved(_Row):
-    """Reserved bytes; ``memory``/``gpu_memory`` are GPUStack's legacy key names."""
+class SystemReserved(NamedTuple):
+    """Reserved bytes; ``memory``/``gpu_memory`` are GPUStack's legacy key names.
 
-    ram: Bytes = Field(default=0, validation_alias=AliasChoices("ram", "memory"))
-    vram: Bytes = Field(default=0, validation_alias=AliasChoices("vram", "gpu_memory"))
+    Built by pydantic without a Python call, as :class:`Gpu` is (one per worker row).
+    """
+
+    ram: int = 0
+    vram: int = 0
+
+
+def _reserved_schema() -> cs.CoreSchema:
+    """``system_reserved``: an object whose ``ram`` (or ``memory``) and ``vram`` (or
+    ``gpu_memory``) are bytes, 0 when absent; unknown keys ignored."""
+    size = cs.with_default_schema(cs.int_schema(ge=0, le=MAX_INT), default=0)
+    ram: list[list[str | int]] = [["ram"], ["memory"]]
+    vram: list[list[str | int]] = [["vram"], ["gpu_memory"]]
+    row = cs.typed_dict_schema(
+        {
+            "ram": cs.typed_dict_field(size, required=False, validation_alias=ram),
+            "vram": cs.typed_dict_field(size, required=False, validation_alias=vram),
+        },
+        extra_behavior="ignore",
+    )
+    return cs.no_info_after_validator_function(
+        functools.partial(tuple.__new__, SystemReserved),
+        cs.no_info_after_validator_function(operator.itemgetter(*SystemReserved._fields), row),
+        serialization=cs.plain_serializer_function_ser_schema(
+            SystemReserved._asdict, return_schema=_dumped(*SystemReserved._fields)
+        ),
+    )
+
+
+#: ``system_reserved`` as placement reads it: a :class:`SystemReserved`.
+ReservedField = Annotated[SystemReserved, GetPydanticSchema(lambda _type, _handler: _reserved_schema())]
 
 
 class Worker(_Row):
@@ -232,7 +260,7 @@ class Worker(_Row):
     labels: dict[str, str] = Field(default_factory=dict)
     #: Lower-cased, then one of :data:`WORKER_STATES` (checked natively: thousands of rows).
     state: Annotated[str, StringConstraints(to_lower=True, pattern=_WORKER_STATE)] = "not_ready"
-    system_reserved: SystemReserved | None = None
+    system_reserved: ReservedField | None = None
     status: WorkerStatus | None = None
 
     @field_validator("labels", mode="before")
@@ -361,14 +389,67 @@ class ModelSpec(_Row):
 # --------------------------------------------------------------------------- instances
 
 
-class ComputedResourceClaim(_Row):
-    """A resource claim: ``vram`` maps GPU index to bytes."""
+class ComputedResourceClaim(NamedTuple):
+    """A resource claim (``ComputedResourceClaim``): ``vram`` maps GPU index to bytes.
 
-    vram: dict[Id, Bytes] | None = None
-    ram: Bytes | None = None
+    As validated and as the ledger reads it. A named tuple built by pydantic without a
+    Python call, as :class:`Gpu` is (4,000 instance rows carry one each: a model per claim
+    cost more than the rest of the row); the row's JSON object in and out (a dump drops
+    the None fields only where the row's dump does).
+    """
+
+    vram: dict[int, int] | None = None
+    ram: int | None = None
     vram_utilization: float | None = None
-    estimated_vram: Bytes | None = None
+    estimated_vram: int | None = None
     is_unified_memory: bool | None = None
+
+
+def _claim_schema() -> cs.CoreSchema:
+    """A claim object validated into a :class:`ComputedResourceClaim`.
+
+    A typed dict of the row's fields (each optional, None when absent; unknown keys
+    ignored), which C-level callables turn into the named tuple: the same errors at
+    the same locations as the claim's own fields, and "Input should be a valid
+    dictionary" for a claim that is not an object.
+    """
+    count = cs.nullable_schema(cs.int_schema(ge=0, le=MAX_INT))
+    fields = {
+        "vram": cs.nullable_schema(
+            cs.dict_schema(cs.int_schema(ge=0, le=MAX_INT), cs.int_schema(ge=0, le=MAX_INT))
+        ),
+        "ram": count,
+        "vram_utilization": cs.nullable_schema(cs.float_schema()),
+        "estimated_vram": count,
+        "is_unified_memory": cs.nullable_schema(cs.bool_schema()),
+    }
+    row = cs.typed_dict_schema(
+        {key: cs.typed_dict_field(cs.with_default_schema(schema, default=None), required=False)
+         for key, schema in fields.items()},
+        extra_behavior="ignore",
+    )
+    return cs.no_info_after_validator_function(
+        functools.partial(tuple.__new__, ComputedResourceClaim),
+        cs.no_info_after_validator_function(operator.itemgetter(*ComputedResourceClaim._fields), row),
+        serialization=cs.plain_serializer_function_ser_schema(
+            ComputedResourceClaim._asdict, return_schema=_CLAIM_ROW
+        ),
+    )
+
+
+#: A claim as dumped: its fields in order, ``vram`` keyed by index (strings in JSON).
+_CLAIM_ROW = cs.typed_dict_schema(
+    {
+        "vram": cs.typed_dict_field(
+            cs.nullable_schema(cs.dict_schema(cs.int_schema(), cs.int_schema()))
+        ),
+        **{key: cs.typed_dict_field(cs.any_schema())
+           for key in ("ram", "vram_utilization", "estimated_vram", "is_unified_memory")},
+    }
+)
+
+#: ``computed_resource_claim`` as the ledger reads it: a :class:`ComputedResourceClaim`.
+ClaimField = Annotated[ComputedResourceClaim, GetPydanticSchema(lambda _type, _handler: _claim_schema())]
 
 
 class SubordinateWorker(_Row):
@@ -381,7 +462,7 @@ class SubordinateWorker(_Row):
     total_gpus: Count | None = None
     gpu_type: str | None = None
     gpu_indexes: list[Id] | None = None
-    computed_resource_claim: ComputedResourceClaim | None = None
+    computed_resource_claim: ClaimField | None = None
 
 
 class DistributedServers(_Row):
@@ -404,7 +485,7 @@ class ModelInstance(_Row):
     worker_name: str | None = None
     gpu_type: str | None = None
     gpu_indexes: list[Id] | None = None
-    computed_resource_claim: ComputedResourceClaim | None = None
+    computed_resource_claim: ClaimField | None = None
     distributed_servers: DistributedServers | None = None
 
 
