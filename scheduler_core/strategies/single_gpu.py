@@ -9,7 +9,7 @@ least the fraction; a diffusion model only needs ``claim ≤ total``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 from typing import ClassVar
 
@@ -38,6 +38,12 @@ class _Inputs:
     utilization: float | None
     diffusion: bool
     ram_rule: RamClaimRule
+    #: A fitting GPU's (index, type, claim) by its index, type and total: equal for every
+    #: worker's GPU of that size and index, so thousands of candidates share a few claims
+    #: (made once, rendered once). Not part of the signature.
+    fitted: dict[tuple[int, str | None, int], tuple[int, str | None, Claim]] = field(
+        default_factory=dict, compare=False, hash=False, repr=False
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +61,7 @@ def _fits(inputs: _Inputs, gpus: tuple[Gpu, ...], allocatable: Allocatable) -> _
     fraction, diffusion = inputs.fraction, inputs.diffusion
     largest_vram, largest_rate = 0, 0.0
     fits: list[tuple[int, str | None, Claim]] = []
+    fitted = inputs.fitted
     for gpu in gpus:
         if not gpu.total or gpu.index is None:
             continue
@@ -66,11 +73,15 @@ def _fits(inputs: _Inputs, gpus: tuple[Gpu, ...], allocatable: Allocatable) -> _
             continue
         if not diffusion and rate < fraction:
             continue
-        # _get_worker_resource_claim for one GPU: total × fraction, or the whole estimate.
-        amount = inputs.vram_claim if diffusion else int(gpu.total * fraction)
-        vram = {gpu.index: amount}
-        claim = Claim(vram, inputs.ram_rule.ram_for(vram), inputs.utilization, inputs.vram_claim)
-        fits.append((gpu.index, gpu.type, claim))
+        key = (gpu.index, gpu.type, gpu.total)
+        fit = fitted.get(key)
+        if fit is None:
+            # _get_worker_resource_claim for one GPU: total × fraction, or the whole estimate.
+            amount = inputs.vram_claim if diffusion else int(gpu.total * fraction)
+            vram = {gpu.index: amount}
+            claim = Claim(vram, inputs.ram_rule.ram_for(vram), inputs.utilization, inputs.vram_claim)
+            fit = fitted[key] = (gpu.index, gpu.type, claim)
+        fits.append(fit)
     if fits:
         return _WorkerOutcome(tuple(fits), None)
     message = f"The current available GPU only has {byte_to_gib(largest_vram)} GiB allocatable VRAM."

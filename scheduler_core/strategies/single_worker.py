@@ -55,10 +55,12 @@ class _Inputs:
 @dataclass(frozen=True, slots=True)
 class _WorkerOutcome:
     """What the stage does for one worker: the groups it tracks for the message
-    (total free, GPUs in group) and the claims of its candidate (None: failure)."""
+    (total free, GPUs in group) and its candidate's claim and GPU indexes (None: failure),
+    made once per worker shape (every worker of the shape shares them)."""
 
     tracked: tuple[tuple[int, int], ...]
-    claims: dict[int, int] | None
+    claim: Claim | None = None
+    indexes: tuple[int, ...] = ()
 
 
 def _group_eligible(inputs: _Inputs, group: list[tuple[Gpu, int]]) -> bool:
@@ -89,7 +91,7 @@ def _greedy_prefix(inputs: _Inputs, group: list[tuple[Gpu, int]]) -> dict[int, i
 def _best_group(inputs: _Inputs, gpus: tuple[Gpu, ...], allocatable: Allocatable) -> _WorkerOutcome:
     """The stage's rule for one worker's GPUs."""
     if ram_not_enough(inputs.ram_claim, allocatable):
-        return _WorkerOutcome((), None)
+        return _WorkerOutcome(())
     slots = [
         (gpu, allocatable.vram.get(gpu.index, 0))
         for gpu in gpus
@@ -105,8 +107,9 @@ def _best_group(inputs: _Inputs, gpus: tuple[Gpu, ...], allocatable: Allocatable
             continue
         claims = _greedy_prefix(inputs, group)
         if claims is not None:
-            return _WorkerOutcome(tuple(tracked), claims)
-    return _WorkerOutcome(tuple(tracked), None)
+            claim = Claim(claims, inputs.ram_rule.ram_for(claims), inputs.utilization, inputs.vram_claim)
+            return _WorkerOutcome(tuple(tracked), claim, tuple(claims))
+    return _WorkerOutcome(tuple(tracked))
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,11 +135,9 @@ def _candidate(inputs: _Inputs, worker: WorkerView, outcome: _WorkerOutcome) -> 
         if peak is None or total > peak[0]:
             peak = (total, satisfied, len(worker.gpus))
     peak_total = -1 if peak is None else peak[0]
-    if outcome.claims is None:
+    if outcome.claim is None:
         return _WorkerCandidate(None, peak, peak_total)
-    claims = outcome.claims
-    claim = Claim(claims, inputs.ram_rule.ram_for(claims), inputs.utilization, inputs.vram_claim)
-    candidate = Candidate(worker, inputs.gpu_type, tuple(claims), claim)
+    candidate = Candidate(worker, inputs.gpu_type, outcome.indexes, outcome.claim)
     return _WorkerCandidate(candidate, peak, peak_total, (candidate,))
 
 
