@@ -38,19 +38,19 @@ class _Inputs:
     utilization: float | None
     diffusion: bool
     ram_rule: RamClaimRule
-    #: A fitting GPU's (index, type, claim) by its index, type and total: equal for every
+    #: A fitting GPU's ((index,), type, claim) by its index, type and total: equal for every
     #: worker's GPU of that size and index, so thousands of candidates share a few claims
     #: (made once, rendered once). Not part of the signature.
-    fitted: dict[tuple[int, str | None, int], tuple[int, str | None, Claim]] = field(
+    fitted: dict[tuple[int, str | None, int], tuple[tuple[int], str | None, Claim]] = field(
         default_factory=dict, compare=False, hash=False, repr=False
     )
 
 
 @dataclass(frozen=True, slots=True)
 class _WorkerOutcome:
-    """One worker's verdict: fitting GPUs (index, type, claim), or the failure message."""
+    """One worker's verdict: fitting GPUs ((index,), type, claim), or the failure message."""
 
-    fits: tuple[tuple[int, str | None, Claim], ...]
+    fits: tuple[tuple[tuple[int], str | None, Claim], ...]
     message: str | None
 
 
@@ -60,7 +60,7 @@ def _fits(inputs: _Inputs, gpus: tuple[Gpu, ...], allocatable: Allocatable) -> _
         return _WorkerOutcome((), None)
     fraction, diffusion = inputs.fraction, inputs.diffusion
     largest_vram, largest_rate = 0, 0.0
-    fits: list[tuple[int, str | None, Claim]] = []
+    fits: list[tuple[tuple[int], str | None, Claim]] = []
     fitted = inputs.fitted
     for gpu in gpus:
         if not gpu.total or gpu.index is None:
@@ -80,7 +80,7 @@ def _fits(inputs: _Inputs, gpus: tuple[Gpu, ...], allocatable: Allocatable) -> _
             amount = inputs.vram_claim if diffusion else int(gpu.total * fraction)
             vram = {gpu.index: amount}
             claim = Claim(vram, inputs.ram_rule.ram_for(vram), inputs.utilization, inputs.vram_claim)
-            fit = fitted[key] = (gpu.index, gpu.type, claim)
+            fit = fitted[key] = ((gpu.index,), gpu.type, claim)
         fits.append(fit)
     if fits:
         return _WorkerOutcome(tuple(fits), None)
@@ -99,10 +99,17 @@ class _WorkerCandidates:
 
 
 def _candidates(inputs: _Inputs, worker: WorkerView, outcome: _WorkerOutcome) -> _WorkerCandidates:
-    candidates = tuple(Candidate(worker, t, (index,), claim) for index, t, claim in outcome.fits)
+    # Thousands per decision: made as the tuples they are, without the named tuple's Python __new__.
+    fits = outcome.fits
+    candidates = tuple([_new(Candidate, (worker, t, indexes, claim, *_UNSET)) for indexes, t, claim in fits])
     return _WorkerCandidates(candidates, outcome.message)
 
 
+_new = tuple.__new__
+#: A candidate's fields after its claim, at their defaults (every field after the claim has one).
+_UNSET = tuple(Candidate._field_defaults.values())
+if Candidate._fields[4:] != tuple(Candidate._field_defaults):
+    raise TypeError("Candidate's fields after its claim must be the ones with defaults")
 _RULE = Rule("single_worker_single_gpu", _fits, _candidates, reads_reported=False)
 _WORKER = itemgetter(0)
 _MESSAGE = attrgetter("message")
