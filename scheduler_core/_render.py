@@ -64,14 +64,18 @@ def _built(cls: type[_M], fields: dict[str, Any], fields_set: set[str]) -> _M:
     _set(instance, "__dict__", fields)
     # Every field is passed, so the fields-set is the class's; one shared set per class
     # (pydantic copies it before changing it: model_copy and __copy__ take a copy).
-    _set(instance, "__pydantic_fields_set__", fields_set)
-    _set(instance, "__pydantic_extra__", None)
-    _set(instance, "__pydantic_private__", None)
+    # BaseModel's slots, set through their descriptors (no attribute lookup by name).
+    _set_fields_set(instance, fields_set)
+    _set_extra(instance, None)
+    _set_private(instance, None)
     return instance
 
 
 _new_object: Any = object.__new__
 _set = object.__setattr__
+_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 _FIELDS_SETS: dict[type[BaseModel], set[str]] = {}
 
 
