@@ -53,7 +53,7 @@ from scheduler_core import (
 )
 from tasks.decision.booking import candidate_instance
 from tasks.intake.chain_config import load_chain
-from tests.builders import GIB, H100, MI300X, RTX_4090, gpu, weight_for_estimate, worker
+from tests.builders import GIB, H100, MI300X, RTX_4090, first_gpu_selector, gpu, weight_for_estimate, worker
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -136,10 +136,9 @@ def _request(
     if rng.random() < 0.05:
         row["worker_selector"] = {"rack": rng.choice(("a", "b"))}
     if rng.random() < 0.03 and workers:
-        chosen = rng.choice(workers)
-        if chosen.gpus:
-            device = chosen.gpus[0]
-            row["gpu_selector"] = {"gpu_ids": [f"{chosen.name}:{device.type}:{device.index}"]}
+        selector = first_gpu_selector(rng.choice(workers))
+        if selector:
+            row["gpu_selector"] = selector
     return request
 
 

@@ -135,6 +135,14 @@ def model(**overrides: Any) -> dict[str, Any]:
     return row
 
 
+def first_gpu_selector(worker: Any) -> dict[str, Any] | None:
+    """A manual pick (``gpu_selector``) of a validated worker's first GPU; None when it has none."""
+    if not worker.gpus:
+        return None
+    first = worker.gpus[0]
+    return {"gpu_ids": [f"{worker.name}:{first.type}:{first.index}"]}
+
+
 def weight_for_estimate(gib: float) -> int:
     """Weight bytes whose LLM estimate ``int(w × 1.2) + 2 GiB`` prints as ``gib``."""
     return int(((gib * GIB) - 2 * GIB) / 1.2) + 1

@@ -22,7 +22,17 @@ from hypothesis import strategies as st
 
 from scheduler_core import DEFAULT_CHAIN, ModelInstance, ScheduleRequest, SnapshotMemo, Worker, schedule
 from scheduler_core.memo import SlotKey
-from tests.builders import GIB, H100, MI300X, RTX_4090, gpu, model, weight_for_estimate, worker
+from tests.builders import (
+    GIB,
+    H100,
+    MI300X,
+    RTX_4090,
+    first_gpu_selector,
+    gpu,
+    model,
+    weight_for_estimate,
+    worker,
+)
 
 TOTALS = {"cuda": (RTX_4090, H100, 48 * GIB), "rocm": (MI300X,)}
 
@@ -65,10 +75,9 @@ def _model_row(rng: random.Random, workers: list[Worker]) -> dict[str, Any]:
     if rng.random() < 0.15:
         row["extended_kv_cache"] = {"enabled": True, "ram_ratio": 1.5}
     if rng.random() < 0.1 and workers:
-        chosen = rng.choice(workers)
-        if chosen.gpus:
-            gpu = chosen.gpus[0]
-            row["gpu_selector"] = {"gpu_ids": [f"{chosen.name}:{gpu.type}:{gpu.index}"]}
+        selector = first_gpu_selector(rng.choice(workers))
+        if selector:
+            row["gpu_selector"] = selector
     return row
 
 
