@@ -112,11 +112,31 @@ class Gpu(NamedTuple):
     unified_memory: bool | None = None
 
 
-def _device_field(schema: cs.CoreSchema, default: Any = None, path: str | None = None) -> cs.TypedDictField:
-    """An optional key of a device row (``default`` when absent), read at ``memory.<path>`` when given."""
-    alias: list[list[str | int]] | None = [["memory", path]] if path else None
+def _optional_key(
+    schema: cs.CoreSchema, default: Any = None, *aliases: list[str | int]
+) -> cs.TypedDictField:
+    """An optional key of a row (``default`` when absent), read at the first of ``aliases``
+    (paths of keys) that is there when given."""
     return cs.typed_dict_field(
-        cs.with_default_schema(schema, default=default), required=False, validation_alias=alias
+        cs.with_default_schema(schema, default=default), required=False,
+        validation_alias=list(aliases) if aliases else None,
+    )
+
+
+def _bytes() -> cs.IntSchema:
+    """A byte count or id: 0 to :data:`MAX_INT`."""
+    return cs.int_schema(ge=0, le=MAX_INT)
+
+
+def _as_tuple(
+    cls: type[tuple[Any, ...]], row: cs.TypedDictSchema, serialization: cs.SerSchema | None = None
+) -> cs.CoreSchema:
+    """``row`` (a typed dict with every one of the named tuple ``cls``'s fields filled in)
+    validated into a ``cls`` by C-level callables, without a Python call per row:
+    ``itemgetter`` takes the fields in the tuple's order, ``tuple.__new__`` makes the tuple."""
+    fields = cs.no_info_after_validator_function(operator.itemgetter(*cls._fields), row)  # type: ignore[attr-defined]
+    return cs.no_info_after_validator_function(
+        functools.partial(tuple.__new__, cls), fields, serialization=serialization
     )
 
 
@@ -136,34 +156,30 @@ def _gpu_devices_schema() -> cs.CoreSchema:
     """``status.gpu_devices``: a list of device rows validated into a tuple of :class:`Gpu`.
 
     Each row is a typed dict with every key filled in (the memory fields read through
-    alias paths), which C-level callables turn into a :class:`Gpu`: ``itemgetter`` takes
-    the fields in the tuple's order, ``tuple.__new__`` makes the named tuple. Errors
+    alias paths), which C-level callables turn into a :class:`Gpu` (:func:`_as_tuple`). Errors
     are pydantic's, at the same locations and in the same order as the row's own
     shape (``memory.total`` before ``memory.used`` before ``memory.is_unified_memory``;
     ``memory`` itself must be an object or null); unknown keys are ignored. Dumped
     back as device rows (:func:`_device_rows`).
     """
-    count = cs.nullable_schema(cs.int_schema(ge=0, le=MAX_INT))
+    count = cs.nullable_schema(_bytes())
     text = cs.nullable_schema(cs.str_schema())
     row = cs.typed_dict_schema(
         {
-            "name": _device_field(text),
-            "vendor": _device_field(text),
-            "type": _device_field(text),
-            "index": _device_field(count),
-            "total": _device_field(cs.int_schema(ge=0, le=MAX_INT), 0, "total"),
-            "used": _device_field(count, None, "used"),
-            "unified_memory": _device_field(cs.bool_schema(), None, "is_unified_memory"),
+            "name": _optional_key(text),
+            "vendor": _optional_key(text),
+            "type": _optional_key(text),
+            "index": _optional_key(count),
+            "total": _optional_key(_bytes(), 0, ["memory", "total"]),
+            "used": _optional_key(count, None, ["memory", "used"]),
+            "unified_memory": _optional_key(cs.bool_schema(), None, ["memory", "is_unified_memory"]),
             # The memory fields are read above through paths, which skip a memory that is not an
             # object: this field rejects one (its keys are the fields above).
-            "memory": _device_field(cs.nullable_schema(_OBJECT)),
+            "memory": _optional_key(cs.nullable_schema(_OBJECT)),
         },
         extra_behavior="ignore",
     )
-    fields = operator.itemgetter(*Gpu._fields)
-    gpu = cs.no_info_after_validator_function(
-        functools.partial(tuple.__new__, Gpu), cs.no_info_after_validator_function(fields, row)
-    )
+    gpu = _as_tuple(Gpu, row)
     return cs.no_info_after_validator_function(
         tuple,
         cs.list_schema(gpu),
@@ -226,23 +242,16 @@ class SystemReserved(NamedTuple):
 def _reserved_schema() -> cs.CoreSchema:
     """``system_reserved``: an object whose ``ram`` (or ``memory``) and ``vram`` (or
     ``gpu_memory``) are bytes, 0 when absent; unknown keys ignored."""
-    size = cs.with_default_schema(cs.int_schema(ge=0, le=MAX_INT), default=0)
-    ram: list[list[str | int]] = [["ram"], ["memory"]]
-    vram: list[list[str | int]] = [["vram"], ["gpu_memory"]]
     row = cs.typed_dict_schema(
         {
-            "ram": cs.typed_dict_field(size, required=False, validation_alias=ram),
-            "vram": cs.typed_dict_field(size, required=False, validation_alias=vram),
+            "ram": _optional_key(_bytes(), 0, ["ram"], ["memory"]),
+            "vram": _optional_key(_bytes(), 0, ["vram"], ["gpu_memory"]),
         },
         extra_behavior="ignore",
     )
-    return cs.no_info_after_validator_function(
-        functools.partial(tuple.__new__, SystemReserved),
-        cs.no_info_after_validator_function(operator.itemgetter(*SystemReserved._fields), row),
-        serialization=cs.plain_serializer_function_ser_schema(
-            SystemReserved._asdict, return_schema=_dumped(*SystemReserved._fields)
-        ),
-    )
+    return _as_tuple(SystemReserved, row, cs.plain_serializer_function_ser_schema(
+        SystemReserved._asdict, return_schema=_dumped(*SystemReserved._fields)
+    ))
 
 
 #: ``system_reserved`` as placement reads it: a :class:`SystemReserved`.
@@ -413,28 +422,20 @@ def _claim_schema() -> cs.CoreSchema:
     the same locations as the claim's own fields, and "Input should be a valid
     dictionary" for a claim that is not an object.
     """
-    count = cs.nullable_schema(cs.int_schema(ge=0, le=MAX_INT))
-    fields = {
-        "vram": cs.nullable_schema(
-            cs.dict_schema(cs.int_schema(ge=0, le=MAX_INT), cs.int_schema(ge=0, le=MAX_INT))
-        ),
-        "ram": count,
-        "vram_utilization": cs.nullable_schema(cs.float_schema()),
-        "estimated_vram": count,
-        "is_unified_memory": cs.nullable_schema(cs.bool_schema()),
-    }
+    count = cs.nullable_schema(_bytes())
     row = cs.typed_dict_schema(
-        {key: cs.typed_dict_field(cs.with_default_schema(schema, default=None), required=False)
-         for key, schema in fields.items()},
+        {
+            "vram": _optional_key(cs.nullable_schema(cs.dict_schema(_bytes(), _bytes()))),
+            "ram": _optional_key(count),
+            "vram_utilization": _optional_key(cs.nullable_schema(cs.float_schema())),
+            "estimated_vram": _optional_key(count),
+            "is_unified_memory": _optional_key(cs.nullable_schema(cs.bool_schema())),
+        },
         extra_behavior="ignore",
     )
-    return cs.no_info_after_validator_function(
-        functools.partial(tuple.__new__, ComputedResourceClaim),
-        cs.no_info_after_validator_function(operator.itemgetter(*ComputedResourceClaim._fields), row),
-        serialization=cs.plain_serializer_function_ser_schema(
-            ComputedResourceClaim._asdict, return_schema=_CLAIM_ROW
-        ),
-    )
+    return _as_tuple(ComputedResourceClaim, row, cs.plain_serializer_function_ser_schema(
+        ComputedResourceClaim._asdict, return_schema=_CLAIM_ROW
+    ))
 
 
 #: A claim as dumped: its fields in order, ``vram`` keyed by index (strings in JSON).
