@@ -9,7 +9,8 @@ least the fraction; a diffusion model only needs ``claim ≤ total``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import partial
 from operator import attrgetter, itemgetter
 from typing import ClassVar
 
@@ -21,6 +22,7 @@ from scheduler_core.cluster import ram_not_enough
 from scheduler_core.estimate import RamClaimRule
 from scheduler_core.events import Action, Level, list_message
 from scheduler_core.framework import Clears
+from scheduler_core.memo import Memoized, SlotKey
 from scheduler_core.outcomes import CandidateRuns, FailureTally, RunsPart, StageOutcome, join_runs
 from scheduler_core.reasons import MORE_CAPACITY, Reason
 from scheduler_core.selection import Selection
@@ -38,19 +40,34 @@ class _Inputs:
     utilization: float | None
     diffusion: bool
     ram_rule: RamClaimRule
-    #: A fitting GPU's ((index,), type, claim) by its index, type and total: equal for every
-    #: worker's GPU of that size and index, so thousands of candidates share a few claims
-    #: (made once, rendered once). Not part of the signature.
-    fitted: dict[tuple[int, str | None, int], tuple[tuple[int], str | None, Claim]] = field(
-        default_factory=dict, compare=False, hash=False, repr=False
-    )
+    #: A fitting GPU's ((index,), type, claim) by its index, type and total
+    #: (:func:`_fitting`): equal for every worker's GPU of that size and index, so thousands
+    #: of candidates share a few claims, made once and rendered once.
+    fitted: Memoized[tuple[int, str | None, int], _Fit]
+
+
+#: A fitting GPU as the rule keeps it: its index as a candidate's indexes, its type, its claim.
+_Fit = tuple[tuple[int], str | None, Claim]
+#: The rule's fitting GPUs by index, type and total, per claim-making inputs.
+_FITTED = SlotKey("single_gpu_fitted")
+
+
+def _fitting(
+    vram_claim: int, fraction: float, utilization: float | None, diffusion: bool, ram_rule: RamClaimRule,
+    gpu: tuple[int, str | None, int],
+) -> _Fit:
+    """``_get_worker_resource_claim`` for one GPU (index, type, total): total × fraction, or
+    the whole estimate."""
+    index, kind, total = gpu
+    vram = {index: vram_claim if diffusion else int(total * fraction)}
+    return (index,), kind, Claim(vram, ram_rule.ram_for(vram), utilization, vram_claim)
 
 
 @dataclass(frozen=True, slots=True)
 class _WorkerOutcome:
     """One worker's verdict: fitting GPUs ((index,), type, claim), or the failure message."""
 
-    fits: tuple[tuple[tuple[int], str | None, Claim], ...]
+    fits: tuple[_Fit, ...]
     message: str | None
 
 
@@ -60,7 +77,7 @@ def _fits(inputs: _Inputs, gpus: tuple[Gpu, ...], allocatable: Allocatable) -> _
         return _WorkerOutcome((), None)
     fraction, diffusion = inputs.fraction, inputs.diffusion
     largest_vram, largest_rate = 0, 0.0
-    fits: list[tuple[tuple[int], str | None, Claim]] = []
+    fits: list[_Fit] = []
     fitted = inputs.fitted
     for gpu in gpus:
         if not gpu.total or gpu.index is None:
@@ -73,15 +90,7 @@ def _fits(inputs: _Inputs, gpus: tuple[Gpu, ...], allocatable: Allocatable) -> _
             continue
         if not diffusion and rate < fraction:
             continue
-        key = (gpu.index, gpu.type, gpu.total)
-        fit = fitted.get(key)
-        if fit is None:
-            # _get_worker_resource_claim for one GPU: total × fraction, or the whole estimate.
-            amount = inputs.vram_claim if diffusion else int(gpu.total * fraction)
-            vram = {gpu.index: amount}
-            claim = Claim(vram, inputs.ram_rule.ram_for(vram), inputs.utilization, inputs.vram_claim)
-            fit = fitted[key] = ((gpu.index,), gpu.type, claim)
-        fits.append(fit)
+        fits.append(fitted((gpu.index, gpu.type, gpu.total)))
     if fits:
         return _WorkerOutcome(tuple(fits), None)
     message = f"The current available GPU only has {byte_to_gib(largest_vram)} GiB allocatable VRAM."
@@ -142,13 +151,11 @@ class SingleWorkerSingleGpu(GpustackStage):
         failed: list[WorkerView] = []
         events = selection.log.events
         for gpu_type, workers in selection.workers_by_type.items():
+            fraction, utilization = selection.fraction(gpu_type), selection.mfs(gpu_type)
+            made = (selection.vram_claim, fraction, utilization, selection.is_diffusion, selection.ram_rule)
             inputs = _Inputs(
-                selection.vram_claim,
-                selection.ram_claim,
-                selection.fraction(gpu_type),
-                selection.mfs(gpu_type),
-                selection.is_diffusion,
-                selection.ram_rule,
+                selection.vram_claim, selection.ram_claim, fraction, utilization, selection.is_diffusion,
+                selection.ram_rule, selection.runner.memoized(_FITTED, made, partial(_fitting, *made)),
             )
             columns = selection.runner.columns(_RULE, inputs, gpu_type, workers, _COLUMNS)
             runs, messages = columns.lists
