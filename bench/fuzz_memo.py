@@ -34,6 +34,8 @@ import argparse
 import random
 import sys
 import time
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -53,7 +55,17 @@ from scheduler_core import (
 )
 from tasks.decision.booking import candidate_instance
 from tasks.intake.chain_config import load_chain
-from tests.builders import GIB, H100, MI300X, RTX_4090, first_gpu_selector, gpu, weight_for_estimate, worker
+from tests.builders import (
+    GIB,
+    H100,
+    LLAMA_3_8B,
+    MI300X,
+    RTX_4090,
+    first_gpu_selector,
+    gpu,
+    weight_for_estimate,
+    worker,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -98,13 +110,6 @@ def _instance_row(rng: random.Random, number: int, host: Worker) -> dict[str, An
     }
 
 
-_HF_CONFIG = {
-    "architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "num_attention_heads": 32,
-    "num_key_value_heads": 8, "num_hidden_layers": 32, "max_position_embeddings": 8192,
-    "torch_dtype": "bfloat16", "vocab_size": 128256, "model_type": "llama",
-}
-
-
 def _model(rng: random.Random, model_id: int) -> dict[str, Any]:
     """A deployment: its size, tensor-parallel size, placement strategy and policy."""
     tp = rng.choice((None, None, 1, 2, 2, 4, 4, 8))
@@ -115,7 +120,7 @@ def _model(rng: random.Random, model_id: int) -> dict[str, Any]:
             "categories": ["llm"], "cluster_id": 1,
             "placement_strategy": rng.choice(("spread", "spread", "spread", "binpack")),
             "weight_bytes": weight_for_estimate(rng.choice((6, 14, 30, 70, 150, 400))),
-            "hf_config": _HF_CONFIG,
+            "hf_config": LLAMA_3_8B,
         },
         **({"policy": "precise", "gpu_sharing": rng.random() < 0.3} if rng.random() < 0.2 else {}),
     }
@@ -164,51 +169,44 @@ class _Cluster:
         )
         self.instances = extended(self.instances, (booked,))
 
-    def move(self) -> str:
-        """One random change of the cluster; its name."""
+    def move(self) -> None:
+        """One random change of the cluster."""
         rng = self.rng
         roll = rng.random()
         if roll < 0.35 and self.instances:
-            gone = rng.randrange(len(self.instances))
-            self.instances = self.instances[:gone] + self.instances[gone + 1:]
-            return "release"
-        if roll < 0.55:  # the spread range moves when the last of the least loaded gains one
-            self._place(min(self.workers, key=self._load))
-            return "least loaded gains"
-        if roll < 0.7 and self.instances:  # ... or the last of the most loaded loses one
-            top = max(self.workers, key=self._load).id
-            gone = next(n for n, i in enumerate(self.instances) if i.worker_id == top)
-            self.instances = self.instances[:gone] + self.instances[gone + 1:]
-            return "most loaded releases"
-        if roll < 0.85:
+            self._release(rng.randrange(len(self.instances)))
+        elif roll < 0.55:  # the spread range moves when the last of the least loaded gains one
+            self._place(min(self.workers, key=self._loads()))
+        elif roll < 0.7 and self.instances:  # ... or the last of the most loaded loses one
+            top = max(self.workers, key=self._loads()).id
+            self._release(next(n for n, i in enumerate(self.instances) if i.worker_id == top))
+        elif roll < 0.85:
             self._place(rng.choice(self.workers))
-            return "control-plane instance"
-        if roll < 0.92:
+        elif roll < 0.92:
             position = rng.randrange(len(self.workers))
             replaced = Worker.model_validate(_worker_row(rng, self.workers[position].id))
             self.workers = (*self.workers[:position], replaced, *self.workers[position + 1:])
-            return "worker replaced"
-        if roll < 0.94 and len(self.workers) > 4:
+        elif roll < 0.94 and len(self.workers) > 4:
             count = max(1, len(self.workers) // rng.choice((50, 10)))
             lost = set(rng.sample(range(len(self.workers)), k=count))
             gone = {self.workers[i].id for i in lost}
             self.workers = tuple(w for i, w in enumerate(self.workers) if i not in lost)
             self.instances = tuple(i for i in self.instances if i.worker_id not in gone)
-            return "workers lost"
-        if roll < 0.98:
+        elif roll < 0.98:
             self.workers = (*self.workers, Worker.model_validate(_worker_row(rng, self.next_id)))
             self.next_id += 1
-            return "worker joined"
-        # a restarted decider's snapshot: every row a new object
-        self.workers = tuple(Worker.model_validate(w.model_dump()) for w in self.workers)
-        self.instances = tuple(ModelInstance.model_validate(i.model_dump()) for i in self.instances)
-        return "snapshot again"
+        else:  # a restarted decider's snapshot: every row a new object
+            self.workers = tuple(Worker.model_validate(w.model_dump()) for w in self.workers)
+            self.instances = tuple(ModelInstance.model_validate(i.model_dump()) for i in self.instances)
 
-    def _load(self, worker: Worker) -> tuple[int, int]:
-        """Instances on a worker with GPUs (then its id): the spread score's count."""
-        if not worker.gpus:
-            return (1 << 30, worker.id)
-        return (sum(i.worker_id == worker.id for i in self.instances), worker.id)
+    def _loads(self) -> Callable[[Worker], tuple[int, int]]:
+        """Each worker's instances (then its id; a worker without GPUs last), counted once:
+        the spread score's count."""
+        counts = Counter(instance.worker_id for instance in self.instances)
+        return lambda worker: (counts[worker.id] if worker.gpus else 1 << 30, worker.id)
+
+    def _release(self, position: int) -> None:
+        self.instances = self.instances[:position] + self.instances[position + 1:]
 
     def _place(self, host: Worker) -> None:
         row = _instance_row(self.rng, 2_000_000 + self.rng.randrange(10**6), host)
@@ -264,9 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=300, help="decisions per round")
     args = parser.parse_args(argv)
     by_name = chains()
-    seeds = [args.seed] if args.seed is not None else None
     deadline = time.monotonic() + args.seconds
-    seed = args.first_seed if seeds is None else seeds[0]
+    seed = args.first_seed if args.seed is None else args.seed
     rounds = decided = 0
     while True:
         rng = random.Random(seed)
@@ -282,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         decided += count
         print(f"seed {seed}: {size} workers, chain {name}: {count} decisions identical "
               f"({scheduled} scheduled) in {time.monotonic() - started:.1f} s", flush=True)
-        if seeds is not None or time.monotonic() >= deadline:
+        if args.seed is not None or time.monotonic() >= deadline:
             break
         seed += 1
     print(f"{rounds} rounds, {decided} decisions, every one identical to the core deciding alone")
