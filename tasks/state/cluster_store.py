@@ -403,7 +403,7 @@ class ClusterStore:
         text = self.client.get(self.keys.snapshot(digest))
         if text is None:
             raise LookupError(f"snapshot {digest} is not stored")
-        return stored_snapshot(json.loads(text))
+        return stored_snapshot(text)
 
     def worker_rows(self) -> tuple[int, dict[str, str]]:
         """(cluster version, worker rows by id), atomically."""

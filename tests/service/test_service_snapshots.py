@@ -90,3 +90,28 @@ def test_truncated_snapshots_are_refused_and_a_mass_removal_is_held_back(
     assert not [rid for rid in d.outcomes() if "~" in rid]  # nothing was moved
     wait_until(lambda: d.idle(), 60, "the pipeline to settle")
     d.assert_ledger_consistent()
+
+
+def test_an_instance_whose_id_came_as_a_float_is_freed_by_its_id(
+    deployment: Callable[..., Deployment],
+) -> None:
+    """A control plane sends instance 7's id as ``7.0`` (JSON has one number type); deleting
+    instance 7 frees its GPU and places the request waiting for it. The store keyed it
+    ``id:7.0`` and every worker's mirror ``id:7``: the delete freed nothing and the request
+    stayed parked."""
+    d = deployment()
+    snapshot = cluster(1, 1)
+    holder = {"id": 7.0, "name": "held", "model_id": 3, "state": "running", "worker_id": 1,
+              "worker_name": "node-0001", "gpu_type": "cuda", "gpu_indexes": [0],
+              "computed_resource_claim": {"vram": {"0": 12 << 30}}}
+    snapshot["model_instances"] = [holder]
+    d.client.apply_cluster(json.loads(json.dumps(snapshot)))
+    d.start_workers(1)
+    d.client.submit(llm_request("waits"))
+    wait_until(lambda: d.settled({"waits"}), 90, "the request to be decided")
+    assert d.outcomes()["waits"]["unschedulable"] == 1  # the GPU is held: parked
+    d.client.cluster_event({"kind": "instance_deleted", "instance_id": 7})
+    wait_until(lambda: d.outcomes()["waits"]["scheduled"] == 1, 60, "the freed GPU to place the request")
+    assert _booked(d) == {"waits": (1,)}
+    wait_until(lambda: d.idle(), 60, "the pipeline to settle")
+    d.assert_ledger_consistent()

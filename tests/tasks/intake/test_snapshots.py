@@ -62,4 +62,44 @@ def test_a_stored_snapshot_loads_the_rows_the_applied_one_parsed() -> None:
     assert [w.model_dump() for w in loaded.workers] == [w.model_dump() for w in parsed.workers]
     assert [(key, row.model_dump()) for key, row in loaded.instances] == \
         [(key, row.model_dump()) for key, row in parsed.instances]
-    assert stored_snapshot(json.loads(h.rt.client.get(h.rt.keys.snapshot(applied["digest"])))) == loaded
+    assert stored_snapshot(h.rt.client.get(h.rt.keys.snapshot(applied["digest"]))) == loaded
+
+
+def test_an_instance_is_keyed_by_its_row_as_validated() -> None:
+    """An id sent as 7.0 or "8" validates to 7 or 8: the instance is ``id:7`` when the snapshot
+    is applied, when a mirror loads it back and when ``instance_deleted`` names id 7 (it was
+    ``id:7.0`` when applied and ``id:7`` when loaded: a delete by id freed nothing, and the
+    mirrors and the store kept the instance under different keys)."""
+    rows = [
+        {**instance(1, 1, {0: 1 << 30}), "id": 7.0},
+        {**instance(2, 1, {1: 1 << 30}), "id": "8"},
+        {**instance(3, 2, {0: 1 << 30}), "id": None, "name": "by-name"},
+        {**instance(4, 2, {1: 1 << 30}), "id": None, "name": ""},
+    ]
+    document = {**cluster_of(worker_row(1, "w1", 2), worker_row(2, "w2", 2)), "model_instances": rows}
+    keys = ["id:7", "id:8", "name:by-name", "pos:3"]
+    assert [key for key, _ in parse_snapshot(document).instances] == keys
+    h = Harness()
+    applied = h.apply(document)
+    assert sorted(h.rt.cluster.claims()) == sorted(keys)
+    assert [key for key, _ in h.rt.cluster.snapshot_rows(applied["digest"]).instances] == keys
+    h.event({"kind": "instance_deleted", "instance_id": 7})
+    assert sorted(h.rt.cluster.claims()) == sorted(keys[1:])
+
+
+def test_a_stored_snapshot_validated_from_its_text_is_the_parsed_one() -> None:
+    """JSON text validated by pydantic's JSON parser gives the rows ``json.loads`` and
+    validation give: ints, byte counts past 2**53, floats to the last digit, escapes."""
+    rows = [
+        {**instance(n, 1 + n % 3, {n % 2: (1 << 53) + 2 * n + 1}), "id": n,
+         "name": f"r\u00e9-{n}\t\"q\"", "computed_resource_claim": {
+             "vram": {str(n % 2): (1 << 53) + 2 * n + 1}, "vram_utilization": 0.1 + n / 7,
+             "ram": 10**18 + n}}
+        for n in range(40)
+    ]
+    workers = [worker_row(w, f"w{w}", 2) for w in range(1, 4)]
+    workers[0]["status"]["gpu_devices"][0]["memory"] = {"total": (1 << 62) + 1, "used": 3,
+                                                        "utilization_rate": 1e-308}
+    document = {**cluster_of(*workers), "model_instances": json.loads(json.dumps(rows))}
+    text = json.dumps(document)
+    assert stored_snapshot(text) == parse_snapshot(json.loads(text))
