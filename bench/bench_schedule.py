@@ -9,8 +9,9 @@ Models: a 7B that needs 1 GPU, a 70B at tp 8, a 671B that needs several workers.
 Columns (CPU time of this process, medians):
 
 * **cold**: ``schedule(request_dict)``: every row validated, views built, the
-  decision rendered, nothing kept from an earlier call: what the CLI, a
-  control plane without the service and every replay pay;
+  decision rendered, nothing kept from an earlier call: what a control plane calling
+  ``schedule()`` without the service pays, the CLI too once it has read the JSON (reading it
+  and importing the core come on top), and a replay for its first decision;
 * **decide**: the same request already validated (its worker views kept on the rows);
 * **warm memo**: the service's long-lived decider: the same validated rows,
   one new instance booked between decisions, one ``SnapshotMemo`` kept.

@@ -9,7 +9,8 @@ prints the median time of:
   (``make parity`` builds it at ``.oracle-venv``; ``ORACLE_VENV`` overrides).
 * **gpusched cold**: ``schedule(request_dict)``: validation of every row,
   worker views, the decision and the rendered result, nothing kept from an
-  earlier call (what the CLI and a replay pay).
+  earlier call: the core's part of what the CLI pays once it has read the request's JSON
+  (reading it and importing the core come on top), and what a replay pays for its first decision.
 * **gpusched decide**: the same on an already validated request.
 
 Times are CPU time of the process (``time.process_time``), so other load on
