@@ -105,7 +105,7 @@ def _check_rows(parsed: _SnapshotDocument) -> None:
         check_instance_row(instance.worker_name, instance.gpu_type, subordinates, where)
 
 
-def _keyed(parsed: _SnapshotDocument | _StoredDocument) -> SnapshotRows:
+def _keyed(parsed: _StoredDocument) -> SnapshotRows:
     """The validated rows, each instance under its key (a duplicate key raises :class:`InvalidField`)."""
     keyed: list[tuple[str, ModelInstance]] = []
     seen: set[str] = set()
@@ -118,20 +118,6 @@ def _keyed(parsed: _SnapshotDocument | _StoredDocument) -> SnapshotRows:
     return SnapshotRows(tuple(parsed.workers), tuple(keyed))
 
 
-class _SnapshotDocument(BaseModel):
-    """Validation shape of a snapshot (errors name ``workers.<n>.<field>``)."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    workers: list[Worker] = Field(default_factory=list)
-    model_instances: list[ModelInstance] = Field(default_factory=list)
-
-    @field_validator("workers", "model_instances", mode="before")
-    @classmethod
-    def _null_is_empty(cls, value: Any) -> Any:
-        return [] if value is None else value
-
-
 class _StoredDocument(BaseModel):
     """A stored snapshot (:func:`tasks.state.cluster_store.snapshot_document`'s text): both
     lists always there. No validator before the rows', which would build every row's
@@ -141,3 +127,16 @@ class _StoredDocument(BaseModel):
 
     workers: list[Worker]
     model_instances: list[ModelInstance]
+
+
+class _SnapshotDocument(_StoredDocument):
+    """Validation shape of a snapshot as sent (errors name ``workers.<n>.<field>``): a
+    missing or null list is empty here (:func:`parse_snapshot` then names a missing key)."""
+
+    workers: list[Worker] = Field(default_factory=list)
+    model_instances: list[ModelInstance] = Field(default_factory=list)
+
+    @field_validator("workers", "model_instances", mode="before")
+    @classmethod
+    def _null_is_empty(cls, value: Any) -> Any:
+        return [] if value is None else value

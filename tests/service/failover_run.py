@@ -293,17 +293,8 @@ class Run:
         except AssertionError as error:  # say what is missing: the requests, and what the service holds
             missing = sorted(expected - set(self.readers.acknowledged.terminal_by_request()))
             raise AssertionError(f"{error}: {len(missing)} without one ({missing[:10]}); "
-                                 f"pipeline: {_retrying(self._pipeline)}") from None
+                                 f"pending: {_retrying(self.d.pending)}") from None
         time.sleep(1.0)  # anything late would show now
-
-    def _pipeline(self) -> dict[str, Any]:
-        """What :meth:`Deployment.idle` reads, and the missing requests' records."""
-        r, keys = self.d.redis, self.d.keys
-        return {
-            "queued": {q: int(r.llen(q)) for q in keys.queues if r.llen(q)},
-            "unacked": int(r.hlen(keys.unacked)), "outbox": int(r.zcard(keys.outbox)),
-            "timers": [str(m) for m in r.zrange(keys.timers, 0, 20)],
-        }
 
 
 def _tails(client: redis.Redis, keys: Any) -> dict[str, set[str]]:

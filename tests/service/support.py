@@ -191,13 +191,21 @@ class Deployment:
             if event_type is None or fields["type"] == event_type
         ]
 
+    def pending(self) -> dict[str, Any]:
+        """The work left: messages per queue (non-empty ones), unacknowledged and delayed
+        (outbox) counts, retry timers."""
+        queued = {q: int(self.redis.llen(q)) for q in self.keys.queues}
+        timers = [str(m) for m in self.redis.zrange(self.keys.timers, 0, -1)]
+        return {
+            "queued": {q: n for q, n in queued.items() if n},
+            "unacked": int(self.redis.hlen(self.keys.unacked)),
+            "outbox": int(self.redis.zcard(self.keys.outbox)),
+            "retries": [m for m in timers if m.startswith("retry:")],
+        }
+
     def idle(self) -> bool:
         """No queued, unacknowledged, delayed or retry-pending work left."""
-        queued = sum(int(self.redis.llen(q)) for q in self.keys.queues)
-        unacked = int(self.redis.hlen(self.keys.unacked))
-        outbox = int(self.redis.zcard(self.keys.outbox))
-        retries = [m for m in self.redis.zrange(self.keys.timers, 0, -1) if str(m).startswith("retry:")]
-        return queued == 0 and unacked == 0 and outbox == 0 and not retries
+        return not any(self.pending().values())
 
     def outcomes(self) -> dict[str, Counter[str]]:
         """Per request: how many results of each kind (``terminal`` vs ``notice``) it got."""

@@ -105,7 +105,7 @@ def test_an_instance_whose_id_came_as_a_float_is_freed_by_its_id(
               "worker_name": "node-0001", "gpu_type": "cuda", "gpu_indexes": [0],
               "computed_resource_claim": {"vram": {"0": 12 << 30}}}
     snapshot["model_instances"] = [holder]
-    d.client.apply_cluster(json.loads(json.dumps(snapshot)))
+    d.client.apply_cluster(snapshot)
     d.start_workers(1)
     d.client.submit(llm_request("waits"))
     wait_until(lambda: d.settled({"waits"}), 90, "the request to be decided")

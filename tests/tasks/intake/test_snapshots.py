@@ -100,6 +100,6 @@ def test_a_stored_snapshot_validated_from_its_text_is_the_parsed_one() -> None:
     workers = [worker_row(w, f"w{w}", 2) for w in range(1, 4)]
     workers[0]["status"]["gpu_devices"][0]["memory"] = {"total": (1 << 62) + 1, "used": 3,
                                                         "utilization_rate": 1e-308}
-    document = {**cluster_of(*workers), "model_instances": json.loads(json.dumps(rows))}
+    document = {**cluster_of(*workers), "model_instances": rows}
     text = json.dumps(document)
     assert stored_snapshot(text) == parse_snapshot(json.loads(text))
