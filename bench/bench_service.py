@@ -34,6 +34,10 @@ splits where the time went, over every request and over the slowest 1 %, from ea
 request's ``sched.decision.made`` event (its time and ``elapsed_ms``): from sending to
 the start of its decision (queued messages, the batch's earlier decisions), deciding,
 and from then to its result read (the batch's later decisions, the commit, the read).
+With ``--steps`` it also prints, per batch message, the p50 and p99 of the control
+plane's ``submit_many`` call and of each step the worker logged on its
+``batch_finished`` line (the mirror's sync, the lease and the claims, the decisions,
+the commit; the workers log at INFO for that round).
 
 ``--instances N`` starts the round with N control-plane instances already
 running (small one-GPU models spread over every worker by a seeded generator,
@@ -207,6 +211,36 @@ class ResultReader(threading.Thread):
         self.join(timeout)
 
 
+def batches_logged(logs: Path, since: float) -> list[tuple[float, dict[str, Any]]]:
+    """The workers' ``batch_finished`` lines after ``since``: (wall-clock seconds, fields)."""
+    found = []
+    for path in sorted(logs.glob("w*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            if '"batch_finished"' not in line:
+                continue
+            try:
+                fields = json.loads(line[line.index("{"):])
+                stamp = datetime.fromisoformat(str(fields["timestamp"]).replace("Z", "+00:00")).timestamp()
+            except (ValueError, KeyError):
+                continue
+            if stamp >= since:
+                found.append((stamp, {**fields, "log": path.stem}))
+    return sorted(found, key=lambda item: item[0])
+
+
+def batch_steps(logs: Path, since: float, submit_ms: list[float]) -> dict[str, tuple[float, float]]:
+    """p50 and p99 (ms) of each step of the batches the workers logged after ``since``
+    (``batch_finished``'s timings: :data:`tasks.decision.batch.STEPS`), after the control
+    plane's own ``submit_many`` calls (``submit_ms``)."""
+    from tasks.decision.batch import STEPS
+
+    logged = [fields for _, fields in batches_logged(logs, since)]
+    columns = {"submit_many": submit_ms}
+    columns.update({step: [float(f[f"{step}_ms"]) for f in logged if f"{step}_ms" in f] for step in STEPS})
+    return {name: (percentile(values, 50), percentile(values, 99))
+            for name, values in columns.items() if values}
+
+
 def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile."""
     ordered = sorted(values)
@@ -240,7 +274,9 @@ def run_round(
     client = ServiceClient(settings)
     client.apply_cluster(snapshot)
     logs = Path(tempfile.mkdtemp(prefix="gpusched-bench-"))
-    env = {"GPUSCHED_REDIS_URL": url, "GPUSCHED_LOG_LEVEL": "WARNING",
+    env = {"GPUSCHED_REDIS_URL": url,
+           # INFO with --steps: each batch's batch_finished line and its step timings
+           "GPUSCHED_LOG_LEVEL": "INFO" if offering and getattr(args, "steps", False) else "WARNING",
            "GPUSCHED_DECIDE_LOCK": str(not args.optimistic).lower(),
            "GPUSCHED_DECIDER_STANDBY": str(args.standby).lower()}
     batch = getattr(args, "batch", 0)
@@ -249,6 +285,7 @@ def run_round(
     workers = [WorkerProcess(env, f"bench{i}", logs / f"w{i}.log", pool=args.pool).start()
                for i in range(processes)]
     reader: ResultReader | None = None
+    offered: dict[str, Any] | None = None
     try:
         for worker in workers:
             worker.wait_ready(60)
@@ -266,8 +303,10 @@ def run_round(
                 settling = plan(round(args.rate * args.rate_warmup), mix, f"settle{processes}")
                 _offer(client, reader, settling, batch, args.rate)
             offering_plan = plan(args.rate_requests, mix, f"rate{processes}")
+            since = time.time()
             offered = _offer(client, reader, offering_plan, batch, args.rate)
-            return {"processes": processes, "batch": batch, "offered": offered}
+            offered["since"] = since
+            return {"processes": processes, "batch": batch, "offered": offered, "logs": logs}
         measured = plan(args.requests, mix, f"run{processes}")
         pids = _process_pids(server_pid, workers) if args.cpu_split else {}
         cpu_before = _cpu_ticks(pids)
@@ -372,6 +411,7 @@ def _offer(
     step = max(batch, 1)
     chunks = [requests[start:start + step] for start in range(0, len(requests), step)]
     submitted: dict[str, float] = {}
+    submit_ms: list[float] = []  # each submit_many (or submit) call, in the control plane
     started = time.perf_counter()
     behind = 0.0
     for number, chunk in enumerate(chunks):
@@ -386,6 +426,7 @@ def _offer(
             client.submit_many(chunk)
         else:
             client.submit(chunk[0])
+        submit_ms.append((time.perf_counter() - now) * 1000)
     deadline = time.monotonic() + 600
     while any(rid not in reader.seen for rid in submitted):
         if time.monotonic() > deadline:
@@ -399,7 +440,8 @@ def _offer(
     parts = _where_time_went(client, submitted, reader.seen)
     return {"rate": rate, "achieved": len(submitted) / wall, "p50_ms": percentile(latencies, 50),
             "p99_ms": percentile(latencies, 99), "max_ms": max(latencies), "behind_ms": behind * 1000,
-            "all": _mean_parts(parts, list(latency)), "slowest": _mean_parts(parts, slowest)}
+            "all": _mean_parts(parts, list(latency)), "slowest": _mean_parts(parts, slowest),
+            "submit_ms": submit_ms}
 
 
 def _where_time_went(
@@ -476,6 +518,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate-requests", type=int, default=1500, help="requests offered at --rate")
     parser.add_argument("--rate-warmup", type=float, default=0.0,
                         help="seconds of the same open loop, unmeasured, before the measured one")
+    parser.add_argument("--steps", action="store_true",
+                        help="with --rate: each batch message's steps (submit_many in the control plane, "
+                             "then the worker's sync, claim, decide, commit), p50 / p99")
     parser.add_argument("--cpu-split", action="store_true",
                         help="also print each process's CPU ms per decision under load (Linux /proc)")
     args = parser.parse_args(argv)
@@ -508,7 +553,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"(total {sum(row['cpu_ms'].values()):.2f})", flush=True)
             if args.rate:
                 rate_args = argparse.Namespace(**{**vars(args), "batch": batch})
-                got = run_round(url, processes, rate_args, snapshot, server_pid, offering=True)["offered"]
+                offering = run_round(url, processes, rate_args, snapshot, server_pid, offering=True)
+                got = offering["offered"]
                 print(f"      offered {got['rate']:.0f}/s (open loop, a round of its own): completed "
                       f"{got['achieved']:.1f}/s, p50 {got['p50_ms']:.1f} ms, p99 {got['p99_ms']:.1f} ms, "
                       f"max {got['max_ms']:.1f} ms; sending fell behind by up to {got['behind_ms']:.1f} ms",
@@ -520,6 +566,11 @@ def main(argv: list[str] | None = None) -> int:
                           f"decision's start, {part['deciding']:.1f} deciding, {part['after']:.1f} from then "
                           "to its result read (the batch's later decisions, the commit, the read)",
                           flush=True)
+                if args.steps:
+                    steps = batch_steps(offering["logs"], got["since"], got["submit_ms"])
+                    print("      per batch message, p50 / p99 ms: " + ", ".join(
+                        f"{name} {p50:.1f} / {p99:.1f}" for name, (p50, p99) in steps.items()), flush=True)
+                shutil.rmtree(offering["logs"], ignore_errors=True)
     finally:
         if server is not None:
             server.remove()

@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_service import cluster, plan  # noqa: E402
+from bench_service import batches_logged, cluster, plan  # noqa: E402
 
 
 def _place(client: Any, requests: list[dict[str, Any]], batch: int) -> None:
@@ -112,26 +112,6 @@ def _event_times(client: Any, since: str) -> dict[str, list[tuple[float, str]]]:
         stamp = int(str(entry_id).split("-")[0]) / 1000
         times.setdefault(fields.get("type", "?"), []).append((stamp, fields.get("request_id", "")))
     return times
-
-
-def _batches_logged(logs: Path, since: float) -> list[tuple[float, dict[str, Any]]]:
-    """The workers' ``batch_finished`` lines after ``since``: (wall-clock seconds, fields)."""
-    import json
-    from datetime import datetime
-
-    found = []
-    for path in sorted(logs.glob("w*.log")):
-        for line in path.read_text(errors="replace").splitlines():
-            if '"batch_finished"' not in line:
-                continue
-            try:
-                fields = json.loads(line[line.index("{"):])
-                stamp = datetime.fromisoformat(str(fields["timestamp"]).replace("Z", "+00:00")).timestamp()
-            except (ValueError, KeyError):
-                continue
-            if stamp >= since:
-                found.append((stamp, {**fields, "log": path.stem}))
-    return sorted(found, key=lambda item: item[0])
 
 
 def timeline(t0: float, sent: Sent, events: dict[str, list[tuple[float, str]]],
@@ -221,7 +201,7 @@ def run(args: argparse.Namespace, url: str) -> dict[str, Any]:
         for worker in workers:
             worker.stop()
         client.close()
-    lines = timeline(t0, sent, events, _batches_logged(logs, t0))
+    lines = timeline(t0, sent, events, batches_logged(logs, t0))
     shutil.rmtree(logs, ignore_errors=True)
     placed, parked, _ = counts
     return {"lost": len(lost), "displaced": len(displaced), "seconds": elapsed, "queued_s": queued,

@@ -38,6 +38,7 @@ once.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -59,6 +60,12 @@ log = get_logger(__name__)
 #: One batch item: the request id, its decision seq and attempt.
 Item = tuple[str, int, int]
 
+#: Where a batch's wall time goes: bringing the mirror up to date before the lease, taking the
+#: lease and claiming the items (one round trip, and any wait for a busy lease), deciding them
+#: (the core and the mirror's bookings ahead), and the commit (one pipeline) with the mirror
+#: settled after it.
+STEPS = ("sync", "claim", "decide", "commit")
+
 
 @dataclass(slots=True)
 class BatchProgress:
@@ -70,6 +77,7 @@ class BatchProgress:
         created_ms: per decided request, when it was accepted (the latency metric).
         decided: decisions the core ran for this message.
         rounds: decision rounds (more than one when the cluster changed during one).
+        step_s: wall seconds spent in each step, summed over the rounds (:data:`STEPS`).
     """
 
     outcomes: dict[str, str] = field(default_factory=dict)
@@ -77,12 +85,18 @@ class BatchProgress:
     created_ms: dict[str, int] = field(default_factory=dict)
     decided: int = 0
     rounds: int = 0
+    step_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(STEPS, 0.0))
 
     def summary(self) -> dict[str, int]:
         """Counts per outcome (the task's return value)."""
         counts = Counter(self.outcomes.values())
         return {**dict(sorted(counts.items())), "resumed": len(self.leftover), "decided": self.decided,
                 "rounds": self.rounds}
+
+    def timings(self) -> dict[str, float]:
+        """Wall milliseconds per step, as ``<step>_ms`` (the ``batch_finished`` log line's timings)."""
+        return {f"{step}_ms": round(seconds * 1000, 3) for step, seconds in self.step_s.items()}
+
 
 
 @dataclass(slots=True)
@@ -106,7 +120,9 @@ def decide_batch(rt: Runtime, items: Sequence[Item], task_id: str) -> BatchProgr
     progress = BatchProgress()
     pending = list(items)
     idle_rounds = 0
+    started = time.perf_counter()
     rt.mirror.sync()  # before the lease: a snapshot's load overlaps the lease holder's decisions
+    progress.step_s["sync"] += time.perf_counter() - started
     # The collector stays paused for the rounds: its passes run after the batch, with the
     # lease released, not while the other processes wait for it.
     with deciding():
@@ -122,16 +138,23 @@ def decide_batch(rt: Runtime, items: Sequence[Item], task_id: str) -> BatchProgr
 def _round(rt: Runtime, items: list[Item], task_id: str, progress: BatchProgress) -> list[Item]:
     """One lease hold: claim, decide, commit; returns the items to decide again (outdated)."""
     progress.rounds += 1
+    steps, clock = progress.step_s, time.perf_counter
     try:
         with decide_lease(rt) as lease:
+            started = clock()
             begun, changes = _claim(rt, lease, items, task_id)
+            claimed = clock()
             planned = _plan(rt, items, begun, changes, progress)
+            decided = clock()
             _commit(rt, lease, planned)
     except BaseException:
         rt.mirror.settle(committed=False)  # what did land, the next sync reads from the stream
         raise
     rt.mirror.settle(committed=all(p.foreseen is None or p.commit.booked_version() == p.foreseen
                                    for p in planned))
+    steps["claim"] += claimed - started
+    steps["decide"] += decided - claimed
+    steps["commit"] += clock() - decided
     return [p.item for p in planned if _outdated(rt, p, progress)]
 
 

@@ -100,7 +100,7 @@ def decide_batch(self: MiddlewareTask, items: list[Any]) -> dict[str, int]:
             metrics.observe_submit_to_result((now_ms - progress.created_ms[request_id]) / 1000)
     for step in progress.leftover:
         rt.resume(step.to_dict())
-    log.info("batch_finished", **progress.summary())
+    log.info("batch_finished", **progress.summary(), **progress.timings())
     return progress.summary()
 
 

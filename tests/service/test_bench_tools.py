@@ -8,10 +8,12 @@ end of the round).
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -68,3 +70,32 @@ def test_a_stopped_reader_is_out_of_its_read_before_the_server_goes_away(
     time.sleep(0.5)
     assert not reader.is_alive()
     assert errors == []
+
+
+def test_the_batch_steps_are_read_from_the_workers_batch_finished_lines(tmp_path: Path) -> None:
+    """``--steps``: the workers' ``batch_finished`` lines logged after the round began, each
+    step's nearest-rank p50 and p99 over them, after the control plane's ``submit_many``."""
+    def line(stamp: str, event: str, decide_ms: float) -> str:
+        fields = {"event": event, "timestamp": stamp, "decided": 10, "sync_ms": 0.5, "claim_ms": 1.0,
+                  "decide_ms": decide_ms, "commit_ms": 4.0}
+        return "worker: " + json.dumps(fields)
+
+    (tmp_path / "w0.log").write_text("\n".join([
+        line("2026-12-06T10:00:00Z", "batch_finished", 999.0),  # before the round
+        line("2026-12-06T10:00:02Z", "batch_finished", 10.0),
+        line("2026-12-06T10:00:03Z", "request_finished", 999.0),
+        line("2026-12-06T10:00:04Z", "batch_finished", 30.0),
+        "not a log line",
+    ]))
+    (tmp_path / "w1.log").write_text("\n".join([
+        line("2026-12-06T10:00:03Z", "batch_finished", 20.0),
+        line("2026-12-06T10:00:05Z", "batch_finished", 40.0),
+    ]))
+    since = datetime(2026, 12, 6, 10, 0, 1, tzinfo=UTC).timestamp()
+
+    steps = bench_service.batch_steps(tmp_path, since, [4.0, 5.0, 6.0])
+
+    assert list(steps) == ["submit_many", "sync", "claim", "decide", "commit"]
+    assert steps["decide"] == (20.0, 40.0)  # ranks round(2.5) = 2 and round(4.46) = 4 of 4
+    assert steps["submit_many"] == (5.0, 6.0)
+    assert steps["sync"] == (0.5, 0.5) and steps["commit"] == (4.0, 4.0)
