@@ -55,7 +55,9 @@ def test_shadow_agrees_with_gpustacks_own_scheduler_and_never_writes(world: Call
     assert sum(r["state"] == "running" for r in rows) >= 5  # the tp4 32B may find no 4 free GPUs
     report = wait_for(lambda: (r := _report(w))["decisions"] >= 6 and r, 60, "six shadow decisions")
     assert report["differ"] == 0, json.dumps(report["differences"], indent=1)
-    assert report["agree"] + report["tie"] == 6
+    # every placement agreed; GPUStack may decide an instance more than once (the tp4 32B,
+    # finding no 4 free GPUs, goes back to pending and is tried again), so there may be more
+    assert report["agree"] + report["tie"] >= 6
     assert "gpustack.placed" not in bridge.log()  # shadow mode never writes
 
 
