@@ -276,7 +276,7 @@ def run_round(
     logs = Path(tempfile.mkdtemp(prefix="gpusched-bench-"))
     env = {"GPUSCHED_REDIS_URL": url,
            # INFO with --steps: each batch's batch_finished line and its step timings
-           "GPUSCHED_LOG_LEVEL": "INFO" if offering and getattr(args, "steps", False) else "WARNING",
+           "GPUSCHED_LOG_LEVEL": "INFO" if offering and args.steps else "WARNING",
            "GPUSCHED_DECIDE_LOCK": str(not args.optimistic).lower(),
            "GPUSCHED_DECIDER_STANDBY": str(args.standby).lower()}
     batch = getattr(args, "batch", 0)
@@ -285,7 +285,6 @@ def run_round(
     workers = [WorkerProcess(env, f"bench{i}", logs / f"w{i}.log", pool=args.pool).start()
                for i in range(processes)]
     reader: ResultReader | None = None
-    offered: dict[str, Any] | None = None
     try:
         for worker in workers:
             worker.wait_ready(60)
@@ -305,8 +304,8 @@ def run_round(
             offering_plan = plan(args.rate_requests, mix, f"rate{processes}")
             since = time.time()
             offered = _offer(client, reader, offering_plan, batch, args.rate)
-            offered["since"] = since
-            return {"processes": processes, "batch": batch, "offered": offered, "logs": logs}
+            # the workers' logs stay for the caller (--steps reads the lines logged since)
+            return {"processes": processes, "batch": batch, "offered": offered, "logs": logs, "since": since}
         measured = plan(args.requests, mix, f"run{processes}")
         pids = _process_pids(server_pid, workers) if args.cpu_split else {}
         cpu_before = _cpu_ticks(pids)
@@ -567,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
                           "to its result read (the batch's later decisions, the commit, the read)",
                           flush=True)
                 if args.steps:
-                    steps = batch_steps(offering["logs"], got["since"], got["submit_ms"])
+                    steps = batch_steps(offering["logs"], offering["since"], got["submit_ms"])
                     print("      per batch message, p50 / p99 ms: " + ", ".join(
                         f"{name} {p50:.1f} / {p99:.1f}" for name, (p50, p99) in steps.items()), flush=True)
                 shutil.rmtree(offering["logs"], ignore_errors=True)

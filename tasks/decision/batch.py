@@ -98,7 +98,6 @@ class BatchProgress:
         return {f"{step}_ms": round(seconds * 1000, 3) for step, seconds in self.step_s.items()}
 
 
-
 @dataclass(slots=True)
 class _Planned:
     """One item's commit in a round, and the version its booking must produce (booked ahead)."""
@@ -122,7 +121,7 @@ def decide_batch(rt: Runtime, items: Sequence[Item], task_id: str) -> BatchProgr
     idle_rounds = 0
     started = time.perf_counter()
     rt.mirror.sync()  # before the lease: a snapshot's load overlaps the lease holder's decisions
-    progress.step_s["sync"] += time.perf_counter() - started
+    progress.step_s["sync"] = time.perf_counter() - started
     # The collector stays paused for the rounds: its passes run after the batch, with the
     # lease released, not while the other processes wait for it.
     with deciding():
@@ -138,23 +137,23 @@ def decide_batch(rt: Runtime, items: Sequence[Item], task_id: str) -> BatchProgr
 def _round(rt: Runtime, items: list[Item], task_id: str, progress: BatchProgress) -> list[Item]:
     """One lease hold: claim, decide, commit; returns the items to decide again (outdated)."""
     progress.rounds += 1
-    steps, clock = progress.step_s, time.perf_counter
     try:
         with decide_lease(rt) as lease:
-            started = clock()
+            started = time.perf_counter()
             begun, changes = _claim(rt, lease, items, task_id)
-            claimed = clock()
+            claimed = time.perf_counter()
             planned = _plan(rt, items, begun, changes, progress)
-            decided = clock()
+            decided = time.perf_counter()
             _commit(rt, lease, planned)
     except BaseException:
         rt.mirror.settle(committed=False)  # what did land, the next sync reads from the stream
         raise
     rt.mirror.settle(committed=all(p.foreseen is None or p.commit.booked_version() == p.foreseen
                                    for p in planned))
+    steps = progress.step_s
     steps["claim"] += claimed - started
     steps["decide"] += decided - claimed
-    steps["commit"] += clock() - decided
+    steps["commit"] += time.perf_counter() - decided
     return [p.item for p in planned if _outdated(rt, p, progress)]
 
 
