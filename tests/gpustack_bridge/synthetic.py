@@ -18,7 +18,9 @@ a crashed host does; ``resume`` brings it back.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -186,6 +188,15 @@ class Fleet:
         if self._threads:  # the fleet is running: this worker reports from now on too
             self._spawn(self._report_loop, worker)
         return worker
+
+    def starts(self, instance_ids: list[int], timeout: float = 10) -> Counter[int]:
+        """How many times the serve loop moved each instance to running, once it has recorded
+        every one of ``instance_ids``: the server sees an instance running as soon as its PUT
+        answers, a moment before the loop's thread records that it sent it."""
+        deadline = time.monotonic() + timeout
+        while not set(instance_ids) <= set(self.started) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return Counter(self.started)
 
     def by_name(self, name: str) -> SyntheticWorker:
         return next(w for w in self.workers if w.name == name)

@@ -119,7 +119,7 @@ def test_gpustack_answering_5xx_409_and_422_gets_retried_until_the_write_lands_o
     placed = [row for rows in by_model.values() for row in rows if row["id"] != refused["id"]]
     assert all(row["state"] == "running" for row in placed)
     assert w.fleet is not None
-    started = Counter(w.fleet.started)
+    started = w.fleet.starts([row["id"] for row in placed])
     assert sorted(started[row["id"]] for row in placed) == [1] * len(placed)  # each placed once
     assert max(scheduled_results(w).values()) == 1 and len(scheduled_results(w)) == 7
     assert_consistent(w, unwritten=[refused["id"]])  # gpusched holds its booking (docs/gpustack.md)
