@@ -163,27 +163,32 @@ class _Relay(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         write, fault = self.proxy.fault_for(self.command, self.path, body) or (None, None)
-        status = self._relay(body, answer=fault is None) if fault is None or fault.forward else 0
-        if fault is not None:
-            self._error(fault.status)
-        if write is not None:
-            answered = fault.status if fault is not None else status
-            self.proxy.record(replace(write, status=answered, landed=fault is None or fault.forward))
+        if fault is None:
+            self._relay(body, write=write)
+            return
+        if fault.forward:
+            self._relay(body, write=None, answer=False)
+        if write is not None:  # recorded before the bridge has its answer, as a forwarded write is
+            self.proxy.record(replace(write, status=fault.status, landed=fault.forward))
+        self._error(fault.status)
 
     do_PUT = do_POST = do_DELETE = do_PATCH = do_GET
 
-    def _relay(self, body: bytes, *, answer: bool) -> int:
-        """Send the request on; pass the answer back when ``answer`` (else read and drop it)."""
+    def _relay(self, body: bytes, *, write: Write | None, answer: bool = True) -> None:
+        """Send the request on; pass the answer back when ``answer`` (else read and drop it). A
+        ``write`` is recorded with the server's status before the bridge sees it, so a test that
+        waits on what the bridge did next finds it recorded."""
         upstream = self.proxy.connect()
         try:
             headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
             upstream.request(self.command, self.path, body=body or None, headers=headers)
             response = upstream.getresponse()
+            if write is not None:
+                self.proxy.record(replace(write, status=response.status, landed=True))
             if answer:
                 self._pass_back(response)
             else:
                 response.read()
-            return response.status
         finally:
             self.proxy.release(upstream)
 
